@@ -1,0 +1,1 @@
+"""Tree of Clarifications, breadth-first across questions; run directories; the CLI."""

@@ -1,0 +1,140 @@
+"""CLI commands of `batch/`: run, demo, compare (and report, from batch/report.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run Tree of Clarifications over a question set into a run directory")
+    _run_args(p)
+    p.add_argument("--out", required=True, help="run directory (runs/NAME); re-running resumes")
+    p.add_argument("--search-cache", help="folder sharing retrieval results between runs (clarify compare)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("demo", help="the main job on the embedded defaults (index, model, 20 ASQA questions)")
+    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--out", default="runs/demo")
+    p.add_argument("--answer-style", choices=["free", "quoted"], default="quoted")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("compare", help="the same questions and index with several models, side by side")
+    p.add_argument("--models", required=True, help="comma-separated model names or directories")
+    _run_args(p, with_model=False)
+    p.add_argument("--out", required=True, help="comparison directory; one run directory per model inside")
+    p.set_defaults(func=cmd_compare)
+
+    try:
+        from clarify.batch.report import register as register_report
+    except ModuleNotFoundError:
+        return
+    register_report(sub)
+
+
+def _run_args(p: argparse.ArgumentParser, *, with_model: bool = True) -> None:
+    p.add_argument("--config", help="TOML config file (flags override it)")
+    p.add_argument("--dataset", choices=["asqa", "quotesum", "jsonl"])
+    p.add_argument("--questions", help="questions file (JSONL {qid, question} for --dataset jsonl)")
+    p.add_argument("--limit", type=int)
+    p.add_argument("--offset", type=int)
+    p.add_argument("--index", help="index directory (default: the embedded Wikipedia index)")
+    if with_model:
+        p.add_argument("--model", help="model directory or embedded model name")
+    p.add_argument("--answer-style", choices=["free", "quoted"])
+    p.add_argument("--seed", type=int)
+    p.add_argument("--no-verify", action="store_true", help="switch off self-verification pruning")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def _overrides(args: argparse.Namespace) -> dict:
+    o = {"dataset": args.dataset, "questions": args.questions, "limit": args.limit, "offset": args.offset,
+         "index": args.index, "answer_style": args.answer_style, "seed": args.seed,
+         "model.model": getattr(args, "model", None)}
+    if args.no_verify:
+        o["toc.verify"] = False
+    return o
+
+
+def print_summary(summary: dict, out=sys.stdout) -> None:
+    print(f"\n== {summary.get('name')}: {summary.get('n_questions')} {summary.get('dataset')} questions, "
+          f"model {summary.get('model')}, {summary.get('answer_style')} answers", file=out)
+    for k, v in (summary.get("metrics") or {}).items():
+        print(f"  {k:<28} {v if isinstance(v, str) else f'{v:.3f}' if v is not None else 'n/a'}", file=out)
+    print(f"  {'llm calls / question':<28} {summary['llm_calls_per_question']:.1f} "
+          f"(max {summary['llm_calls_per_question_max']}, cached {summary['cached_calls']})", file=out)
+    print(f"  {'tokens prompt / output':<28} {summary['tokens']['prompt']} / {summary['tokens']['output']}", file=out)
+    print(f"  {'valid nodes / question':<28} {summary['valid_nodes_per_question']:.2f}", file=out)
+    if summary.get("quote_fidelity"):
+        print(f"  {'quote fidelity':<28} {json.dumps(summary['quote_fidelity'])}", file=out)
+    print(f"  {'wall time (s)':<28} {summary['wall_s_last_session']}", file=out)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from clarify.batch import config
+    from clarify.batch.pipeline import run
+
+    cfg = config.load(args.config, _overrides(args))
+    summary = run(cfg, args.out, progress=not args.no_progress,
+                  search_cache=Path(args.search_cache) if args.search_cache else None)
+    print_summary(summary)
+    print(f"run directory: {args.out}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Build the embedded index if absent, run ToC over ASQA dev questions, score, show one answer."""
+    from clarify.batch import config
+    from clarify.batch.pipeline import run
+    from clarify.index import ensure_default_index
+
+    index_dir = ensure_default_index()
+    cfg = config.load(None, {"dataset": "asqa", "limit": args.limit, "answer_style": args.answer_style,
+                             "index": str(index_dir)})
+    summary = run(cfg, args.out)
+    print_summary(summary)
+    show_answer(Path(args.out))
+    try:
+        from clarify.batch.report import write_report
+    except ModuleNotFoundError:
+        return 0
+    path = write_report([Path(args.out)], Path(args.out) / "report.html")
+    print(f"\nreport: {path}")
+    return 0
+
+
+def show_answer(run_dir: Path, qid: str | None = None) -> None:
+    """Print one answer with its quotes resolved to their passages."""
+    import polars as pl
+
+    answers = pl.read_parquet(run_dir / "answers.parquet")
+    questions = pl.read_parquet(run_dir / "questions.parquet")
+    spans_path = run_dir / "spans.parquet"
+    spans = pl.read_parquet(spans_path) if spans_path.exists() else None
+    if qid is None:  # the answer with the most quoted spans makes the best example
+        if spans is not None and spans.height:
+            qid = spans.group_by("qid").len().sort(["len", "qid"], descending=[True, False])["qid"][0]
+        else:
+            qid = answers["qid"][0]
+    row = answers.filter(pl.col("qid") == qid).row(0, named=True)
+    question = questions.filter(pl.col("qid") == qid)["question"][0]
+    print(f"\nQ: {question}\nA: {row['answer']}")
+    if spans is not None:
+        passages = pl.read_parquet(run_dir / "passages.parquet")
+        titles = dict(zip(passages["passage_id"], passages["title"]))
+        for s in spans.filter(pl.col("qid") == qid).sort("span_no").iter_rows(named=True):
+            where = f"chars {s['start']}-{s['end']}" if s["start"] is not None and s["start"] >= 0 else "not found"
+            print(f"  [{s['source_k']}] {s['text']!r} → {s['passage_id']} «{titles.get(s['passage_id'], '')}» "
+                  f"{where} ({s['status']})")
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from clarify.batch.compare import compare
+
+    table = compare([m.strip() for m in args.models.split(",") if m.strip()], args, Path(args.out))
+    with __import__("polars").Config(tbl_cols=-1, tbl_width_chars=200):
+        print(table)
+    print(f"comparison: {Path(args.out) / 'comparison.parquet'}")
+    return 0

@@ -1,0 +1,287 @@
+"""`clarify run`: questions → trees (waves) → answers → quote check → scores, in a run directory.
+
+Heavy resources (index, encoder, vLLM) are opened only when there is work left, so a finished run
+re-run makes zero model calls, opens no model and rewrites nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import polars as pl
+
+from clarify import schemas
+from clarify.batch.compare import model_params
+from clarify.batch.config import RunConfig
+from clarify.batch.prompts import Passage
+from clarify.batch.rundir import RunDir, write_json
+from clarify.batch.tree import Tree
+from clarify.batch.waves import Recorder, Resources, run_waves
+from clarify.errors import InputError
+
+MAX_QUESTION_CHARS = 2000  # a "question" longer than this is almost surely a broken input line
+
+
+def read_questions_jsonl(path: str | Path) -> pl.DataFrame:
+    """JSONL of {qid, question}: every bad line is reported with its number; nothing is dropped silently."""
+    rows, errors = [], []
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read questions: {exc.strerror}", path=str(path)) from exc
+    for no, line in enumerate(raw.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            errors.append(InputError("not UTF-8", path=str(path), line=no))
+            continue
+        except json.JSONDecodeError as exc:
+            errors.append(InputError(f"malformed JSON ({exc.msg})", path=str(path), line=no))
+            continue
+        if not isinstance(obj, dict):
+            errors.append(InputError("expected a JSON object", path=str(path), line=no))
+            continue
+        qid, question = obj.get("qid", obj.get("id")), obj.get("question")
+        if qid is None or str(qid).strip() == "":
+            errors.append(InputError("missing", path=str(path), line=no, field="qid"))
+        elif not isinstance(question, str) or not question.strip():
+            errors.append(InputError("missing or empty", path=str(path), line=no, field="question"))
+        elif len(question) > MAX_QUESTION_CHARS:
+            errors.append(InputError(f"question of {len(question)} characters (limit {MAX_QUESTION_CHARS})",
+                                     path=str(path), line=no, field="question"))
+        else:
+            rows.append({"qid": str(qid), "question": " ".join(question.split()), "dataset": "jsonl"})
+    if errors:
+        more = f" (and {len(errors) - 1} more bad line(s))" if len(errors) > 1 else ""
+        raise InputError(str(errors[0]) + more)
+    if not rows:
+        raise InputError("no questions", path=str(path))
+    df = pl.DataFrame(rows, schema=schemas.QUESTIONS)
+    dup = df.filter(pl.col("qid").is_duplicated())["qid"].unique().to_list()
+    if dup:
+        raise InputError(f"duplicate qid(s) {dup[:5]}", path=str(path), field="qid")
+    return df
+
+
+def load_questions(cfg: RunConfig) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """(questions, gold-or-None) for the configured dataset, sliced to offset:offset+limit."""
+    data = Path(__file__).resolve().parent.parent / "data"
+    gold = None
+    if cfg.dataset == "asqa":
+        from clarify.batch.demos import parse_pool_spec
+        from clarify.eval.asqa import load_asqa
+
+        questions, gold = load_asqa(Path(cfg.questions) if cfg.questions else data / "asqa" / "dev.json")
+        _, pool_start, pool_stop = parse_pool_spec(cfg.demo_pool)
+        stop = cfg.offset + cfg.limit
+        if cfg.offset < (pool_stop or 10**9) and stop > pool_start:
+            raise InputError(f"questions {cfg.offset}..{stop - 1} overlap the demo pool {cfg.demo_pool}; "
+                             f"evaluate questions before {pool_start}", field="limit")
+    elif cfg.dataset == "quotesum":
+        from clarify.eval.quotesum import load_quotesum
+
+        questions, gold = load_quotesum(Path(cfg.questions) if cfg.questions else data / "quotesum" / "dev.jsonl")
+    else:
+        questions = read_questions_jsonl(cfg.questions)
+    questions = questions.slice(cfg.offset, cfg.limit if cfg.limit else None)
+    if questions.height == 0:
+        raise InputError(f"no questions at offset {cfg.offset}", field="offset")
+    return questions, gold
+
+
+def open_resources(cfg: RunConfig, questions: pl.DataFrame, cache_dir: Path,
+                   engine_factory: Callable[[RunConfig], object] | None = None, index=None,
+                   search_cache: Path | None = None) -> Resources:
+    """Index, encoder, demo pools and the cached engine for this config."""
+    from clarify.batch.demos import KnnPool, load_asqa_demos, load_quotesum_demos, parse_pool_spec
+    from clarify.index import ensure_default_index, open_index
+    from clarify.local_llm.cache import CachedEngine
+
+    if index is None:
+        index = open_index(cfg.index or ensure_default_index())
+    embed = index.encoder.encode
+    enc_id = getattr(index.encoder, "name", "encoder")
+    _, start, stop = parse_pool_spec(cfg.demo_pool)
+    demos = KnnPool(load_asqa_demos(start=start, stop=stop), embed, name="asqa-demos", encoder_id=enc_id)
+    quoted = None
+    if cfg.answer_style == "quoted" or cfg.dataset == "quotesum":
+        quoted = KnnPool(load_quotesum_demos(), embed, name="quotesum-demos", encoder_id=enc_id)
+
+    fixed: dict[str, list[Passage]] = {}
+    if cfg.dataset == "quotesum":
+        for row in questions.iter_rows(named=True):
+            fixed[row["qid"]] = [Passage(f"{row['qid']}:s{k}", t, s)
+                                 for k, (t, s) in enumerate(zip(row["titles"], row["sources"]), 1)]
+    given = {p.passage_id: p for ps in fixed.values() for p in ps}
+
+    def passages(ids: list[str]) -> dict[str, Passage]:
+        out = {i: given[i] for i in ids if i in given}
+        rest = [i for i in ids if i not in out]
+        if rest:
+            for row in index.passage_lookup(rest).iter_rows(named=True):
+                out[row["passage_id"]] = Passage(row["passage_id"], row["title"] or "", row["text"])
+        return out
+
+    if engine_factory is None:
+        from clarify.local_llm.vllm_engine import get_engine
+
+        m = cfg.model
+
+        def engine_factory(_cfg: RunConfig):
+            return get_engine(m.model, max_model_len=m.max_model_len,
+                              gpu_memory_utilization=m.gpu_memory_utilization,
+                              tensor_parallel_size=m.tensor_parallel_size)
+
+    engine = CachedEngine(engine_factory(cfg), cache_dir)
+    searcher = None if cfg.dataset == "quotesum" else index.searcher(cfg.retrieval.searcher,
+                                                                     candidates=cfg.retrieval.candidates)
+    if searcher is not None and search_cache is not None:
+        from clarify.batch.search_cache import CachingSearcher
+
+        searcher = CachingSearcher(searcher, search_cache)
+    return Resources(engine=engine, searcher=searcher, passages=passages, embed=embed, demos=demos,
+                     quoted_demos=quoted, fixed_passages=fixed)
+
+
+def _tables(rec: Recorder) -> dict[str, pl.DataFrame]:
+    calls = pl.DataFrame(rec.llm_calls, schema=schemas.LLM_CALLS) if rec.llm_calls else schemas.empty("llm_calls")
+    hits_schema = {"qid": pl.String, "node_id": pl.String, "wave": pl.Int32, "query": pl.String,
+                   "passage_id": pl.String, "score": pl.Float64, "rank": pl.Int32, "retriever": pl.String}
+    hits = pl.DataFrame(rec.hits, schema=hits_schema) if rec.hits else pl.DataFrame(schema=hits_schema)
+    ans_schema = {"qid": pl.String, "answer": pl.String, "passage_ids": pl.List(pl.String), "style": pl.String}
+    answers = pl.DataFrame(rec.answers, schema=ans_schema) if rec.answers else pl.DataFrame(schema=ans_schema)
+    return {"llm_calls": calls, "hits": hits, "answers": answers}
+
+
+def nodes_table(trees: list[Tree]) -> pl.DataFrame:
+    rows = [{"qid": t.qid, "node_id": n.node_id, "parent_id": n.parent_id, "depth": n.depth,
+             "question": n.question, "answers": list(n.answers), "status": n.status, "wave": n.wave,
+             "evidence_passage_id": n.evidence_passage_id, "verdict_text": n.verdict_text}
+            for t in trees for n in t.nodes]
+    return pl.DataFrame(rows, schema=schemas.NODES)
+
+
+def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, progress: bool = True,
+        stop_after_wave: int | None = None, search_cache: Path | None = None) -> dict:
+    """Run (or resume, or just report) the configured job in run directory `out`; returns the summary."""
+    rd = RunDir(out)
+    rd.freeze_config(json.loads(cfg.to_json()))
+    if rd.finished:
+        return json.loads((rd.path / "summary.json").read_text(encoding="utf-8"))
+    t_start = time.perf_counter()
+    questions, gold = load_questions(cfg)
+    if rd.table("questions") is None:
+        rd.write_table("questions", questions.select(list(schemas.QUESTIONS)))
+    res = open_resources(cfg, questions, rd.cache_dir, engine_factory, index, search_cache)
+
+    state = rd.load_state()
+    if state is None:
+        start, answered = 1, False
+        trees = [Tree.new(q, text, verify=cfg.toc.verify)
+                 for q, text in zip(questions["qid"], questions["question"])]
+    else:
+        last, answered, trees = state
+        start = last + 1
+
+    def on_wave(wave: int, rec: Recorder, ts: list[Tree]) -> None:
+        done = bool(rec.answers)
+        rd.write_wave(wave, _tables(rec), ts, answered=done)
+        if stop_after_wave is not None and wave >= stop_after_wave and not done:
+            raise _Stop
+
+    stats = Recorder()
+    if not answered:
+        try:
+            stats = run_waves(trees, res, cfg, start_wave=start, on_wave=on_wave, progress=progress)
+        except _Stop:
+            return {"stopped_after_wave": stop_after_wave}
+    return finalize(rd, cfg, trees, questions, gold, res, wall_s=time.perf_counter() - t_start, stats=stats)
+
+
+class _Stop(Exception):
+    """Raised by the checkpoint hook to stop after a given wave (tests of resume)."""
+
+
+def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFrame, gold, res: Resources,
+             *, wall_s: float, stats: Recorder) -> dict:
+    """Final tables, quote check, scores and summary.json (written last)."""
+    from clarify.batch.quotes import check_answers, quote_fidelity
+
+    calls = rd.wave_table("llm_calls", schemas.LLM_CALLS)
+    hits = rd.wave_table("hits")
+    answers = rd.wave_table("answers")
+    nodes = nodes_table(trees)
+    passage_ids = list(dict.fromkeys(hits["passage_id"].to_list() if hits.height else [])
+                       | dict.fromkeys(p for ps in answers["passage_ids"].to_list() for p in ps))
+    store = res.passages(passage_ids)
+    passages = pl.DataFrame([{"passage_id": p.passage_id, "title": p.title, "text": p.text} for p in store.values()],
+                            schema=schemas.PASSAGES)
+    spans = schemas.empty("spans")
+    fidelity = None
+    answers = answers.with_columns(answer_raw=pl.col("answer"))
+    if cfg.answer_style == "quoted":
+        answers, spans = check_answers(answers, passages, progress=False)
+        fidelity = quote_fidelity(spans, answers)
+        answers = answers.with_columns(answer=pl.col("repaired_answer")).drop("repaired_answer")
+    else:
+        answers = answers.with_columns(answer_plain=pl.col("answer"))
+    answers = schemas.conform(answers, "answers")
+
+    scores, metrics = score(cfg, answers, nodes, gold)
+    for name, df in (("nodes", nodes), ("hits", hits), ("llm_calls", calls), ("answers", answers),
+                     ("spans", spans), ("passages", passages), ("scores", scores)):
+        rd.write_table(name, df)
+
+    n_q = questions.height
+    per_q = calls.group_by("qid").len()
+    valid = nodes.filter(pl.col("status") == "valid")
+    summary = {
+        "name": rd.path.name, "dataset": cfg.dataset, "model": cfg.model.model,
+        "engine_model_id": calls["model"][0] if calls.height else None,
+        "answer_style": cfg.answer_style, "n_questions": n_q, "metrics": metrics,
+        "llm_calls": calls.height, "llm_calls_per_question": calls.height / n_q,
+        "llm_calls_per_question_max": int(per_q["len"].max()) if per_q.height else 0,
+        "llm_calls_by_step": dict(calls.group_by("step").len().iter_rows()),
+        "cached_calls": int(calls["cached"].sum()) if calls.height else 0,
+        "tokens": {"prompt": int(calls["prompt_tokens"].sum()), "output": int(calls["output_tokens"].sum())},
+        "parse_errors": int(calls["parse_error"].is_not_null().sum()),
+        "waves": len(rd.wave_dirs()),
+        "valid_nodes_per_question": valid.height / n_q,
+        "max_depth": int(nodes["depth"].max()) if nodes.height else 0,
+        "node_status": dict(nodes.group_by("status").len().iter_rows()),
+        "wall_s_last_session": round(wall_s, 2),
+        "seconds_last_session": {k: round(v, 2) for k, v in stats.seconds.items()},
+        "quote_fidelity": fidelity,
+        "params": model_params(cfg.model.model),
+    }
+    write_json(summary, rd.path / "summary.json")
+    return summary
+
+
+def score(cfg: RunConfig, answers: pl.DataFrame, nodes: pl.DataFrame, gold) -> tuple[pl.DataFrame, dict]:
+    """Per-question long scores table + summary metrics, by the dataset's evaluator."""
+    if gold is None:
+        return schemas.empty("scores"), {}
+    from clarify.eval.summary import summarize
+
+    if cfg.dataset == "asqa":
+        from clarify.eval.asqa import answer_f1, score_asqa
+
+        per_q = score_asqa(answers.select("qid", pl.col("answer_plain").alias("answer")), gold)
+        af1 = answer_f1(nodes, gold)
+        per_q = per_q.join(af1, on="qid", how="left")
+    else:
+        from clarify.eval.quotesum import score_quotesum
+
+        per_q = score_quotesum(answers.select("qid", "answer"), gold)
+    summ = summarize(per_q)
+    metrics = {r["metric"]: r["value"] for r in summ.iter_rows(named=True)}
+    value_cols = [c for c, t in per_q.schema.items() if c != "qid" and t.is_numeric()]
+    long = per_q.unpivot(index="qid", on=value_cols, variable_name="metric", value_name="value").with_columns(
+        pl.col("value").cast(pl.Float64))
+    return schemas.conform(long, "scores"), metrics

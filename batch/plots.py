@@ -1,0 +1,255 @@
+"""Plots for run reports and model comparisons (matplotlib, Agg backend, no pyplot global state).
+
+Every `*_png` function takes run tables and returns PNG bytes (or None when the table holds nothing
+to plot), so `batch/report.py` can embed them as base64 in one self-contained HTML file.
+`plot_compare` writes a PNG file: each metric against model size (parameter count, log x-axis).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+
+import polars as pl
+
+from clarify.errors import InputError
+
+# Node statuses that count as a valid disambiguation: a valid node stays valid once it is expanded.
+VALID_STATUSES = ("valid", "expanded")
+STEP_ORDER = ("clarify", "verify", "answer")
+
+
+def _figure(n_axes: int = 1, width: float = 5.2, height: float = 3.4):
+    """A fresh Figure with `n_axes` side-by-side axes, drawn by the Agg canvas (no GUI, no pyplot)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width * n_axes, height), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = [fig.add_subplot(1, n_axes, i + 1) for i in range(n_axes)]
+    return fig, axes
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def _integer_ticks(ax, x: bool = True) -> None:
+    """Whole-number ticks for counts (questions on y; calls, depth, nodes on x)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    if x:
+        lo, hi = (math.ceil(v) for v in ax.get_xlim())
+        if hi - lo <= 20:  # few values: one tick per integer, even when there is only one
+            ax.set_xticks(range(lo, hi))
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _int_bins(values: list[int]) -> list[float]:
+    """Histogram bin edges centred on the integers from min to max."""
+    lo, hi = min(values), max(values)
+    return [v - 0.5 for v in range(lo, hi + 2)]
+
+
+def llm_calls_png(llm_calls: pl.DataFrame) -> bytes | None:
+    """LLM calls per question. In: llm_calls[qid, step, cached].
+
+    Left: histogram of calls per question (all steps). Right: mean calls per question for each
+    step, split into model calls and cache hits.
+    """
+    if llm_calls.height == 0:
+        return None
+    per_q = llm_calls.group_by("qid").len()["len"].to_list()
+    n_q = llm_calls["qid"].n_unique()
+    steps = sorted(llm_calls["step"].unique().to_list(), key=lambda s: (STEP_ORDER + (s,)).index(s))
+    by_step = llm_calls.group_by("step", "cached").len()
+    fig, (ax1, ax2) = _figure(2)
+    ax1.hist(per_q, bins=_int_bins(per_q), color="#4c72b0", edgecolor="white")
+    ax1.set_xlabel("LLM calls per question")
+    ax1.set_ylabel("questions")
+    ax1.set_title(f"calls per question (n={n_q}, mean {sum(per_q) / n_q:.1f})")
+    _integer_ticks(ax1)
+    bottoms = [0.0] * len(steps)
+    for cached, colour, label in ((False, "#4c72b0", "model"), (True, "#a1c9f4", "cache hit")):
+        heights = []
+        for step in steps:
+            row = by_step.filter((pl.col("step") == step) & (pl.col("cached") == cached))
+            heights.append((row["len"][0] if row.height else 0) / n_q)
+        ax2.bar(steps, heights, bottom=bottoms, color=colour, label=label)
+        bottoms = [b + h for b, h in zip(bottoms, heights)]
+    ax2.set_ylabel("mean calls per question")
+    ax2.set_title("calls per question by step")
+    ax2.legend()
+    return _png(fig)
+
+
+def tokens_png(llm_calls: pl.DataFrame) -> bytes | None:
+    """Tokens. In: llm_calls[qid, step, prompt_tokens, output_tokens].
+
+    Left: histogram of total tokens (prompt + output) per question. Right: prompt and output tokens
+    per step, summed over the run.
+    """
+    if llm_calls.height == 0:
+        return None
+    calls = llm_calls.with_columns(pl.col("prompt_tokens", "output_tokens").fill_null(0))
+    per_q = calls.group_by("qid").agg((pl.col("prompt_tokens") + pl.col("output_tokens")).sum().alias("t"))
+    by_step = calls.group_by("step").agg(pl.col("prompt_tokens").sum(), pl.col("output_tokens").sum())
+    steps = sorted(by_step["step"].to_list(), key=lambda s: (STEP_ORDER + (s,)).index(s))
+    by_step = {r["step"]: r for r in by_step.iter_rows(named=True)}
+    fig, (ax1, ax2) = _figure(2)
+    ax1.hist(per_q["t"].to_list(), bins=min(20, max(per_q.height, 1)), color="#55a868", edgecolor="white")
+    ax1.set_xlabel("tokens per question (prompt + output)")
+    ax1.set_ylabel("questions")
+    ax1.set_title(f"tokens per question (mean {per_q['t'].mean():.0f})")
+    _integer_ticks(ax1, x=False)
+    xs = range(len(steps))
+    ax2.bar([x - 0.2 for x in xs], [by_step[s]["prompt_tokens"] for s in steps], 0.4, label="prompt")
+    ax2.bar([x + 0.2 for x in xs], [by_step[s]["output_tokens"] for s in steps], 0.4, label="output")
+    ax2.set_xticks(list(xs), steps)
+    ax2.set_ylabel("tokens (run total)")
+    ax2.set_title("tokens by step")
+    ax2.legend()
+    return _png(fig)
+
+
+def tree_shape(nodes: pl.DataFrame) -> pl.DataFrame:
+    """Per-question tree shape. In: nodes[qid, depth, status]. Out: qid, max_depth, valid_nodes, nodes.
+
+    valid_nodes counts statuses in VALID_STATUSES (the root is not a disambiguation).
+    """
+    return (
+        nodes.group_by("qid")
+        .agg(
+            pl.col("depth").max().fill_null(0).alias("max_depth"),
+            pl.col("status").is_in(VALID_STATUSES).sum().alias("valid_nodes"),
+            pl.len().alias("nodes"),
+        )
+        .sort("qid")
+    )
+
+
+def tree_png(nodes: pl.DataFrame) -> bytes | None:
+    """Tree depth and valid nodes per question (histograms). In: nodes[qid, depth, status]."""
+    if nodes.height == 0:
+        return None
+    shape = tree_shape(nodes)
+    fig, (ax1, ax2) = _figure(2)
+    depth = shape["max_depth"].to_list()
+    valid = shape["valid_nodes"].to_list()
+    ax1.hist(depth, bins=_int_bins(depth), color="#8172b2", edgecolor="white")
+    ax1.set_xlabel("tree depth (deepest node)")
+    ax1.set_ylabel("questions")
+    ax1.set_title(f"tree depth (n={shape.height})")
+    ax2.hist(valid, bins=_int_bins(valid), color="#55a868", edgecolor="white")
+    ax2.set_xlabel("valid disambiguations")
+    ax2.set_ylabel("questions")
+    ax2.set_title(f"valid nodes per question (mean {sum(valid) / len(valid):.1f})")
+    _integer_ticks(ax1)
+    _integer_ticks(ax2)
+    return _png(fig)
+
+
+def scores_png(scores: pl.DataFrame) -> bytes | None:
+    """Distribution of each per-question metric (one histogram per metric). In: scores[qid, metric, value]."""
+    scores = scores.drop_nulls("value").filter(pl.col("value").is_finite())
+    if scores.height == 0:
+        return None
+    metrics = sorted(scores["metric"].unique().to_list())
+    cols = min(3, len(metrics))
+    rows = math.ceil(len(metrics) / cols)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(4.2 * cols, 2.9 * rows), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    for i, metric in enumerate(metrics):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        values = scores.filter(pl.col("metric") == metric)["value"].to_list()
+        ax.hist(values, bins=min(20, max(len(values), 1)), color="#c44e52", edgecolor="white")
+        mean = sum(values) / len(values)
+        ax.axvline(mean, color="black", linestyle="--", linewidth=1)
+        ax.set_title(f"{metric} (mean {mean:.3g}, n={len(values)})", fontsize=10)
+        ax.set_ylabel("questions")
+        _integer_ticks(ax, x=False)
+    return _png(fig)
+
+
+def human_count(n: float) -> str:
+    """135000000 -> '135M', 1.7e9 -> '1.7B'."""
+    for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            return f"{n / div:.3g}{unit}"
+    return f"{n:.3g}"
+
+
+def compare_figure(table: pl.DataFrame, metrics: list[str] | None = None):
+    """Figure with one panel per metric: metric value against parameter count (log x), one point per model.
+
+    In: table[model, params, <metric columns...>]; `metrics` defaults to every numeric column
+    other than params. Rows with a null/non-positive params are left out (a log axis cannot show them).
+    """
+    for col in ("model", "params"):
+        if col not in table.columns:
+            raise InputError(f"comparison table lacks column '{col}'; it has {table.columns}", field=col)
+    if metrics is None:
+        metrics = [c for c, t in table.schema.items() if c not in ("model", "params") and t.is_numeric()]
+    if not metrics:
+        raise InputError("comparison table has no numeric metric columns", field="metrics")
+    rows = table.filter(pl.col("params").is_not_null() & (pl.col("params") > 0)).sort("params")
+    if rows.height == 0:
+        raise InputError("no model in the comparison table has a known parameter count", field="params")
+    cols = min(3, len(metrics))
+    n_rows = math.ceil(len(metrics) / cols)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(4.2 * cols, 3.2 * n_rows), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    params = [float(p) for p in rows["params"].to_list()]
+    names = [str(m) for m in rows["model"].to_list()]
+    for i, metric in enumerate(metrics):
+        ax = fig.add_subplot(n_rows, cols, i + 1)
+        ys = rows[metric].to_list()
+        pts = [(x, y, n) for x, y, n in zip(params, ys, names) if y is not None and math.isfinite(y)]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color="#4c72b0")
+        for j, (x, y, n) in enumerate(pts):
+            right = j == len(pts) - 1 and len(pts) > 1  # keep the last label inside the axes
+            ax.annotate(
+                n,
+                (x, y),
+                textcoords="offset points",
+                xytext=(-4 if right else 4, 4),
+                ha="right" if right else "left",
+                fontsize=7,
+            )
+        ax.set_xscale("log")
+        # Label the models' own sizes; log minor-tick labels overlap when the sizes span < 1 decade.
+        from matplotlib.ticker import NullLocator
+
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticks(sorted(set(params)), [human_count(p) for p in sorted(set(params))])
+        lo, hi = min(params), max(params)
+        ax.set_xlim(lo / 1.5, hi * 1.5)
+        ax.set_xlabel("parameters (log scale)")
+        ax.set_title(metric, fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+    return fig
+
+
+def plot_compare(table: pl.DataFrame, out_png: Path | str, metrics: list[str] | None = None) -> Path:
+    """Write `compare_figure(table, metrics)` to `out_png` and return its path.
+
+    In: table[model, params, <metric columns...>] (one row per model/run).
+    """
+    out_png = Path(out_png)
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    fig = compare_figure(table, metrics)
+    tmp = out_png.with_name(out_png.name + ".tmp")
+    fig.savefig(tmp, format="png")
+    tmp.replace(out_png)
+    return out_png

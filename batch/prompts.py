@@ -1,0 +1,139 @@
+"""Prompt texts of Tree of Clarifications and of SEMQA quoted answers.
+
+The shape follows the ToC paper's appendix and official templates (gankim/tree-of-clarifications
+`toc/templates/load.py`): parts separated by `---` — instructions, demos, a format guide, the query.
+The wording is ours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from clarify.batch.parse import Disambiguation
+
+SEP = "\n\n---\n\n"
+
+CLARIFY_INSTRUCTIONS = (
+    "The questions below are ambiguous: each can be read in several ways, and each reading has its own answer. "
+    "Rewrite the question into disambiguated questions that each allow only one reading, and give each a short "
+    "factoid answer. Then write a detailed long-form answer of at least three sentences that covers every "
+    "reading. Here are some examples."
+)
+
+FORMAT_GUIDE = """Follow the following format.
+
+Context:
+${sources that may contain relevant content}
+
+Question: ${ambiguous question to be disambiguated}
+
+Disambiguations:
+${the disambiguated pairs of questions and answers, one per line}
+DQ i: ${(i)-th disambiguated question that clarifies the ambiguous question}
+DA i: ${short factoid answers to the (i)-th question, separated by semicolons (;), often 1 to 5 words}
+
+Answer: ${a detailed answer that explains the readings of the question and answers each, at least three sentences}"""
+
+QUOTED_INSTRUCTIONS = (
+    "Answer the question from the numbered sources. Every fact in your answer must be copied word for word from "
+    "a source and marked as [k copied words], where k is the number of the source it was copied from; join the "
+    "marked spans with a few words of your own. Cover each reading of the question that the sources support. "
+    "Here are some examples."
+)
+
+QUOTED_FORMAT_GUIDE = """Follow the following format.
+
+Sources:
+${numbered sources}
+
+Question: ${the question}
+
+Answer: ${an answer whose factual spans are copied verbatim from the sources and marked [k span]}"""
+
+VERIFY_INSTRUCTIONS = (
+    "Below are a question, a context passage and a proposed answer to the question. Decide whether the proposed "
+    "answer could be correct, using the context. Reply with only True or False."
+)
+
+
+@dataclass(frozen=True)
+class Passage:
+    passage_id: str
+    title: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Demo:
+    """A clarification demo: question → DQ/DA pairs → long answer (demos carry no context)."""
+
+    demo_id: str
+    question: str
+    pairs: tuple[Disambiguation, ...]
+    answer: str
+
+
+@dataclass(frozen=True)
+class QuotedDemo:
+    """A SEMQA demo: numbered sources, question, answer with `[k span]` markers."""
+
+    demo_id: str
+    question: str
+    sources: tuple[Passage, ...]
+    answer: str
+
+
+def format_pairs(pairs: Sequence[Disambiguation]) -> str:
+    lines = []
+    for i, p in enumerate(pairs, 1):
+        lines.append(f"DQ {i}: {p.question}")
+        lines.append(f"DA {i}: {'; '.join(p.answers)}")
+    return "\n".join(lines)
+
+
+def format_context(passages: Sequence[Passage]) -> str:
+    """Numbered passages `[k] «title | text»` (dsp's passages2text layout, as in the ToC prompts)."""
+    return "\n".join(f"[{k}] «{p.title} | {p.text}»" for k, p in enumerate(passages, 1))
+
+
+def _demo_block(d: Demo) -> str:
+    return f"Question: {d.question}\n\nDisambiguations:\n{format_pairs(d.pairs)}\n\nAnswer: {d.answer}"
+
+
+def clarify_prompt(question: str, passages: Sequence[Passage], demos: Sequence[Demo]) -> str:
+    """Retrieval-augmented clarification: ends open at `Disambiguations:` (ToC §3.1)."""
+    parts = [CLARIFY_INSTRUCTIONS, *(_demo_block(d) for d in demos), FORMAT_GUIDE]
+    query = f"Context:\n{format_context(passages)}\n\nQuestion: {question}\n\nDisambiguations:\n"
+    return SEP.join(parts + [query])
+
+
+def answer_prompt(question: str, pairs: Sequence[Disambiguation], passages: Sequence[Passage],
+                  demos: Sequence[Demo]) -> str:
+    """The final long-form answer (free style): the clarify template with the tree's DQ/DA filled in."""
+    parts = [CLARIFY_INSTRUCTIONS, *(_demo_block(d) for d in demos), FORMAT_GUIDE]
+    query = (f"Context:\n{format_context(passages)}\n\nQuestion: {question}\n\n"
+             f"Disambiguations:\n{format_pairs(pairs)}\n\nAnswer:")
+    return SEP.join(parts + [query])
+
+
+def _quoted_demo_block(d: QuotedDemo) -> str:
+    return f"Sources:\n{format_context(d.sources)}\n\nQuestion: {d.question}\n\nAnswer: {d.answer}"
+
+
+def quoted_answer_prompt(question: str, pairs: Sequence[Disambiguation], passages: Sequence[Passage],
+                         demos: Sequence[QuotedDemo]) -> str:
+    """SEMQA-style answer: factual spans copied from source k and marked `[k span]`. The tree's
+    disambiguations (if any) are given as a guide to which readings to cover."""
+    parts = [QUOTED_INSTRUCTIONS, *(_quoted_demo_block(d) for d in demos), QUOTED_FORMAT_GUIDE]
+    guide = ""
+    if pairs:
+        guide = f"Readings to cover:\n{format_pairs(pairs)}\n\n"
+    query = f"Sources:\n{format_context(passages)}\n\nQuestion: {question}\n\n{guide}Answer:"
+    return SEP.join(parts + [query])
+
+
+def verify_prompt(evidence: Passage, ambiguous_question: str, proposed_answer: str) -> str:
+    """Self-verification (toc/templates/load.py get_ver_prompt shape): the ORIGINAL ambiguous question."""
+    return (f"{VERIFY_INSTRUCTIONS}\n\nContext: {evidence.title} | {evidence.text}\n"
+            f"Question: {ambiguous_question}\nProposed Answer: {proposed_answer}\nTrue or False:")

@@ -1,0 +1,163 @@
+"""One question's Tree of Clarifications, as a state machine that the scheduler steps.
+
+The tree never calls a model or a searcher: it says which node to expand next, takes parsed
+clarifications and verdicts, and keeps the breadth-first bookkeeping of the official code
+(gankim/tree-of-clarifications `run_toc.py` main loop):
+
+    while restarts < max_restarts and valid nodes < max_nodes and expansions <= max_expansions:
+        expansions += 1
+        if queue is empty: queue = [root] + valid nodes; restarts += 1      # restart from the root
+        node = queue.pop(0)
+        if node is too deep: continue
+        expand node → candidates; keep the unique ones the verifier calls True (when pruning)
+        if some were kept: add them to the queue; continue
+        if pruning and (restarts >= max_restarts or expansions >= 10): restarts = 0; pruning = False
+
+Depth here counts from 0 at the root (the official code starts at 1), so nodes at depth >= max_depth
+are not expanded. All state is plain data and round-trips through JSON (`to_dict` / `from_dict`), which
+is what a wave checkpoint stores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from clarify.batch.config import TocConfig
+from clarify.batch.parse import Disambiguation
+from clarify.eval.normalize import normalize_answer as normalize  # SQuAD-style, as dsp's normalize_text
+
+ROOT = "0"
+
+
+def has_answer(passage_text: str, answers: tuple[str, ...] | list[str]) -> bool:
+    """Whole-token match of any normalised answer in the normalised passage (dsp `passage_has_answers`,
+    DPR's has_answer)."""
+    hay = f" {normalize(passage_text)} "
+    return any((n := normalize(a)) and f" {n} " in hay for a in answers)
+
+
+@dataclass
+class Node:
+    node_id: str
+    parent_id: str | None
+    depth: int
+    question: str
+    answers: list[str]
+    status: str  # root | pending | valid | pruned | duplicate
+    wave: int
+    evidence_passage_id: str | None = None
+    verdict_text: str | None = None
+    n_children: int = 0
+
+
+@dataclass
+class Tree:
+    qid: str
+    question: str
+    nodes: list[Node] = field(default_factory=list)
+    queue: list[str] = field(default_factory=list)
+    valid: list[str] = field(default_factory=list)
+    n_expansions: int = 0
+    n_restarts: int = 0
+    pruning: bool = True
+    done: bool = False
+    seen_passages: list[str] = field(default_factory=list)  # every passage shown in a prompt, in order
+    exhausted_passages: list[str] = field(default_factory=list)  # run_toc.py remove_dup_psgs
+    removed_demos: list[str] = field(default_factory=list)  # run_toc.py remove_dup_demos
+    root_passages: list[str] = field(default_factory=list)  # the reranked pool for the question itself
+
+    @classmethod
+    def new(cls, qid: str, question: str, *, verify: bool = True) -> Tree:
+        root = Node(ROOT, None, 0, question, [], "root", 0)
+        return cls(qid=qid, question=question, nodes=[root], queue=[ROOT], pruning=verify)
+
+    # -- lookups ---------------------------------------------------------------------------------
+    def node(self, node_id: str) -> Node:
+        for n in self.nodes:
+            if n.node_id == node_id:
+                return n
+        raise KeyError(f"{self.qid}: no node {node_id}")
+
+    def valid_nodes(self) -> list[Node]:
+        return [self.node(i) for i in self.valid]
+
+    # -- stepping --------------------------------------------------------------------------------
+    def next_node(self, cfg: TocConfig) -> Node | None:
+        """The node to expand in this step, or None when the tree is finished (then `done` is set)."""
+        while not self.done:
+            if not (self.n_restarts < cfg.max_restarts and len(self.valid) < cfg.max_nodes
+                    and self.n_expansions <= cfg.max_expansions):
+                self.done = True
+                break
+            self.n_expansions += 1
+            if not self.queue:
+                self.queue = [ROOT] + list(self.valid)
+                self.n_restarts += 1
+            node = self.node(self.queue.pop(0))
+            if node.depth >= cfg.max_depth:
+                continue
+            return node
+        return None
+
+    def add_candidates(self, parent: Node, pairs: list[Disambiguation], wave: int) -> list[Node]:
+        """Children of `parent` from one clarification. A child is a `duplicate` when its question
+        repeats one in the tree (root included) or its answers are all covered by earlier valid
+        answers (DESIGN §6; the official check_unique needs both); the others are `pending` while
+        pruning is on, else `valid` at once."""
+        seen_q = {normalize(n.question) for n in self.nodes if n.status in ("root", "valid", "pending")}
+        seen_a = {normalize(a) for n in self.valid_nodes() for a in n.answers}
+        out = []
+        for pair in pairs:
+            parent.n_children += 1
+            nq = normalize(pair.question)
+            na = {normalize(a) for a in pair.answers} - {""}
+            dup = nq in seen_q or not nq or (bool(na) and na <= seen_a)
+            status = "duplicate" if dup else ("pending" if self.pruning else "valid")
+            child = Node(f"{parent.node_id}.{parent.n_children}", parent.node_id, parent.depth + 1,
+                         pair.question, list(pair.answers), status, wave)
+            self.nodes.append(child)
+            out.append(child)
+            if not dup:
+                seen_q.add(nq)
+                if status == "valid":
+                    self._keep(child)
+                    seen_a |= na
+        return out
+
+    def settle(self, children: list[Node], verdicts: dict[str, tuple[bool, str | None, str | None]],
+               cfg: TocConfig) -> None:
+        """Apply verdicts {node_id: (keep, verdict_text, evidence_passage_id)} to pending children and
+        do the end-of-expansion bookkeeping (pruning undo)."""
+        kept = 0
+        for child in children:
+            if child.status == "pending":
+                keep, text, evidence = verdicts[child.node_id]
+                child.verdict_text, child.evidence_passage_id = text, evidence
+                child.status = "valid" if keep else "pruned"
+                if keep:
+                    self._keep(child)
+            if child.status == "valid":
+                kept += 1
+        if kept == 0 and self.pruning and (self.n_restarts >= cfg.max_restarts
+                                           or self.n_expansions >= cfg.undo_pruning_after):
+            self.n_restarts = 0
+            self.pruning = False
+
+    def _keep(self, child: Node) -> None:
+        self.valid.append(child.node_id)
+        self.queue.append(child.node_id)
+
+    def note_passages(self, passage_ids: list[str]) -> None:
+        for pid in passage_ids:
+            if pid not in self.seen_passages:
+                self.seen_passages.append(pid)
+
+    # -- (de)serialisation -------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Tree:
+        d = dict(d)
+        d["nodes"] = [Node(**n) for n in d["nodes"]]
+        return cls(**d)

@@ -1,0 +1,148 @@
+"""`clarify eval`: score predictions (an official prediction file or a clarify run directory).
+
+    clarify eval --dataset asqa --predictions data/asqa/predictions/flare_replication_dev500.json --limit 500
+    clarify eval --dataset quotesum --predictions preds.jsonl
+    clarify eval --dataset asqa --predictions runs/my-run --reader /models/roberta-large-squad2
+
+Writes into --out (default: <run>/eval for a run directory, <file stem>_eval beside a file):
+per_question.parquet (one row per question, one column per metric), scores.parquet (schemas.SCORES),
+summary.parquet and summary.txt; prints the summary table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import polars as pl
+
+from clarify.errors import InputError
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+DEFAULT_GOLD = {"asqa": DATA_DIR / "asqa" / "dev.json", "quotesum": DATA_DIR / "quotesum" / "dev.jsonl"}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("eval", help="score predictions with the ASQA or QuoteSum/SEMQA metrics",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dataset", required=True, choices=["asqa", "quotesum"])
+    p.add_argument("--predictions", required=True, type=Path,
+                   help="official prediction file (ASQA JSON {id: answer}; QuoteSum JSONL qid + prediction/"
+                        "answer/summary) or a clarify run directory")
+    p.add_argument("--gold", type=Path, help="gold file (default: the shipped dev set)")
+    p.add_argument("--split", default="dev", help="ASQA split inside the gold file (default dev)")
+    p.add_argument("--reader", type=Path, help="SQuAD 2.0 QA model directory for ASQA Disambig-F1 / DR")
+    p.add_argument("--limit", type=int, help="score only the first N predicted questions")
+    p.add_argument("--only-predicted", action="store_true",
+                   help="score exactly the predicted questions (default: every gold question; missing = empty)")
+    p.add_argument("--canonical-markers", action="store_true",
+                   help="QuoteSum: rewrite `[k span]` into the official `[ k span ]` before scoring")
+    p.add_argument("--out", type=Path, help="output directory")
+    p.set_defaults(func=cmd_eval)
+
+
+def _warn(msg: str) -> None:
+    print(f"clarify eval: warning: {msg}", file=sys.stderr)
+
+
+def _write_parquet(df: pl.DataFrame, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    df.write_parquet(tmp)
+    os.replace(tmp, path)
+
+
+def evaluate(args: argparse.Namespace) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
+    """Run the evaluation described by the CLI arguments; return (per_question, summary, report)."""
+    from clarify.eval import io
+    from clarify.eval.summary import summarize
+
+    if args.limit is not None and args.limit < 1:
+        raise InputError("--limit must be at least 1", field="limit")
+    pred_path: Path = args.predictions
+    run = None
+    if pred_path.is_dir():
+        run = io.read_run_dir(pred_path, prefer_plain=args.dataset == "asqa")
+        if run.dataset != args.dataset:
+            raise InputError(f"the run is a '{run.dataset}' run, not '{args.dataset}'",
+                             path=str(pred_path / "config.json"), field="dataset")
+        predictions = run.answers
+    else:
+        predictions = io.read_predictions(pred_path)
+    if predictions.height == 0:
+        raise InputError("no predictions", path=str(pred_path))
+
+    gold_path = args.gold or DEFAULT_GOLD[args.dataset]
+    if args.dataset == "asqa":
+        from clarify.eval.asqa import load_asqa
+
+        questions, gold = load_asqa(gold_path, split=args.split)
+    else:
+        from clarify.eval.quotesum import load_quotesum
+
+        questions, gold = load_quotesum(gold_path)
+    gold_qids = questions["qid"].to_list()
+
+    # A run is scored on its own questions (questions.parquet, else the ids it answered).
+    targets = None
+    if run is not None:
+        targets = run.questions if run.questions is not None else predictions["qid"].to_list()
+    known = set(gold_qids)
+    if not any(q in known for q in predictions["qid"].to_list()):
+        raise InputError(f"none of the predicted ids is in the gold data ({gold_path}), e.g. "
+                         f"{predictions['qid'].head(3).to_list()}", path=str(pred_path), field="qid")
+    al = io.align(predictions, gold_qids, targets=targets, only_predicted=args.only_predicted, limit=args.limit)
+    if al.unknown:
+        _warn(f"{len(al.unknown)} predicted id(s) are not in the gold data and were ignored: {al.unknown[:5]}")
+    if al.missing:
+        _warn(f"{len(al.missing)} question(s) have no prediction and were scored as empty answers: {al.missing[:5]}")
+    if al.not_scored:
+        print(f"clarify eval: {al.predictions.height} question(s) scored; {al.not_scored} gold question(s) had no "
+              f"prediction and were not scored", file=sys.stderr)
+
+    notes = {}
+    if args.dataset == "asqa":
+        from clarify.eval.asqa import answer_f1, score_asqa
+
+        per_q = score_asqa(al.predictions, gold, reader=args.reader)
+        if run is not None and run.nodes is not None:
+            af1 = answer_f1(run.nodes.filter(pl.col("qid").is_in(al.predictions["qid"].to_list())), gold)
+            per_q = per_q.join(af1.select("qid", "answer_f1"), on="qid", how="left", maintain_order="left")
+        else:
+            notes["answer_f1"] = "not computed: needs a run directory with nodes.parquet"
+    else:
+        from clarify.eval.quotesum import canonical_markers, score_quotesum
+
+        preds = al.predictions
+        if args.canonical_markers:
+            preds = preds.with_columns(pl.col("answer").map_elements(canonical_markers, return_dtype=pl.String))
+        per_q = score_quotesum(preds, gold)
+    summary = summarize(per_q, notes)
+    report = {"scored": per_q.height, "unknown": al.unknown, "missing": al.missing, "not_scored": al.not_scored,
+              "gold": str(gold_path), "predictions": str(pred_path)}
+    return per_q, summary, report
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from clarify.eval.summary import format_table, to_scores
+
+    per_q, summary, report = evaluate(args)
+    out = args.out
+    if out is None:
+        p = args.predictions
+        out = p / "eval" if p.is_dir() else p.with_name(p.stem + "_eval")
+    out.mkdir(parents=True, exist_ok=True)
+    _write_parquet(per_q, out / "per_question.parquet")
+    _write_parquet(to_scores(per_q), out / "scores.parquet")
+    _write_parquet(summary, out / "summary.parquet")
+    table = format_table(summary)
+    (out / "summary.txt").write_text(
+        f"dataset: {args.dataset}\npredictions: {report['predictions']}\ngold: {report['gold']}\n"
+        f"scored: {report['scored']}  missing (scored empty): {len(report['missing'])}  "
+        f"unknown ids: {len(report['unknown'])}  gold not scored: {report['not_scored']}\n\n{table}\n",
+        encoding="utf-8",
+    )
+    print(table)
+    print(f"clarify eval: wrote {out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,203 @@
+"""Reading predictions (official files or clarify run directories) and lining them up with the gold ids.
+
+Accepted prediction inputs:
+- ASQA: the official JSON `{sample_id: long_answer}` (asqa/scoring.py `--predictions`), or JSONL lines
+  with `qid` and one of `prediction` / `answer`;
+- QuoteSum: JSONL lines with `qid` and the quoted answer in `prediction` (the field the official notebook
+  evals/semqa_metrics.ipynb reads), `answer`, or `summary` (the dataset's own field); or a JSON object
+  `{qid: answer}`;
+- a clarify run directory: `config.json` (with "dataset"), `answers.parquet` [qid, answer, ...], and
+  optionally `questions.parquet` (the questions the run was asked) and `nodes.parquet` (for Answer-F1).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from clarify.errors import InputError
+
+PRED_SCHEMA = {"qid": pl.String, "answer": pl.String}
+ANSWER_FIELDS = ("prediction", "answer", "summary")
+
+
+def _read_text(path: Path) -> str:
+    if not path.is_file():
+        raise InputError("file not found", path=str(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {exc.start})", path=str(path)) from exc
+    if not text.strip():
+        raise InputError("file is empty", path=str(path))
+    return text
+
+
+def _mapping_to_frame(obj: dict, path: Path) -> pl.DataFrame:
+    rows = []
+    for qid, answer in obj.items():
+        if answer is not None and not isinstance(answer, str):
+            raise InputError(f"the answer must be a string, got {type(answer).__name__}", path=str(path), field=qid)
+        rows.append({"qid": str(qid), "answer": answer})
+    return pl.DataFrame(rows, schema=PRED_SCHEMA)
+
+
+def _jsonl_to_frame(text: str, path: Path) -> pl.DataFrame:
+    rows, seen = [], {}
+    for line_no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"bad JSON: {exc.msg} (column {exc.colno})", path=str(path), line=line_no) from exc
+        if not isinstance(rec, dict):
+            raise InputError("each line must be a JSON object", path=str(path), line=line_no)
+        qid = rec.get("qid", rec.get("id"))
+        if qid is None or isinstance(qid, dict | list):
+            raise InputError("no question id", path=str(path), line=line_no, field="qid")
+        fld = next((f for f in ANSWER_FIELDS if f in rec), None)
+        if fld is None:
+            raise InputError(f"no answer field (one of {list(ANSWER_FIELDS)})", path=str(path), line=line_no)
+        if rec[fld] is not None and not isinstance(rec[fld], str):
+            raise InputError("the answer must be a string", path=str(path), line=line_no, field=fld)
+        qid = str(qid)
+        if qid in seen:
+            raise InputError(f"qid '{qid}' given again (first at line {seen[qid]})", path=str(path), line=line_no)
+        seen[qid] = line_no
+        rows.append({"qid": qid, "answer": rec[fld]})
+    return pl.DataFrame(rows, schema=PRED_SCHEMA)
+
+
+def read_predictions(path: str | Path) -> pl.DataFrame:
+    """A prediction file → [qid, answer] in file order. InputError (file, line, field) on bad input.
+
+    A file whose whole text is one JSON object without a `qid` key is read as `{qid: answer}`; otherwise
+    it is read as JSONL.
+    """
+    path = Path(path)
+    text = _read_text(path)
+    try:
+        whole = json.loads(text)
+    except json.JSONDecodeError as exc:
+        # JSON lines when the first line is a JSON object by itself; else one broken JSON document.
+        first = next(line for line in text.splitlines() if line.strip())
+        try:
+            is_jsonl = isinstance(json.loads(first), dict)
+        except json.JSONDecodeError:
+            is_jsonl = False
+        if not is_jsonl:
+            raise InputError(f"bad JSON: {exc.msg} (column {exc.colno})", path=str(path), line=exc.lineno) from exc
+        return _jsonl_to_frame(text, path)
+    if not isinstance(whole, dict):
+        raise InputError(f"expected a JSON object {{id: answer}} or JSON lines, got {type(whole).__name__}",
+                         path=str(path), line=1)
+    if "qid" in whole or "id" in whole:  # a single JSON line
+        return _jsonl_to_frame(text, path)
+    return _mapping_to_frame(whole, path)
+
+
+@dataclass
+class Run:
+    """What `read_run_dir` found in a clarify run directory."""
+
+    path: Path
+    dataset: str
+    answers: pl.DataFrame  # [qid, answer]
+    questions: list[str] | None  # the run's question ids, when questions.parquet exists
+    nodes: pl.DataFrame | None
+    config: dict = field(default_factory=dict)
+
+
+def read_run_dir(path: str | Path, *, prefer_plain: bool) -> Run:
+    """Read a run directory. `prefer_plain`: take `answer_plain` (markers removed) where present (ASQA)."""
+    path = Path(path)
+    cfg_path = path / "config.json"
+    if not cfg_path.is_file():
+        raise InputError("not a clarify run directory (no config.json)", path=str(path))
+    try:
+        config = json.loads(_read_text(cfg_path))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"bad JSON: {exc.msg}", path=str(cfg_path), line=exc.lineno) from exc
+    dataset = config.get("dataset") if isinstance(config, dict) else None
+    if isinstance(dataset, dict):
+        dataset = dataset.get("name")
+    if not isinstance(dataset, str):
+        raise InputError("config has no \"dataset\" name", path=str(cfg_path), field="dataset")
+    ans_path = path / "answers.parquet"
+    if not ans_path.is_file():
+        raise InputError("the run has no answers.parquet (has it finished?)", path=str(path))
+    answers = _read_parquet(ans_path)
+    for col in ("qid", "answer"):
+        if col not in answers.columns:
+            raise InputError(f"missing column '{col}'", path=str(ans_path), field=col)
+    answer = pl.col("answer")
+    if prefer_plain and "answer_plain" in answers.columns:
+        answer = pl.coalesce(pl.col("answer_plain"), pl.col("answer"))
+    answers = answers.select(pl.col("qid").cast(pl.String), answer.cast(pl.String).alias("answer"))
+    questions = None
+    if (path / "questions.parquet").is_file():
+        qdf = _read_parquet(path / "questions.parquet")
+        if "qid" not in qdf.columns:
+            raise InputError("missing column 'qid'", path=str(path / "questions.parquet"), field="qid")
+        questions = qdf["qid"].cast(pl.String).to_list()
+    nodes = _read_parquet(path / "nodes.parquet") if (path / "nodes.parquet").is_file() else None
+    return Run(path=path, dataset=dataset.lower(), answers=answers, questions=questions, nodes=nodes, config=config)
+
+
+def _read_parquet(path: Path) -> pl.DataFrame:
+    try:
+        return pl.read_parquet(path)
+    except Exception as exc:  # polars raises several error types for a broken file
+        raise InputError(f"cannot read Parquet: {exc}", path=str(path)) from exc
+
+
+@dataclass
+class Alignment:
+    """Predictions lined up with the questions to score, and what did not fit."""
+
+    predictions: pl.DataFrame  # [qid, answer, missing]
+    unknown: list[str]  # predicted ids that are not in the gold data (ignored)
+    missing: list[str]  # target ids without a prediction (scored as "")
+    not_scored: int  # gold questions left out because only predicted questions were scored
+
+
+def align(
+    predictions: pl.DataFrame,
+    gold_qids: list[str],
+    *,
+    targets: list[str] | None = None,
+    only_predicted: bool = False,
+    limit: int | None = None,
+) -> Alignment:
+    """Decide which questions are scored and fill the gaps.
+
+    - default: every gold question is a target (`targets` narrows that, e.g. a run's questions); a target
+      without a prediction is scored as an empty answer and listed in `missing`;
+    - `only_predicted` / `limit`: the targets are exactly the predicted gold ids (the first `limit` of them in
+      prediction order); `not_scored` counts the gold questions left out.
+    Predicted ids not in the gold data are never scored; they are listed in `unknown`.
+    """
+    known = set(gold_qids)
+    pred_ids = predictions["qid"].to_list()
+    unknown = [q for q in pred_ids if q not in known]
+    if only_predicted or limit is not None:
+        chosen = [q for q in pred_ids if q in known]
+        if limit is not None:
+            chosen = chosen[:limit]
+        order = chosen
+    else:
+        wanted = set(targets) if targets is not None else known
+        unknown_targets = [q for q in (targets or []) if q not in known]
+        unknown += [q for q in unknown_targets if q not in unknown]
+        order = [q for q in (targets if targets is not None else gold_qids) if q in known and q in wanted]
+    frame = pl.DataFrame({"qid": order}, schema={"qid": pl.String}).join(
+        predictions.with_columns(pl.lit(False).alias("missing")), on="qid", how="left", maintain_order="left"
+    )
+    frame = frame.with_columns(pl.col("missing").fill_null(True), pl.col("answer").fill_null(""))
+    missing = frame.filter(pl.col("missing"))["qid"].to_list()
+    return Alignment(predictions=frame.select("qid", "answer", "missing"), unknown=unknown, missing=missing,
+                     not_scored=len(known) - frame.height)

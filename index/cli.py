@@ -1,0 +1,196 @@
+"""`clarify index build | search | coverage` (registered by clarify.batch.cli).
+
+Only argparse at import; heavy libraries load inside the handlers. These commands never run vLLM,
+so they set OMP_WAIT_POLICY=PASSIVE before torch loads (FACTS.md: MiniLM encoding on shared cores
+collapses 3-10x without it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from clarify.errors import InputError
+
+
+def _passive_omp() -> None:
+    if "torch" not in sys.modules:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def _ks(text: str) -> list[int]:
+    try:
+        ks = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--k wants comma-separated integers, got '{text}'") from exc
+    if not ks or min(ks) < 1:
+        raise argparse.ArgumentTypeError("--k values must be positive")
+    return ks
+
+
+def register(sub) -> None:
+    p = sub.add_parser("index", help="build / search the local passage index, measure answer coverage")
+    isub = p.add_subparsers(dest="index_command", required=True)
+
+    b = isub.add_parser("build", help="build an index (BM25 + dense) from passage files")
+    b.add_argument("--corpus", nargs="+", type=Path, help="JSONL {id,title,text} or {id,contents}, Parquet, TSV")
+    b.add_argument("--out", type=Path, help="index directory to create")
+    b.add_argument("--default", action="store_true", help="build the embedded default index into $CLARIFY_HOME")
+    b.add_argument("--no-bm25", action="store_true", help="skip the Lucene index")
+    b.add_argument("--no-dense", action="store_true", help="skip embeddings and FAISS")
+    b.add_argument("--encoder", default="default", help="local sentence-transformers dir (default: packaged MiniLM)")
+    b.add_argument("--faiss", choices=["flat", "ivf", "hnsw"], default="flat", help="FAISS index kind")
+    b.add_argument("--nlist", type=int, default=None, help="IVF lists (default ≈ 4·sqrt(n))")
+    b.add_argument("--nprobe", type=int, default=None, help="IVF lists searched per query")
+    b.add_argument("--hnsw-m", type=int, default=32)
+    b.add_argument("--batch-size", type=int, default=64, help="encoder batch size")
+    b.add_argument("--threads", type=int, default=None, help="Lucene indexing threads")
+    b.add_argument("--skip-bad", action="store_true", help="skip bad rows (and count them) instead of failing")
+    b.add_argument("--force", action="store_true", help="rebuild when the corpus or settings changed")
+    b.set_defaults(func=cmd_build)
+
+    s = isub.add_parser("search", help="search an index with a file of queries (or one --query)")
+    s.add_argument("--index", type=Path, default=None, help="index dir (default: the embedded default index)")
+    s.add_argument("--faiss-index", type=Path, default=None, help="Pyserini FAISS dir to pair with a Lucene --index")
+    s.add_argument("--encoder", default=None, help="query encoder dir (for --faiss-index)")
+    s.add_argument("--queries", type=Path, help="JSONL/Parquet/TSV with qid and query (or id / question) columns")
+    s.add_argument("--query", help="a single query")
+    s.add_argument("--k", type=int, default=10)
+    s.add_argument("--retriever", choices=["bm25", "dense", "hybrid", "rerank"], default="hybrid")
+    s.add_argument("--candidates", type=int, default=100, help="per-retriever candidates for hybrid/rerank")
+    s.add_argument("--cross-encoder", default=None, help="local CrossEncoder dir for rerank")
+    s.add_argument("--out", type=Path, help="write hits here (.parquet); else print them")
+    s.set_defaults(func=cmd_search)
+
+    c = isub.add_parser("coverage", help="AC@k of each retriever on ASQA (ToC appendix B.1)")
+    c.add_argument("--dataset", choices=["asqa"], default="asqa")
+    c.add_argument("--data", type=Path, default=None, help="ASQA json (default: data/asqa/dev.json)")
+    c.add_argument("--first", type=int, default=500, help="first N questions (default 500)")
+    c.add_argument("--k", type=_ks, default=[5, 10, 20, 100])
+    c.add_argument("--index", type=Path, default=None, help="index dir (default: the embedded default index)")
+    c.add_argument("--retrievers", default="bm25,dense,hybrid,rerank")
+    c.add_argument("--candidates", type=int, default=100)
+    c.add_argument("--cross-encoder", default=None)
+    c.add_argument("--out", type=Path, help="also write the table (.parquet, .csv or .json)")
+    c.set_defaults(func=cmd_coverage)
+
+
+def cmd_build(args) -> int:
+    _passive_omp()
+    from clarify.index.store import BuildOptions, build_index, ensure_default_index, open_index
+
+    if args.default:
+        out = ensure_default_index()
+    else:
+        if not args.corpus or not args.out:
+            raise InputError("index build needs --corpus FILE... and --out DIR (or --default)")
+        opts = BuildOptions(bm25=not args.no_bm25, dense=not args.no_dense, encoder=args.encoder, faiss=args.faiss,
+                            nlist=args.nlist, nprobe=args.nprobe, hnsw_m=args.hnsw_m, skip_bad=args.skip_bad,
+                            batch_size=args.batch_size, threads=args.threads)
+        out = build_index(args.corpus, args.out, options=opts, force=args.force)
+    m = open_index(out).manifest
+    skipped = m["passages"].get("skipped") or {}
+    print(f"index {out}: {m['passages']['count']} passages"
+          + (f", skipped {sum(skipped.values())} bad rows {skipped}" if skipped else "")
+          + (f", bm25 {m['bm25']['documents']} docs" if m.get("bm25") else "")
+          + (f", dense {m['dense']['vectors']}x{m['dense']['dim']} {m['dense']['faiss']}" if m.get("dense") else "")
+          + f", timings {m.get('timings')}")
+    return 0
+
+
+def read_queries(path: Path):
+    """Queries file -> [qid, query]. JSONL / Parquet / TSV; columns qid|id and query|question."""
+    import polars as pl
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError("queries file not found", path=str(path))
+    name = path.name.lower()
+    if name.endswith(".parquet"):
+        df = pl.read_parquet(path)
+    elif name.endswith(".tsv"):
+        df = pl.read_csv(path, separator="\t", infer_schema=False, quote_char=None)
+    elif name.endswith((".jsonl", ".json")):
+        rows = []
+        with open(path, "rb") as fh:
+            for lineno, raw in enumerate(fh, start=1):
+                if not raw.strip():
+                    continue
+                try:
+                    rows.append(json.loads(raw.decode("utf-8")))
+                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                    raise InputError(f"broken JSON line: {exc}", path=str(path), line=lineno) from exc
+        df = pl.DataFrame(rows, infer_schema_length=None)
+    else:
+        raise InputError("unknown queries format (use .jsonl, .parquet or .tsv)", path=str(path))
+    qid = next((c for c in ("qid", "id", "sample_id") if c in df.columns), None)
+    query = next((c for c in ("query", "question", "ambiguous_question") if c in df.columns), None)
+    if qid is None or query is None:
+        raise InputError(f"queries need a qid (or id) and a query (or question) column; got {df.columns}", path=str(path))
+    return df.select(pl.col(qid).cast(pl.String).alias("qid"), pl.col(query).cast(pl.String).alias("query"))
+
+
+def _open(args):
+    from clarify.index.store import ensure_default_index, open_index
+
+    path = args.index if args.index is not None else ensure_default_index()
+    return open_index(path, faiss_dir=getattr(args, "faiss_index", None), encoder=getattr(args, "encoder", None))
+
+
+def cmd_search(args) -> int:
+    _passive_omp()
+    import polars as pl
+
+    if (args.queries is None) == (args.query is None):
+        raise InputError("index search needs exactly one of --queries FILE or --query TEXT")
+    queries = read_queries(args.queries) if args.queries else pl.DataFrame({"qid": ["q"], "query": [args.query]})
+    idx = _open(args)
+    searcher = idx.searcher(args.retriever, args.candidates, cross_encoder=args.cross_encoder)
+    hits = searcher.search(queries, args.k)
+    print(f"# {searcher.name}: {hits.height} hits for {queries.height} queries", file=sys.stderr)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        hits.write_parquet(args.out)
+        print(f"wrote {args.out}")
+    else:
+        shown = hits.join(idx.passage_lookup(hits["passage_id"].unique().to_list()), on="passage_id", how="left",
+                          maintain_order="left").with_columns(pl.col("text").str.slice(0, 80))
+        with pl.Config(tbl_rows=min(shown.height, 200), fmt_str_lengths=80, tbl_width_chars=200):
+            print(shown.select("qid", "rank", "score", "passage_id", "title", "text"))
+    return 0
+
+
+def cmd_coverage(args) -> int:
+    _passive_omp()
+    import polars as pl
+
+    from clarify.index.coverage import answer_coverage, coverage_table, load_asqa
+
+    data = args.data or Path(__file__).resolve().parent.parent / "data" / "asqa" / "dev.json"
+    queries, gold = load_asqa(data, first=args.first)
+    idx = _open(args)
+    per_q = []
+    for kind in [r.strip() for r in args.retrievers.split(",") if r.strip()]:
+        searcher = idx.searcher(kind, args.candidates, cross_encoder=args.cross_encoder)
+        hits = searcher.search(queries, max(args.k))
+        cov = answer_coverage(hits, idx.passage_lookup(hits["passage_id"].unique().to_list()), gold, args.k)
+        per_q.append(cov.with_columns(pl.lit(kind).alias("retriever"), pl.lit(searcher.name).alias("searcher")))
+    table = coverage_table(pl.concat(per_q))
+    wide = table.pivot(on="k", index="retriever", values="ac", sort_columns=True)
+    wide = wide.rename({c: f"AC@{c}" for c in wide.columns if c != "retriever"})
+    print(f"AC@k (%), {args.dataset} first {queries.height} questions, {gold.height} qa_pairs; index {idx.path}")
+    with pl.Config(tbl_rows=20, float_precision=1):
+        print(wide)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        suffix = args.out.suffix.lower()
+        if suffix == ".parquet":
+            table.write_parquet(args.out)
+        elif suffix == ".csv":
+            table.write_csv(args.out)
+        else:
+            table.write_json(args.out)
+    return 0

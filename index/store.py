@@ -1,0 +1,458 @@
+"""Build, open and cache local indexes (DESIGN §4).
+
+An index directory built by clarify:
+    manifest.json        format, counts, encoder, dimensions, build settings, timings, checksums
+    passages.parquet     the corpus as `passages` [passage_id, title, text]
+    lucene/              Pyserini/Lucene BM25 index (raw JSON stored)
+    dense/index, dense/docid, dense/embeddings.npy   FAISS (Pyserini layout) + float32 memmap
+
+`open_index` also opens, as they are, a prebuilt Pyserini Lucene index directory (passage text from
+its stored documents) optionally paired with a Pyserini-format FAISS directory and a local encoder.
+
+Build is a no-op when the manifest matches the corpus checksums and settings; a changed corpus or
+changed settings raise `InputError` unless `force=True` (then the index is rebuilt). Builds go to a
+temporary sibling directory under a file lock and are moved into place when complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import polars as pl
+
+from clarify.errors import InputError
+from clarify.index.corpus import load_corpus
+
+FORMAT = "clarify-index"
+VERSION = 1
+LAYOUT = 2  # how passages become Lucene documents / encoder inputs; a change here forces a rebuild
+MANIFEST = "manifest.json"
+DEFAULT_CORPUS_FILES = ("passages.jsonl", "passages_retrieved_extra.jsonl", "passages_dpr_random1000.jsonl")
+SEARCHER_KINDS = ("bm25", "dense", "hybrid", "rerank")
+
+
+# ----------------------------------------------------------------------------------------------- options
+@dataclass(frozen=True)
+class BuildOptions:
+    """What to build. `threads` and `batch_size` affect speed only and are not part of the identity."""
+
+    bm25: bool = True
+    dense: bool = True
+    encoder: str = "default"  # packaged all-MiniLM-L6-v2, or a local sentence-transformers directory
+    faiss: str = "flat"  # flat | ivf | hnsw
+    nlist: int | None = None  # ivf lists (default ≈ 4·sqrt(n))
+    nprobe: int | None = None  # ivf lists searched per query (default min(nlist, max(16, 2·sqrt(nlist))))
+    hnsw_m: int = 32
+    skip_bad: bool = False
+    batch_size: int = 64
+    threads: int | None = None
+
+    def __post_init__(self):
+        if not (self.bm25 or self.dense):
+            raise InputError("nothing to build: both BM25 and dense are switched off")
+        if self.faiss not in ("flat", "ivf", "hnsw"):
+            raise InputError(f"unknown FAISS index kind '{self.faiss}' (flat | ivf | hnsw)", field="faiss")
+        if self.batch_size < 1 or self.hnsw_m < 2 or any(v is not None and v < 1 for v in (self.nlist, self.nprobe)):
+            raise InputError("batch_size, hnsw_m, nlist and nprobe must be positive", field="build options")
+
+    def identity(self) -> dict:
+        d = {"layout": LAYOUT, **asdict(self)}
+        d.pop("threads")
+        d.pop("batch_size")
+        if self.encoder not in ("", "default"):
+            d["encoder"] = str(Path(self.encoder).expanduser().resolve())
+        return d
+
+
+# --------------------------------------------------------------------------------------------- helpers
+def sha256_file(path: Path, bufsize: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(bufsize):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _corpus_entries(files: list[Path]) -> list[dict]:
+    out = []
+    for f in files:
+        if not f.is_file():
+            raise InputError("corpus file not found", path=str(f))
+        out.append({"path": str(f.resolve()), "name": f.name, "bytes": f.stat().st_size, "sha256": sha256_file(f)})
+    return out
+
+
+def _write_json_atomic(path: Path, obj: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_manifest(path: Path) -> dict | None:
+    mf = Path(path) / MANIFEST
+    if not mf.is_file():
+        return None
+    try:
+        manifest = json.loads(mf.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"broken index manifest: {exc}", path=str(mf)) from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise InputError(f"not a clarify index manifest (format is not '{FORMAT}')", path=str(mf))
+    if manifest.get("version") != VERSION:
+        raise InputError(f"index format version {manifest.get('version')} is not supported (want {VERSION}); rebuild it",
+                         path=str(mf))
+    return manifest
+
+
+def _differences(manifest: dict, corpus: list[dict], options: BuildOptions) -> list[str]:
+    diffs = []
+    old = {c["name"]: c for c in manifest.get("corpus", [])}
+    new = {c["name"]: c for c in corpus}
+    for name in sorted(set(old) | set(new)):
+        if name not in old:
+            diffs.append(f"corpus file '{name}' was added")
+        elif name not in new:
+            diffs.append(f"corpus file '{name}' was removed")
+        elif old[name]["sha256"] != new[name]["sha256"]:
+            diffs.append(f"corpus file '{name}' changed (sha256 {old[name]['sha256'][:12]} -> {new[name]['sha256'][:12]})")
+    if [c["name"] for c in manifest.get("corpus", [])] != [c["name"] for c in corpus] and not diffs:
+        diffs.append("corpus files are given in a different order")
+    old_opts = manifest.get("build", {})
+    for key, value in options.identity().items():
+        if old_opts.get(key) != value:
+            diffs.append(f"setting '{key}' changed ({old_opts.get(key)!r} -> {value!r})")
+    return diffs
+
+
+@contextlib.contextmanager
+def _lock(out: Path):
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = out.parent / f".{out.name}.lock"
+    with open(lock_path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _log(msg: str) -> None:
+    print(f"[clarify index] {msg}", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------------------------- build
+def build_index(corpus, out, *, options: BuildOptions | None = None, force: bool = False, **option_kw) -> Path:
+    """Build an index from corpus files (JSONL / Parquet / TSV) into directory `out`; return `out`.
+
+    No-op when `out` already holds an index built from the same files (sha256) with the same settings.
+    A changed corpus or changed settings -> InputError listing the differences, unless `force=True`.
+    `option_kw` are BuildOptions fields (bm25=, dense=, encoder=, faiss=, nlist=, hnsw_m=, skip_bad=, ...).
+    """
+    options = options or BuildOptions(**option_kw)
+    files = [Path(corpus)] if isinstance(corpus, str | Path) else [Path(c) for c in corpus]
+    if not files:
+        raise InputError("no corpus files given")
+    out = Path(out).expanduser()
+    corpus_entries = _corpus_entries(files)
+    with _lock(out):
+        if out.exists():
+            if not out.is_dir():
+                raise InputError("index output path exists and is not a directory", path=str(out))
+            manifest = read_manifest(out)
+            if manifest is None and any(out.iterdir()):
+                raise InputError("directory exists, is not empty and is not a clarify index; refusing to overwrite it",
+                                 path=str(out))
+            if manifest is not None:
+                diffs = _differences(manifest, corpus_entries, options)
+                if not diffs:
+                    _log(f"{out} is up to date ({manifest['passages']['count']} passages); nothing to do")
+                    return out
+                if not force:
+                    raise InputError("index was built from a different corpus or with other settings: "
+                                     + "; ".join(diffs) + " (rebuild with --force / force=True)", path=str(out))
+                _log(f"rebuilding {out}: " + "; ".join(diffs))
+        for stale in out.parent.glob(f".{out.name}.building-*"):  # we hold the lock: leftovers of killed builds
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = out.parent / f".{out.name}.building-{os.getpid()}"
+        tmp.mkdir(parents=True)
+        try:
+            manifest = _build_into(tmp, files, corpus_entries, options)
+            manifest["path_built"] = str(out.resolve())
+            _write_json_atomic(tmp / MANIFEST, manifest)
+            old = None
+            if out.exists():
+                old = out.parent / f".{out.name}.old-{os.getpid()}"
+                os.replace(out, old)
+            os.replace(tmp, out)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _build_into(tmp: Path, files: list[Path], corpus_entries: list[dict], options: BuildOptions) -> dict:
+    timings = {}
+    t0 = time.perf_counter()
+    read = load_corpus(files, skip_bad=options.skip_bad)
+    passages = read.passages
+    if read.n_skipped:
+        _log(f"skipped {read.n_skipped} bad rows: {dict(read.skipped)}; e.g. " + " | ".join(read.examples[:3]))
+    passages.write_parquet(tmp / "passages.parquet")
+    timings["read_s"] = round(time.perf_counter() - t0, 3)
+    manifest: dict = {
+        "format": FORMAT,
+        "version": VERSION,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "corpus": corpus_entries,
+        "passages": {"count": passages.height, "file": "passages.parquet",
+                     "sha256": sha256_file(tmp / "passages.parquet"), "skipped": dict(read.skipped)},
+        "build": options.identity(),
+        "bm25": None,
+        "dense": None,
+    }
+    if options.bm25:
+        from clarify.index.bm25 import build_lucene
+
+        t0 = time.perf_counter()
+        stats = build_lucene(passages, tmp / "lucene", threads=options.threads)
+        timings["lucene_s"] = round(time.perf_counter() - t0, 3)
+        manifest["bm25"] = {
+            "dir": "lucene", "documents": stats["documents"], "stats": stats,
+            "contents": "'\"' + title + '\"\\n' + text (DPR convention)", "analyzer": "Anserini DefaultEnglishAnalyzer (porter)",
+            "files": {p.name: p.stat().st_size for p in sorted((tmp / "lucene").iterdir()) if p.is_file()},
+        }
+    if options.dense:
+        import faiss
+
+        from clarify.index.dense import Encoder, build_faiss, encode_to_memmap, write_docids
+
+        dense_dir = tmp / "dense"
+        dense_dir.mkdir()
+        t0 = time.perf_counter()
+        encoder = Encoder(options.encoder, batch_size=options.batch_size)
+        emb = encode_to_memmap(encoder, passages, dense_dir / "embeddings.npy")
+        timings["encode_s"] = round(time.perf_counter() - t0, 3)
+        t0 = time.perf_counter()
+        index = build_faiss(emb, options.faiss, nlist=options.nlist, nprobe=options.nprobe, hnsw_m=options.hnsw_m)
+        faiss.write_index(index, str(dense_dir / "index"))
+        write_docids(dense_dir, passages["passage_id"].to_list())
+        timings["faiss_s"] = round(time.perf_counter() - t0, 3)
+        del emb
+        manifest["dense"] = {
+            "dir": "dense", "encoder": options.encoder, "encoder_name": encoder.name,
+            "encoder_path": str(encoder.path), "dim": encoder.dim, "normalized": True, "metric": "inner_product",
+            "faiss": options.faiss, "faiss_class": type(index).__name__, "vectors": int(index.ntotal),
+            "faiss_params": {k: int(getattr(index, k)) for k in ("nlist", "nprobe") if hasattr(index, k)}
+            | ({"M": options.hnsw_m, "efSearch": int(index.hnsw.efSearch)} if options.faiss == "hnsw" else {}),
+            "passage_text": "title + '\\n' + text",
+            "sha256": {name: sha256_file(dense_dir / name) for name in ("index", "docid", "embeddings.npy")},
+        }
+    manifest["timings"] = timings
+    return manifest
+
+
+# ------------------------------------------------------------------------------------------------ open
+class LocalIndex:
+    """An opened index: passages, searchers, encoder.
+
+    passages            pl.DataFrame [passage_id, title, text]
+    passage_lookup(ids) rows for these ids, in the given order (InputError for unknown ids)
+    searcher(kind, candidates=100, cross_encoder=None) -> Searcher; kind: bm25 | dense | hybrid | rerank
+    encoder             the dense encoder (`encode(texts) -> float32 [n, dim]`, L2-normalised)
+    """
+
+    def __init__(self, path: Path, manifest: dict, *, lucene_dir: Path | None, dense_dir: Path | None,
+                 encoder_spec: str | None, passages_file: Path | None):
+        self.path, self.manifest = Path(path), manifest
+        self._lucene_dir, self._dense_dir = lucene_dir, dense_dir
+        self._encoder_spec, self._passages_file = encoder_spec, passages_file
+        self._passages: pl.DataFrame | None = None
+        self._row: dict[str, int] | None = None
+        self._lucene = self._dense = self._encoder = None
+        self._searchers: dict = {}
+
+    def __repr__(self) -> str:
+        return f"LocalIndex({self.path}, bm25={self.has_bm25}, dense={self.has_dense})"
+
+    @property
+    def has_bm25(self) -> bool:
+        return self._lucene_dir is not None
+
+    @property
+    def has_dense(self) -> bool:
+        return self._dense_dir is not None
+
+    # passages -----------------------------------------------------------------------------------
+    @property
+    def passages(self) -> pl.DataFrame:
+        if self._passages is None:
+            if self._passages_file is not None:
+                self._passages = pl.read_parquet(self._passages_file)
+            else:  # a prebuilt Lucene index: read back every stored document
+                self._passages = self.lucene.all_passages()
+        return self._passages
+
+    def passage_lookup(self, ids) -> pl.DataFrame:
+        """passage ids -> passages [passage_id, title, text], one row per id in the given order."""
+        ids = list(ids)
+        if self._passages_file is None and self._passages is None:
+            return self.lucene.passages(ids)
+        if self._row is None:
+            self._row = {p: i for i, p in enumerate(self.passages["passage_id"].to_list())}
+        missing = [p for p in ids if p not in self._row]
+        if missing:
+            raise InputError(f"{len(missing)} unknown passage id(s), e.g. {missing[:3]}", path=str(self.path))
+        return self.passages[[self._row[p] for p in ids]] if ids else self.passages.clear()
+
+    # components ----------------------------------------------------------------------------------
+    @property
+    def lucene(self):
+        if self._lucene is None:
+            if self._lucene_dir is None:
+                raise InputError("this index has no BM25 (Lucene) part", path=str(self.path))
+            from clarify.index.bm25 import LuceneStore
+
+            self._lucene = LuceneStore(self._lucene_dir)
+        return self._lucene
+
+    @property
+    def dense_index(self):
+        if self._dense is None:
+            if self._dense_dir is None:
+                raise InputError("this index has no dense (FAISS) part", path=str(self.path))
+            from clarify.index.dense import DenseIndex
+
+            self._dense = DenseIndex(self._dense_dir)
+        return self._dense
+
+    @property
+    def encoder(self):
+        if self._encoder is None:
+            from clarify.index.dense import Encoder
+
+            self._encoder = Encoder(self._encoder_spec)
+        return self._encoder
+
+    def searcher(self, kind: str = "hybrid", candidates: int = 100, *, cross_encoder: str | None = None,
+                 threads: int | None = None):
+        """A Searcher: search(queries [qid, query], k) -> hits [qid, passage_id, score, rank, retriever].
+
+        hybrid: union of BM25 and dense top-`candidates`, RRF (k=60). rerank: that union rescored by a
+        cross-encoder (`cross_encoder` dir or $CLARIFY_CROSS_ENCODER), else by dense cosine.
+        """
+        if kind not in SEARCHER_KINDS:
+            raise InputError(f"unknown searcher '{kind}' (use one of {', '.join(SEARCHER_KINDS)})", field="retriever")
+        if candidates < 1:
+            raise InputError("candidates must be at least 1", field="candidates")
+        cross_encoder = cross_encoder or os.environ.get("CLARIFY_CROSS_ENCODER") or None
+        key = (kind, candidates, cross_encoder, threads)
+        if key in self._searchers:
+            return self._searchers[key]
+        from clarify.index.search import HybridSearcher, RerankSearcher
+
+        if kind == "bm25":
+            from clarify.index.bm25 import BM25Searcher
+
+            s = BM25Searcher(self.lucene, threads=threads)
+        elif kind == "dense":
+            from clarify.index.dense import DenseSearcher
+
+            s = DenseSearcher(self.dense_index, self.encoder)
+        elif kind == "hybrid":
+            s = HybridSearcher(self.searcher("bm25", threads=threads), self.searcher("dense"), candidates=candidates)
+        else:
+            hybrid = self.searcher("hybrid", candidates, threads=threads)
+            if cross_encoder:
+                from clarify.index.rerank import CrossEncoderScorer
+
+                scorer = CrossEncoderScorer(cross_encoder, self.passage_lookup)
+            else:
+                from clarify.index.rerank import DenseCosineScorer
+
+                scorer = DenseCosineScorer(self.encoder, self.dense_index, self.passage_lookup)
+            s = RerankSearcher(hybrid, scorer)
+        self._searchers[key] = s
+        return s
+
+    def verify(self) -> list[str]:
+        """Recompute the manifest checksums; return the list of mismatches (empty = intact)."""
+        bad = []
+        p = self.manifest.get("passages") or {}
+        if p.get("sha256") and sha256_file(self.path / p["file"]) != p["sha256"]:
+            bad.append(p["file"])
+        d = self.manifest.get("dense") or {}
+        for name, digest in (d.get("sha256") or {}).items():
+            if sha256_file(self.path / d["dir"] / name) != digest:
+                bad.append(f"{d['dir']}/{name}")
+        return bad
+
+
+def open_index(path, *, faiss_dir=None, encoder: str | None = None) -> LocalIndex:
+    """Open an index directory: one built by clarify (manifest.json), or a prebuilt Pyserini Lucene index
+    (optionally with a Pyserini-format FAISS directory `faiss_dir` and the local `encoder` that made it).
+    InputError when `path` is none of these.
+    """
+    from clarify.index.bm25 import is_lucene_dir
+
+    path = Path(path).expanduser()
+    if not path.is_dir():
+        raise InputError("index directory not found", path=str(path))
+    manifest = read_manifest(path)
+    if manifest is not None:
+        bm25, dense = manifest.get("bm25"), manifest.get("dense")
+        passages_file = path / manifest["passages"]["file"]
+        for part in (passages_file, path / bm25["dir"] if bm25 else None, path / dense["dir"] if dense else None):
+            if part is not None and not part.exists():
+                raise InputError(f"index is incomplete: '{part.name}' is missing", path=str(path))
+        spec = encoder or (dense["encoder"] if dense else "default")
+        return LocalIndex(path, manifest, lucene_dir=path / bm25["dir"] if bm25 else None,
+                          dense_dir=Path(faiss_dir) if faiss_dir else (path / dense["dir"] if dense else None),
+                          encoder_spec=spec, passages_file=passages_file)
+    if is_lucene_dir(path):
+        if faiss_dir is not None and not (Path(faiss_dir) / "index").is_file():
+            raise InputError("not a FAISS index directory (needs files 'index' and 'docid')", path=str(faiss_dir))
+        manifest = {"format": "pyserini-prebuilt", "bm25": {"dir": str(path)},
+                    "dense": {"dir": str(faiss_dir), "encoder": encoder or "default"} if faiss_dir else None}
+        return LocalIndex(path, manifest, lucene_dir=path, dense_dir=Path(faiss_dir) if faiss_dir else None,
+                          encoder_spec=encoder or "default", passages_file=None)
+    if (path / "index").is_file() and (path / "docid").is_file():
+        raise InputError("a FAISS directory holds no passage text: open the Lucene index of the same corpus and "
+                         "pass this directory as faiss_dir (CLI: --faiss-index)", path=str(path))
+    raise InputError("not an index directory (no manifest.json, Lucene segments_* or FAISS index/docid)", path=str(path))
+
+
+# -------------------------------------------------------------------------------------- default index
+def clarify_home() -> Path:
+    return Path(os.environ.get("CLARIFY_HOME", Path.home() / ".cache" / "clarify")).expanduser()
+
+
+def default_index_dir() -> Path:
+    return clarify_home() / "index" / "wiki-default"
+
+
+def default_corpus_files() -> list[Path]:
+    """The shipped Wikipedia passages (data/wiki, ≈10k): core, DPR extra, DPR random distractors."""
+    data = Path(os.environ.get("CLARIFY_DATA", Path(__file__).resolve().parent.parent / "data"))
+    files = [data / "wiki" / name for name in DEFAULT_CORPUS_FILES]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise InputError(f"shipped corpus files are missing: {missing} (set CLARIFY_DATA to the data/ folder)")
+    return files
+
+
+def ensure_default_index() -> Path:
+    """Build the embedded default index once into $CLARIFY_HOME/index/wiki-default (progress bars);
+    a no-op when built and unchanged, rebuilt when the shipped corpus changed. Returns its path."""
+    return build_index(default_corpus_files(), default_index_dir(), options=BuildOptions(), force=True)
+
+

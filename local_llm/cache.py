@@ -1,0 +1,189 @@
+"""`CachedEngine`: a content-addressed, durable completion cache in front of any Engine (DESIGN §5).
+
+Key: `request_key(model_id, prompt, params)` (sha256). Only misses reach the inner engine, all of
+them in ONE `generate` call; a second identical run makes zero engine calls.
+
+Storage: one SQLite file in WAL mode. Why not one file per key: a benchmark run writes hundreds of
+thousands of small entries, and SQLite gives atomic multi-row commits (a whole batch of misses is
+committed at once or not at all), crash safety by its journal (a process killed mid-write leaves the
+last committed state; the half-written transaction is rolled back on the next open), concurrent
+readers beside a writer (WAL), and one file to copy. `synchronous=NORMAL` in WAL mode loses at most
+the last transactions on a power cut, never consistency.
+
+Corruption that SQLite cannot see (a row altered on disk, a bad copy) is caught by a checksum:
+each row stores sha256(key + payload); a row whose checksum does not match is counted in
+`corrupt`, treated as a miss, recomputed and overwritten. A file that is not a SQLite database at all
+raises an error naming the path (never silently deleted: it may be someone else's file).
+
+Rows: key, model_id, prompt, params (JSON), payload (JSON: texts, finish_reason, prompt_tokens,
+output_tokens), checksum, created (unix time).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from clarify.errors import InputError
+from clarify.local_llm.engine import Completion, Engine, GenParams, request_key
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS completions (
+    key TEXT PRIMARY KEY,
+    model_id TEXT NOT NULL,
+    prompt TEXT NOT NULL,
+    params TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    checksum TEXT NOT NULL,
+    created REAL NOT NULL
+)
+"""
+_CHUNK = 500  # keys per SELECT (SQLite's variable limit is 32766; smaller keeps statements short)
+
+
+def _checksum(key: str, payload: str) -> str:
+    return hashlib.sha256((key + "\n" + payload).encode("utf-8")).hexdigest()
+
+
+def _payload(c: Completion) -> str:
+    return json.dumps(
+        {
+            "texts": list(c.texts),
+            "finish_reason": c.finish_reason,
+            "prompt_tokens": c.prompt_tokens,
+            "output_tokens": c.output_tokens,
+        },
+        ensure_ascii=False,
+        sort_keys=True,
+    )
+
+
+def _completion(payload: str) -> Completion:
+    d = json.loads(payload)
+    return Completion(
+        texts=tuple(d["texts"]),
+        finish_reason=d["finish_reason"],
+        prompt_tokens=int(d["prompt_tokens"]),
+        output_tokens=int(d["output_tokens"]),
+        cached=True,
+    )
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    engine_calls: int = 0  # calls of the inner engine's generate
+    corrupt: int = 0  # entries whose checksum failed (recomputed)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class CachedEngine:
+    """Engine wrapper: `CachedEngine(engine, path)`; `path` is the SQLite file (a directory is
+    accepted too and gets `completions.sqlite` inside)."""
+
+    def __init__(self, engine: Engine, path: str | os.PathLike):
+        self.engine = engine
+        p = Path(path)
+        if p.is_dir() or (not p.suffix and not p.exists()):
+            p.mkdir(parents=True, exist_ok=True)
+            p = p / "completions.sqlite"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        self.path = p
+        self.stats = CacheStats()
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(p, timeout=60, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise InputError(f"not a usable completion cache ({exc})", path=str(p)) from exc
+
+    @property
+    def model_id(self) -> str:
+        return self.engine.model_id
+
+    # -----------------------------------------------------------------------------------------
+    def _lookup(self, keys: Sequence[str]) -> dict[str, Completion]:
+        found: dict[str, Completion] = {}
+        uniq = list(dict.fromkeys(keys))
+        for i in range(0, len(uniq), _CHUNK):
+            chunk = uniq[i : i + _CHUNK]
+            marks = ",".join("?" * len(chunk))
+            rows = self._db.execute(
+                f"SELECT key, payload, checksum FROM completions WHERE key IN ({marks})", chunk
+            ).fetchall()
+            for key, payload, checksum in rows:
+                try:
+                    if checksum != _checksum(key, payload):
+                        raise ValueError("checksum mismatch")
+                    found[key] = _completion(payload)
+                except (ValueError, KeyError, TypeError):  # JSONDecodeError is a ValueError
+                    self.stats.corrupt += 1
+        return found
+
+    def _store(self, rows: list[tuple[str, str, GenParams, Completion]]) -> None:
+        now = time.time()
+        values = []
+        for key, prompt, params, comp in rows:
+            payload = _payload(comp)
+            values.append(
+                (key, self.model_id, prompt, json.dumps(params.as_dict(), sort_keys=True), payload, _checksum(key, payload), now)
+            )
+        # One transaction per batch: all the misses of a generate call land together or not at all.
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.executemany("INSERT OR REPLACE INTO completions VALUES (?,?,?,?,?,?,?)", values)
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
+    def generate(self, prompts: Sequence[str], params: Sequence[GenParams]) -> list[Completion]:
+        """Hits come from disk (`cached=True`); the misses go to the inner engine in one call.
+
+        Identical requests inside one batch share one computation: the cache is content-addressed,
+        so they would share it on any later run anyway."""
+        if len(prompts) != len(params):
+            raise ValueError(f"{len(prompts)} prompts but {len(params)} params")
+        with self._lock:
+            keys = [request_key(self.model_id, p, gp) for p, gp in zip(prompts, params)]
+            found = self._lookup(keys)
+            miss_index: dict[str, int] = {}
+            for i, k in enumerate(keys):
+                if k not in found and k not in miss_index:
+                    miss_index[k] = i
+            self.stats.hits += sum(1 for k in keys if k in found)
+            self.stats.misses += len(keys) - sum(1 for k in keys if k in found)
+            fresh: dict[str, Completion] = {}
+            if miss_index:
+                idx = list(miss_index.values())
+                self.stats.engine_calls += 1
+                results = self.engine.generate([prompts[i] for i in idx], [params[i] for i in idx])
+                if len(results) != len(idx):
+                    raise RuntimeError(f"engine returned {len(results)} completions for {len(idx)} prompts")
+                self._store([(keys[i], prompts[i], params[i], c) for i, c in zip(idx, results)])
+                fresh = {keys[i]: c for i, c in zip(idx, results)}
+            return [found[k] if k in found else fresh[k] for k in keys]
+
+    def __len__(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM completions").fetchone()[0]
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> CachedEngine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,188 @@
+"""CLI: `clarify generate` (batch generation for users) and `clarify models prepare|info`.
+
+`clarify generate --model MODEL --prompts FILE.jsonl --out FILE.parquet`
+    Input: JSONL, one object per line: {"id": optional str/int (default: the line number), "prompt": str}.
+    Blank lines are skipped. Every line is checked before the model is loaded; a bad line raises
+    InputError naming file and line, and nothing is written.
+    Output: Parquet with columns id (str), prompt (str), completion (str), finish_reason (str),
+    prompt_tokens (int64), output_tokens (int64), cached (bool); written to a temp file and renamed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from clarify.errors import InputError
+from clarify.local_llm.models import (
+    DEFAULT_MODEL,
+    EMBEDDED,
+    embedded_name_of,
+    model_info,
+    prepare_model,
+    resolve_model,
+)
+
+
+def read_prompts(path: str | os.PathLike) -> list[tuple[str, str]]:
+    """JSONL file -> [(id, prompt)]. Raises InputError(path, line) on the first bad line."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("prompts file not found", path=str(p))
+    rows: list[tuple[str, str]] = []
+    seen: dict[str, int] = {}
+    with p.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"not valid UTF-8 ({exc.reason} at byte {exc.start})", path=str(p), line=lineno) from exc
+            if lineno == 1:
+                line = line.removeprefix("\ufeff")  # a UTF-8 byte-order mark from some editors
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"malformed JSON ({exc.msg}, column {exc.colno})", path=str(p), line=lineno) from exc
+            if not isinstance(obj, dict):
+                raise InputError(f"expected a JSON object, got {type(obj).__name__}", path=str(p), line=lineno)
+            prompt = obj.get("prompt")
+            if prompt is None:
+                raise InputError("missing prompt", path=str(p), line=lineno, field="prompt")
+            if not isinstance(prompt, str):
+                raise InputError(f"prompt must be a string, got {type(prompt).__name__}", path=str(p), line=lineno, field="prompt")
+            if not prompt.strip():
+                raise InputError("empty prompt", path=str(p), line=lineno, field="prompt")
+            rid = obj.get("id", lineno)
+            if isinstance(rid, bool) or not isinstance(rid, str | int) or (isinstance(rid, str) and not rid.strip()):
+                raise InputError(f"id must be a non-empty string or an integer, got {rid!r}", path=str(p), line=lineno, field="id")
+            rid = str(rid)
+            if rid in seen:
+                raise InputError(f"duplicate id {rid!r} (first on line {seen[rid]})", path=str(p), line=lineno, field="id")
+            seen[rid] = lineno
+            rows.append((rid, prompt))
+    if not rows:
+        raise InputError("no prompts in file", path=str(p))
+    return rows
+
+
+def write_parquet_atomic(df, out: Path) -> None:
+    """Write to a temp name in the same folder, then rename: a reader never sees half a file."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        df.write_parquet(tmp)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    import polars as pl
+    from tqdm import tqdm
+
+    from clarify.local_llm.engine import GenParams
+
+    rows = read_prompts(args.prompts)  # all input checked before the model is loaded
+    if args.batch_size < 1:
+        raise InputError("must be >= 1", field="--batch-size")
+    out = Path(args.out)
+    model_dir = resolve_model(args.model)
+    name = embedded_name_of(model_dir)
+    stop = tuple(args.stop) if args.stop else (EMBEDDED[name].default_stop if name else ())
+    try:
+        params = GenParams(
+            temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens, stop=stop, seed=args.seed
+        )
+    except ValueError as exc:
+        raise InputError(str(exc), field="sampling options") from exc
+
+    from clarify.local_llm.vllm_engine import get_engine
+
+    engine = get_engine(model_dir, progress=False)
+    runner = engine
+    if args.cache:
+        from clarify.local_llm.cache import CachedEngine
+
+        runner = CachedEngine(engine, args.cache)
+
+    completions = []
+    t0 = time.perf_counter()
+    batches = [rows[i : i + args.batch_size] for i in range(0, len(rows), args.batch_size)]
+    for batch in tqdm(batches, desc="generate", unit="batch", disable=None):
+        completions.extend(runner.generate([r[1] for r in batch], [params] * len(batch)))
+    elapsed = time.perf_counter() - t0
+
+    df = pl.DataFrame(
+        {
+            "id": [r[0] for r in rows],
+            "prompt": [r[1] for r in rows],
+            "completion": [c.text for c in completions],
+            "finish_reason": [c.finish_reason for c in completions],
+            "prompt_tokens": [c.prompt_tokens for c in completions],
+            "output_tokens": [c.output_tokens for c in completions],
+            "cached": [c.cached for c in completions],
+        },
+        schema={
+            "id": pl.String,
+            "prompt": pl.String,
+            "completion": pl.String,
+            "finish_reason": pl.String,
+            "prompt_tokens": pl.Int64,
+            "output_tokens": pl.Int64,
+            "cached": pl.Boolean,
+        },
+    )
+    write_parquet_atomic(df, out)
+    new = [c for c in completions if not c.cached]
+    new_tokens = sum(c.output_tokens for c in new)
+    rate = new_tokens / elapsed if elapsed > 0 else 0.0
+    print(
+        f"model {engine.model_id}: {len(rows)} prompts ({len(rows) - len(new)} from cache), "
+        f"{new_tokens} new tokens in {elapsed:.1f} s = {rate:.1f} tokens/s -> {out}"
+    )
+    return 0
+
+
+def cmd_models_prepare(args: argparse.Namespace) -> int:
+    for name in args.names or [DEFAULT_MODEL]:
+        t0 = time.perf_counter()
+        path = prepare_model(name)
+        print(f"{name}: ready at {path} ({time.perf_counter() - t0:.1f} s)")
+    return 0
+
+
+def cmd_models_info(args: argparse.Namespace) -> int:
+    info = model_info(resolve_model(args.model))
+    json.dump(info, sys.stdout, indent=2)
+    print()
+    return 0
+
+
+def register(sub) -> None:
+    g = sub.add_parser("generate", help="batch generation over a JSONL file of prompts -> Parquet")
+    g.add_argument("--model", default=DEFAULT_MODEL, help=f"embedded model name ({', '.join(EMBEDDED)}) or a local HF model directory")
+    g.add_argument("--prompts", required=True, help='JSONL, one {"id": ..., "prompt": ...} per line')
+    g.add_argument("--out", required=True, help="output Parquet file")
+    g.add_argument("--max-tokens", type=int, default=128)
+    g.add_argument("--temperature", type=float, default=0.0)
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--seed", type=int, default=None, help="sampling seed of every request (reproducible sampling)")
+    g.add_argument("--stop", action="append", help="stop string (repeatable); base models default to a blank line")
+    g.add_argument("--cache", default=None, help="completion cache (SQLite file or directory); re-runs make no model calls")
+    g.add_argument("--batch-size", type=int, default=256, help="prompts per engine call")
+    g.set_defaults(func=cmd_generate)
+
+    m = sub.add_parser("models", help="embedded models: prepare (convert once) and inspect")
+    msub = m.add_subparsers(dest="models_command", required=True)
+    p = msub.add_parser("prepare", help="convert embedded models into $CLARIFY_HOME/models (idempotent)")
+    p.add_argument("names", nargs="*", help=f"embedded model names ({', '.join(EMBEDDED)}); default: {DEFAULT_MODEL}")
+    p.set_defaults(func=cmd_models_prepare)
+    i = msub.add_parser("info", help="architecture, parameter count, chat template of a model")
+    i.add_argument("model", help="embedded model name or local HF model directory")
+    i.set_defaults(func=cmd_models_info)

@@ -1,0 +1,79 @@
+"""The engine contract (DESIGN §5): what every stage that generates text depends on.
+
+Pure module: no vllm/torch import, so `batch/` and tests import it in milliseconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class GenParams:
+    """Sampling settings of one request. `choices` constrains the output to one of the strings."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    n: int = 1
+    choices: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1, got {self.n}")
+        # Lists from TOML/JSON become tuples so the params stay hashable.
+        object.__setattr__(self, "stop", tuple(self.stop))
+        if self.choices is not None:
+            if not self.choices:
+                raise ValueError("choices, when given, must name at least one string")
+            object.__setattr__(self, "choices", tuple(self.choices))
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The result of one prompt: `n` texts plus accounting."""
+
+    texts: tuple[str, ...]
+    finish_reason: str  # "stop" | "length" | other engine-specific reasons
+    prompt_tokens: int
+    output_tokens: int
+    cached: bool = False
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def text(self) -> str:
+        return self.texts[0]
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """Anything that turns a batch of prompts into completions, one `generate` call per batch."""
+
+    model_id: str
+
+    def generate(self, prompts: Sequence[str], params: Sequence[GenParams]) -> list[Completion]: ...
+
+
+def request_key(model_id: str, prompt: str, params: GenParams) -> str:
+    """Content address of one request: sha256 over (model id, prompt, sampling params)."""
+    payload = json.dumps(
+        {"model": model_id, "prompt": prompt, "params": params.as_dict()},
+        sort_keys=True,
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()

@@ -1,0 +1,41 @@
+"""`ScriptedEngine`: a deterministic stand-in for unit tests of code that drives an Engine.
+
+`responder(prompt, params) -> str` decides each text. Calls and prompts are counted, so a test can
+assert how many `generate` calls a stage made (e.g. one per wave). Token counts are whitespace
+word counts: good enough for accounting tests, not real tokenizer counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from clarify.local_llm.engine import Completion, GenParams
+
+Responder = Callable[[str, GenParams], str]
+
+
+class ScriptedEngine:
+    def __init__(self, model_id: str, responder: Responder):
+        self.model_id = model_id
+        self.responder = responder
+        self.calls = 0  # generate calls
+        self.prompts_seen: list[str] = []
+        self.batch_sizes: list[int] = []
+
+    def generate(self, prompts: Sequence[str], params: Sequence[GenParams]) -> list[Completion]:
+        if len(prompts) != len(params):
+            raise ValueError(f"{len(prompts)} prompts but {len(params)} params")
+        self.calls += 1
+        self.batch_sizes.append(len(prompts))
+        out = []
+        for prompt, gp in zip(prompts, params):
+            self.prompts_seen.append(prompt)
+            texts = tuple(self.responder(prompt, gp) for _ in range(gp.n))
+            if gp.choices is not None:
+                bad = [t for t in texts if t not in gp.choices]
+                if bad:  # a real engine could never return these: the responder is wrong
+                    raise ValueError(f"responder returned {bad[0]!r}, not one of the choices {gp.choices}")
+            words = sum(len(t.split()) for t in texts)
+            finish = "length" if any(len(t.split()) >= gp.max_tokens for t in texts) else "stop"
+            out.append(Completion(texts=texts, finish_reason=finish, prompt_tokens=len(prompt.split()), output_tokens=words))
+        return out

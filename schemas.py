@@ -1,0 +1,130 @@
+"""The tables that carry clarify's data from stage to stage (DESIGN §3).
+
+Every stage takes and returns Polars DataFrames with one of the schemas below. Long tables, one row
+per thing, ids as strings spelled the same everywhere (`qid`, `node_id`, `passage_id`).
+A stage calls `check(df, "hits")` on entry: a missing column raises `SchemaError` naming it.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+QUESTIONS = {"qid": pl.String, "question": pl.String, "dataset": pl.String}
+
+PASSAGES = {"passage_id": pl.String, "title": pl.String, "text": pl.String}
+
+# retriever: bm25 | dense | fused | rerank
+HITS = {
+    "qid": pl.String,
+    "passage_id": pl.String,
+    "score": pl.Float64,
+    "rank": pl.Int32,
+    "retriever": pl.String,
+}
+
+# ToC tree nodes. status: pending | expanded | valid | pruned | duplicate | root
+NODES = {
+    "qid": pl.String,
+    "node_id": pl.String,
+    "parent_id": pl.String,
+    "depth": pl.Int32,
+    "question": pl.String,
+    "answers": pl.List(pl.String),
+    "status": pl.String,
+    "wave": pl.Int32,
+    "evidence_passage_id": pl.String,
+    "verdict_text": pl.String,
+}
+
+# One row per prompt sent to (or answered from the cache of) an engine. step: clarify | verify | answer
+LLM_CALLS = {
+    "call_id": pl.String,
+    "step": pl.String,
+    "qid": pl.String,
+    "node_id": pl.String,
+    "wave": pl.Int32,
+    "model": pl.String,
+    "prompt": pl.String,
+    "completion": pl.String,
+    "finish_reason": pl.String,
+    "prompt_tokens": pl.Int64,
+    "output_tokens": pl.Int64,
+    "cached": pl.Boolean,
+    "parse_error": pl.String,
+}
+
+# answer: the final answer, with `[k span]` markers when quoted (after quote repair); answer_raw: as the
+# model wrote it; passage_ids[k-1] is the passage numbered k in the prompt.
+ANSWERS = {
+    "qid": pl.String,
+    "answer": pl.String,
+    "answer_raw": pl.String,
+    "answer_plain": pl.String,
+    "passage_ids": pl.List(pl.String),
+    "style": pl.String,
+}
+
+SPANS = {
+    "qid": pl.String,
+    "span_no": pl.Int32,
+    "source_k": pl.Int32,
+    "passage_id": pl.String,
+    "text": pl.String,
+    "start": pl.Int32,
+    "end": pl.Int32,
+    "verbatim": pl.Boolean,
+    "status": pl.String,  # verbatim | repaired | unmarked | bad_source | empty (see batch/quotes.py)
+    "field": pl.String,  # "text" or "title": which field of the passage start/end point into
+    "similarity": pl.Float64,  # 1.0 when verbatim; the repair match ratio otherwise
+}
+
+SCORES = {"qid": pl.String, "metric": pl.String, "value": pl.Float64}
+
+SCHEMAS: dict[str, dict[str, pl.DataType]] = {
+    "questions": QUESTIONS,
+    "passages": PASSAGES,
+    "hits": HITS,
+    "nodes": NODES,
+    "llm_calls": LLM_CALLS,
+    "answers": ANSWERS,
+    "spans": SPANS,
+    "scores": SCORES,
+}
+
+
+class SchemaError(ValueError):
+    """A table handed to a stage lacks columns (or has them with the wrong type)."""
+
+
+def check(df: pl.DataFrame, name: str, *, columns: list[str] | None = None) -> pl.DataFrame:
+    """Raise SchemaError naming every missing/mistyped column of table `name`; return `df` unchanged.
+
+    `columns` restricts the check to the columns the stage actually reads.
+    """
+    schema = SCHEMAS[name]
+    wanted = columns if columns is not None else list(schema)
+    missing = [c for c in wanted if c not in df.columns]
+    if missing:
+        raise SchemaError(f"table '{name}' is missing column(s) {missing}; it has {df.columns}")
+    wrong = [
+        f"{c}: {df.schema[c]} (expected {schema[c]})"
+        for c in wanted
+        if c in schema and df.schema[c] != schema[c] and df.schema[c] != pl.Null
+    ]
+    if wrong:
+        raise SchemaError(f"table '{name}' has mistyped column(s): {'; '.join(wrong)}")
+    return df
+
+
+def empty(name: str) -> pl.DataFrame:
+    """An empty table with the declared schema."""
+    return pl.DataFrame(schema=SCHEMAS[name])
+
+
+def conform(df: pl.DataFrame, name: str) -> pl.DataFrame:
+    """Cast and order `df` to the declared schema (extra columns are kept, at the end)."""
+    schema = SCHEMAS[name]
+    check(df, name, columns=list(schema))
+    cols = [pl.col(c).cast(t) for c, t in schema.items()]
+    extra = [c for c in df.columns if c not in schema]
+    return df.select(cols + extra)

@@ -1,0 +1,163 @@
+"""`clarify eval` end to end: official files, run directories, subsets, and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from clarify.batch.cli import main
+from tests.fixtures_eval import ASQA_DEV, FLARE_PREDICTIONS, QUOTESUM_DEV
+
+
+def _summary(out) -> dict:
+    return {r["metric"]: r for r in pl.read_parquet(out / "summary.parquet").iter_rows(named=True)}
+
+
+def test_flare_file_with_limit_reproduces_published_numbers(tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = main(["eval", "--dataset", "asqa", "--predictions", str(FLARE_PREDICTIONS), "--limit", "500",
+               "--out", str(out)])
+    assert rc == 0
+    cap = capsys.readouterr()
+    assert "500 question(s) scored; 448 gold question(s) had no prediction and were not scored" in cap.err
+    assert "str_em" in cap.out and "40.750" in cap.out
+    s = _summary(out)
+    assert s["str_em"]["value"] == pytest.approx(40.75, abs=5e-3)
+    assert s["length"]["value"] == pytest.approx(136.802)
+    assert s["rouge_l"]["value"] == pytest.approx(27.63, abs=0.05)
+    assert s["d_f1"]["value"] is None and "no QA reader" in s["d_f1"]["note"]
+    assert s["missing_predictions"]["value"] == 0
+    per_q = pl.read_parquet(out / "per_question.parquet")
+    assert per_q.height == 500 and per_q["qid"].to_list() == list(json.loads(FLARE_PREDICTIONS.read_text()))[:500]
+    scores = pl.read_parquet(out / "scores.parquet")
+    assert scores.columns == ["qid", "metric", "value"] and scores.height == 1500
+    assert (out / "summary.txt").read_text().startswith("dataset: asqa")
+
+
+def test_limit_takes_the_first_predicted_questions(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["eval", "--dataset", "asqa", "--predictions", str(FLARE_PREDICTIONS), "--limit", "3",
+                 "--out", str(out)]) == 0
+    assert "3 question(s) scored; 945 gold question(s)" in capsys.readouterr().err
+    assert pl.read_parquet(out / "per_question.parquet").height == 3
+
+
+def test_unknown_ids_reported_and_missing_ids_scored_empty(tmp_path, capsys):
+    qids = list(json.loads(ASQA_DEV.read_text())["dev"])[:3]
+    preds = tmp_path / "p.json"
+    preds.write_text(json.dumps({qids[0]: "An answer.", "not-a-real-id": "x"}))
+    gold = tmp_path / "gold.json"  # a 3-question gold file: the default target set is all gold questions
+    full = json.loads(ASQA_DEV.read_text())["dev"]
+    gold.write_text(json.dumps({"dev": {q: full[q] for q in qids}}))
+    out = tmp_path / "out"
+    assert main(["eval", "--dataset", "asqa", "--predictions", str(preds), "--gold", str(gold), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "1 predicted id(s) are not in the gold data and were ignored: ['not-a-real-id']" in err
+    assert "2 question(s) have no prediction and were scored as empty answers" in err
+    per_q = pl.read_parquet(out / "per_question.parquet")
+    assert per_q["qid"].to_list() == qids
+    assert per_q["missing"].to_list() == [False, True, True]
+    assert per_q.filter(pl.col("missing"))["str_em"].to_list() == [0.0, 0.0]
+    assert _summary(out)["missing_predictions"]["value"] == 2
+
+
+def _write_run(path, dataset, answers, questions=None, nodes=None):
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"dataset": dataset, "model": "x"}))
+    answers.write_parquet(path / "answers.parquet")
+    if questions is not None:
+        pl.DataFrame({"qid": questions}).write_parquet(path / "questions.parquet")
+    if nodes is not None:
+        nodes.write_parquet(path / "nodes.parquet")
+
+
+def test_asqa_run_directory_with_nodes(tmp_path, capsys):
+    dev = json.loads(ASQA_DEV.read_text())["dev"]
+    qids = list(dev)[:3]
+    gold_answer = dev[qids[0]]["annotations"][0]["long_answer"]
+    short = dev[qids[0]]["qa_pairs"][0]["short_answers"]
+    answers = pl.DataFrame({"qid": qids[:2], "answer": ["[ 1 x ] quoted", "Nothing useful."],
+                            "answer_plain": [gold_answer, None]})
+    nodes = pl.DataFrame(
+        {"qid": [qids[0], qids[0], qids[1]], "node_id": ["r", "n1", "r"], "depth": [0, 1, 0],
+         "status": ["root", "valid", "root"], "answers": [[], short, []]},
+        schema_overrides={"depth": pl.Int32},
+    )
+    run = tmp_path / "run"
+    _write_run(run, "asqa", answers, questions=qids, nodes=nodes)
+    assert main(["eval", "--dataset", "asqa", "--predictions", str(run)]) == 0
+    assert "1 question(s) have no prediction" in capsys.readouterr().err
+    per_q = pl.read_parquet(run / "eval" / "per_question.parquet")
+    assert per_q["qid"].to_list() == qids
+    first = per_q.row(0, named=True)
+    assert first["rouge_l"] == pytest.approx(100.0)  # answer_plain (the gold long answer) was scored
+    n_pairs = len(dev[qids[0]]["qa_pairs"])
+    assert first["answer_f1"] == pytest.approx(100 * 2 * (1 / n_pairs) / (1 + 1 / n_pairs))  # P 1, R 1/n
+    assert per_q.row(1, named=True)["answer_f1"] == 0.0  # only a root node
+    assert per_q.row(2, named=True)["answer_f1"] is None  # not in nodes.parquet: not computed
+
+
+def test_quotesum_prediction_fields_and_run_directory(tmp_path, capsys):
+    rows = [json.loads(line) for line in QUOTESUM_DEV.read_text().splitlines()]
+    first_by_qid = {}
+    for r in rows:
+        first_by_qid.setdefault(r["qid"], r)
+    preds = tmp_path / "p.jsonl"
+    preds.write_text("\n".join(json.dumps({"qid": q, "prediction": r["summary"]}) for q, r in first_by_qid.items()))
+    out = tmp_path / "o1"
+    assert main(["eval", "--dataset", "quotesum", "--predictions", str(preds), "--out", str(out)]) == 0
+    s = _summary(out)
+    assert s["rouge_l"]["value"] == pytest.approx(100.0) and s["sem_f1"]["value"] == pytest.approx(100.0)
+    assert s["semqa"]["value"] == pytest.approx(100.0)
+    # the dataset's own `summary` field is accepted too; --only-predicted scores just those
+    preds.write_text(json.dumps({"qid": rows[0]["qid"], "summary": rows[0]["summary"]}) + "\n")
+    out = tmp_path / "o2"
+    assert main(["eval", "--dataset", "quotesum", "--predictions", str(preds), "--only-predicted",
+                 "--out", str(out)]) == 0
+    assert "1 question(s) scored; 90 gold question(s) had no prediction" in capsys.readouterr().err
+    # a run directory, with loosely spaced markers fixed on request
+    run = tmp_path / "run"
+    answer = rows[0]["summary"].replace("[ ", "[").replace(" ]", "]")
+    _write_run(run, "quotesum", pl.DataFrame({"qid": [rows[0]["qid"]], "answer": [answer]}))
+    assert main(["eval", "--dataset", "quotesum", "--predictions", str(run), "--out", str(tmp_path / "o3")]) == 0
+    assert _summary(tmp_path / "o3")["sem_f1"]["value"] < 100.0  # `[2 x]` is not an official marker
+    assert main(["eval", "--dataset", "quotesum", "--predictions", str(run), "--canonical-markers",
+                 "--out", str(tmp_path / "o4")]) == 0
+    assert _summary(tmp_path / "o4")["sem_f1"]["value"] == pytest.approx(100.0)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", "p.json: file is empty"),
+        ('{"a": "x",\n "b": }', "p.json:2: bad JSON"),
+        ('{"a": 3}', "p.json (field 'a'): the answer must be a string"),
+        ('{"qid": "a", "prediction": "x"}\n{"qid": "b"}', "p.json:2: no answer field"),
+        ('{"qid": "a", "answer": "x"}\n{"qid": "a", "answer": "y"}', "p.json:2: qid 'a' given again (first at line 1)"),
+        ('{"qid": "a", "answer": "x"}\n{"qid": "b", "answer": "y"', "p.json:2: bad JSON"),
+        ("[1, 2]", "p.json:1: expected a JSON object"),
+    ],
+)
+def test_bad_prediction_files_exit_2_with_file_and_line(tmp_path, capsys, content, message):
+    p = tmp_path / "p.json"
+    p.write_text(content)
+    assert main(["eval", "--dataset", "asqa", "--predictions", str(p), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_run_directory_errors(tmp_path, capsys):
+    run = tmp_path / "run"
+    _write_run(run, "quotesum", pl.DataFrame({"qid": ["a"], "answer": ["x"]}))
+    assert main(["eval", "--dataset", "asqa", "--predictions", str(run)]) == 2
+    assert "a 'quotesum' run, not 'asqa'" in capsys.readouterr().err
+    empty = tmp_path / "empty_run"
+    empty.mkdir()
+    assert main(["eval", "--dataset", "asqa", "--predictions", str(empty)]) == 2
+    assert "no config.json" in capsys.readouterr().err
+    preds = tmp_path / "p.json"
+    preds.write_text('{"unknown": "x"}')
+    assert main(["eval", "--dataset", "asqa", "--predictions", str(preds), "--out", str(tmp_path / "o")]) == 2
+    assert "none of the predicted ids is in the gold data" in capsys.readouterr().err

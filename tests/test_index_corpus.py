@@ -1,0 +1,174 @@
+"""Corpus reading, bad input, RRF, AC@k: pure parts of clarify.index (no JVM, no model)."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from clarify.errors import InputError
+from clarify.index import BuildOptions, load_corpus, normalize_answer, open_index, read_passages, rrf_fuse
+from clarify.index.coverage import answer_coverage, coverage_table, load_asqa
+from clarify.index.store import default_corpus_files
+from clarify.schemas import check
+
+from .fixtures_index import REPO
+
+
+def _jsonl(path, rows):
+    with open(path, "wb") as fh:
+        for row in rows:
+            fh.write(row if isinstance(row, bytes) else (json.dumps(row) + "\n").encode())
+    return path
+
+
+GOOD = [{"id": "a", "title": "Alpha", "text": "alpha text"}, {"id": "b", "title": "Beta", "text": "beta text"}]
+
+
+def test_shipped_corpus_reads_completely():
+    df = read_passages(default_corpus_files())
+    check(df, "passages")
+    lines = sum(sum(1 for _ in open(f, encoding="utf-8")) for f in default_corpus_files())
+    assert df.height == lines == 10116
+    assert df["passage_id"].n_unique() == df.height
+    assert (df["text"].str.strip_chars().str.len_chars() > 0).all()
+
+
+@pytest.mark.parametrize(
+    "bad, line, needle",
+    [
+        (b'{"id": "c", "title": "C", "text": "broken\n', 3, "broken JSON"),
+        ({"title": "C", "text": "no id"}, 3, "no id"),
+        ({"id": "c", "title": "C"}, 3, "no text"),
+        ({"id": "c", "title": "C", "text": "   "}, 3, "empty"),
+        ({"id": "a", "title": "again", "text": "dup"}, 3, "duplicate id 'a'"),
+        (b'{"id": "c", "title": "C", "text": "caf\xe9"}\n', 3, "not UTF-8"),
+        (b"[1, 2]\n", 3, "JSON object"),
+    ],
+)
+def test_bad_rows_name_file_and_line(tmp_path, bad, line, needle):
+    path = _jsonl(tmp_path / "c.jsonl", [*GOOD, bad, {"id": "z", "text": "last"}])
+    with pytest.raises(InputError, match=needle) as err:
+        read_passages(path)
+    assert err.value.path == str(path) and err.value.line == line
+    assert f"c.jsonl:{line}" in str(err.value)
+
+
+def test_skip_bad_counts_rows(tmp_path):
+    rows = [*GOOD, b"{oops\n", {"id": "a", "text": "dup"}, {"id": "e", "text": ""}, {"id": "f", "text": "fine"}]
+    read = load_corpus(_jsonl(tmp_path / "c.jsonl", rows), skip_bad=True)
+    assert read.passages["passage_id"].to_list() == ["a", "b", "f"]
+    assert dict(read.skipped) == {"bad_json": 1, "duplicate_id": 1, "empty_text": 1}
+    assert len(read.examples) == 3 and "c.jsonl:3" in read.examples[0]
+
+
+def test_duplicates_across_files_name_first_place(tmp_path):
+    a = _jsonl(tmp_path / "a.jsonl", GOOD)
+    b = _jsonl(tmp_path / "b.jsonl", [{"id": "x", "text": "x"}, {"id": "b", "text": "again"}])
+    with pytest.raises(InputError, match=r"duplicate id 'b' \(first seen at .*a.jsonl:2\)") as err:
+        read_passages([a, b])
+    assert err.value.line == 2 and err.value.path == str(b)
+
+
+def test_all_rows_bad_is_an_error_not_an_empty_corpus(tmp_path):
+    path = _jsonl(tmp_path / "c.jsonl", [{"id": "a", "text": ""}, {"id": "b"}])
+    with pytest.raises(InputError, match="no passages read"):
+        read_passages(path, skip_bad=True)
+
+
+def test_pyserini_contents_and_dpr_title(tmp_path):
+    path = _jsonl(tmp_path / "p.jsonl", [
+        {"id": "d1", "contents": '"Aaron"\nAaron is a prophet.'},
+        {"id": 7, "contents": "plain contents, no title line"},
+    ])
+    df = read_passages(path)
+    assert df.rows() == [("d1", "Aaron", "Aaron is a prophet."), ("7", "", "plain contents, no title line")]
+
+
+def test_parquet_and_tsv(tmp_path):
+    pq = tmp_path / "c.parquet"
+    pl.DataFrame({"passage_id": ["p1", "p2"], "title": ["T1", None], "text": ["one", "two"]}).write_parquet(pq)
+    assert read_passages(pq).rows() == [("p1", "T1", "one"), ("p2", "", "two")]
+    pl.DataFrame({"id": ["p1", "p2"], "text": ["one", None]}).write_parquet(tmp_path / "bad.parquet")
+    with pytest.raises(InputError, match="no text") as err:
+        read_passages(tmp_path / "bad.parquet")
+    assert err.value.line == 2
+    pl.DataFrame({"id": ["p1"], "body": ["x"]}).write_parquet(tmp_path / "nocol.parquet")
+    with pytest.raises(InputError, match="no text column"):
+        read_passages(tmp_path / "nocol.parquet")
+    tsv = tmp_path / "psgs.tsv"
+    tsv.write_text('id\ttext\ttitle\n1\t"He said ""hi"" there"\tGreeting\n2\tsecond\tOther\n', encoding="utf-8")
+    assert read_passages(tsv).rows() == [("1", "Greeting", 'He said "hi" there'), ("2", "Other", "second")]
+    tsv.write_text("id\ttext\ttitle\n1\tonly two\n", encoding="utf-8")
+    with pytest.raises(InputError, match="tab-separated") as err:
+        read_passages(tsv)
+    assert err.value.line == 2
+
+
+def test_unknown_format_and_missing_file(tmp_path):
+    (tmp_path / "c.csv").write_text("id,text\n")
+    with pytest.raises(InputError, match="unknown corpus format"):
+        read_passages(tmp_path / "c.csv")
+    with pytest.raises(InputError, match="not found"):
+        read_passages(tmp_path / "nope.jsonl")
+
+
+def test_not_an_index_directory(tmp_path):
+    with pytest.raises(InputError, match="not found"):
+        open_index(tmp_path / "missing")
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "notes.txt").write_text("hello")
+    with pytest.raises(InputError, match="not an index directory"):
+        open_index(tmp_path / "junk")
+    (tmp_path / "faiss").mkdir()
+    (tmp_path / "faiss" / "index").write_bytes(b"x")
+    (tmp_path / "faiss" / "docid").write_text("a\n")
+    with pytest.raises(InputError, match="holds no passage text"):
+        open_index(tmp_path / "faiss")
+    (tmp_path / "fake").mkdir()
+    (tmp_path / "fake" / "manifest.json").write_text('{"format": "something-else"}')
+    with pytest.raises(InputError, match="not a clarify index manifest"):
+        open_index(tmp_path / "fake")
+
+
+def test_build_options_validate():
+    with pytest.raises(InputError, match="FAISS"):
+        BuildOptions(faiss="pq")
+    with pytest.raises(InputError, match="nothing to build"):
+        BuildOptions(bm25=False, dense=False)
+
+
+def test_rrf_matches_formula():
+    a = pl.DataFrame({"qid": ["q"] * 3, "passage_id": ["x", "y", "z"], "rank": [1, 2, 3]})
+    b = pl.DataFrame({"qid": ["q"] * 3, "passage_id": ["y", "w", "x"], "rank": [1, 2, 3]})
+    fused = rrf_fuse([a, b], k=10)
+    check(fused, "hits")
+    expected = {"x": 1 / 61 + 1 / 63, "y": 1 / 62 + 1 / 61, "z": 1 / 63, "w": 1 / 62}  # Cormack et al. 2009, k=60
+    want = sorted(expected, key=lambda p: -expected[p])
+    assert fused["passage_id"].to_list() == want
+    assert fused["score"].to_list() == pytest.approx([expected[p] for p in want])
+    assert fused["rank"].to_list() == [1, 2, 3, 4] and set(fused["retriever"]) == {"fused"}
+    assert rrf_fuse([a, b], k=2)["passage_id"].to_list() == want[:2]
+
+
+def test_normalize_and_whole_token_coverage():
+    assert normalize_answer("The  Beatles!") == "beatles"
+    passages = pl.DataFrame({"passage_id": ["p1", "p2", "p3"], "title": ["", "", "Daei"],
+                             "text": ["Alison scored 109 goals.", "Ali Daei scored 109 goals.", "Iran"]})
+    hits = pl.DataFrame({"qid": ["q"] * 3, "passage_id": ["p1", "p2", "p3"], "rank": [1, 2, 3]})
+    gold = pl.DataFrame({"qid": ["q", "q", "q", "r"], "pair_no": [0, 1, 2, 0],
+                         "short_answers": [["Ali"], ["Daei"], ["Pelé"], ["x"]]})
+    cov = answer_coverage(hits, passages, gold, ks=[1, 2, 3])
+    got = {(r["qid"], r["k"]): r["n_covered"] for r in cov.iter_rows(named=True)}
+    # "Ali" is not a whole token of "Alison" (rank 1); it is in p2 (rank 2). Question r has no hits.
+    assert got == {("q", 1): 0, ("q", 2): 2, ("q", 3): 2, ("r", 1): 0, ("r", 2): 0, ("r", 3): 0}
+    table = coverage_table(cov)
+    assert table.filter(pl.col("k") == 2)["ac"].item() == pytest.approx(100 * 2 / 4)
+
+
+def test_load_asqa_gold():
+    queries, gold = load_asqa(REPO / "data" / "asqa" / "dev.json", first=500)
+    assert queries.height == 500 and queries["qid"].n_unique() == 500
+    assert gold["qid"].n_unique() == 500 and gold.height >= 1000
+    assert gold["short_answers"].list.len().min() >= 1

