@@ -70,6 +70,8 @@ def print_summary(summary: dict, out=sys.stdout) -> None:
     if summary.get("quote_fidelity"):
         print(f"  {'quote fidelity':<28} {json.dumps(summary['quote_fidelity'])}", file=out)
     print(f"  {'wall time (s)':<28} {summary['wall_s_last_session']}", file=out)
+    if summary.get("engine_tokens_per_s"):
+        print(f"  {'engine tokens/s':<28} {summary['engine_tokens_per_s']} (prompt + output, this session)", file=out)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

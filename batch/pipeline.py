@@ -21,6 +21,7 @@ from clarify.batch.rundir import RunDir, write_json
 from clarify.batch.tree import Tree
 from clarify.batch.waves import Recorder, Resources, run_waves
 from clarify.errors import InputError
+from clarify.jsonl import iter_jsonl
 
 MAX_QUESTION_CHARS = 2000  # a "question" longer than this is almost surely a broken input line
 
@@ -28,24 +29,7 @@ MAX_QUESTION_CHARS = 2000  # a "question" longer than this is almost surely a br
 def read_questions_jsonl(path: str | Path) -> pl.DataFrame:
     """JSONL of {qid, question}: every bad line is reported with its number; nothing is dropped silently."""
     rows, errors = [], []
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read questions: {exc.strerror}", path=str(path)) from exc
-    for no, line in enumerate(raw.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line.decode("utf-8"))
-        except UnicodeDecodeError:
-            errors.append(InputError("not UTF-8", path=str(path), line=no))
-            continue
-        except json.JSONDecodeError as exc:
-            errors.append(InputError(f"malformed JSON ({exc.msg})", path=str(path), line=no))
-            continue
-        if not isinstance(obj, dict):
-            errors.append(InputError("expected a JSON object", path=str(path), line=no))
-            continue
+    for no, obj in iter_jsonl(path, on_error=lambda p: errors.append(p.error())):
         qid, question = obj.get("qid", obj.get("id")), obj.get("question")
         if qid is None or str(qid).strip() == "":
             errors.append(InputError("missing", path=str(path), line=no, field="qid"))
@@ -256,6 +240,8 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
         "node_status": dict(nodes.group_by("status").len().iter_rows()),
         "wall_s_last_session": round(wall_s, 2),
         "seconds_last_session": {k: round(v, 2) for k, v in stats.seconds.items()},
+        # tokens the engine processed (prompt + output) per second of generate time, this session only
+        "engine_tokens_per_s": round(stats.tokens / stats.seconds["generate"], 1) if stats.seconds["generate"] else None,
         "quote_fidelity": fidelity,
         "params": model_params(cfg.model.model),
     }

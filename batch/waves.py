@@ -90,7 +90,8 @@ def _generate(res: Resources, rec: Recorder, step: str, wave: int, keys: list[tu
         comps[i] = c
     rec.seconds["generate"] += time.perf_counter() - t0
     for (qid, node_id), prompt, p, c in zip(keys, prompts, params, comps):
-        rec.tokens += c.prompt_tokens + c.output_tokens
+        if not c.cached:  # tokens the engine really processed in this session
+            rec.tokens += c.prompt_tokens + c.output_tokens
         rec.llm_calls.append({
             "call_id": request_key(res.engine.model_id, prompt, p), "step": step, "qid": qid,
             "node_id": node_id, "wave": wave, "model": res.engine.model_id, "prompt": prompt,

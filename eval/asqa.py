@@ -14,14 +14,13 @@ Per question (one row per qid, one column per metric, all on a 0–100 scale exc
 DR (= "ovscore", sqrt(D-F1 × ROUGE-L), scoring.py::compute_all_scores) is a corpus-level number and is
 computed in `clarify.eval.summary.summarize`.
 
-Also here: ToC's Answer-F1 over tree nodes (`answer_f1`) and answer coverage AC@k over retrieval hits
-(`answer_coverage`).
+Also here: ToC's Answer-F1 over tree nodes (`answer_f1`). Answer coverage AC@k over retrieval hits lives
+in `clarify.index.coverage.answer_coverage` (one implementation; it matches on "title text").
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -275,43 +274,3 @@ def answer_f1(nodes: pl.DataFrame, gold: pl.DataFrame, *, statuses: Sequence[str
                      "n_predicted": len(pred), "n_gold": len(gold_by[qid])})
     return pl.DataFrame(rows, schema={"qid": pl.String, "answer_f1": pl.Float64,
                                       "n_predicted": pl.Int32, "n_gold": pl.Int32})
-
-
-def _contains_tokens(haystack_norm: str, needle_norm: str) -> bool:
-    return bool(needle_norm) and f" {needle_norm} " in f" {haystack_norm} "
-
-
-def answer_coverage(
-    hits: pl.DataFrame, passages: pl.DataFrame, gold: pl.DataFrame, ks: Sequence[int] = (5, 10, 20, 100)
-) -> pl.DataFrame:
-    """AC@k (ToC §4, answer coverage): share ×100 of a question's qa_pairs with a short answer in its top-k.
-
-    A pair is covered when any short answer, normalised (`normalize_answer`), occurs as whole tokens in the
-    normalised text of one of the question's passages with rank ≤ k. Ranks are taken as given in `hits`
-    (filter it to one retriever first). Questions of `gold` without hits score 0.
-    hits: schemas.HITS (qid, passage_id, rank). passages: schemas.PASSAGES (passage_id, text).
-    Returns [qid, ac_at_<k> ...] for every gold qid.
-    """
-    schemas.check(hits, "hits", columns=["qid", "passage_id", "rank"])
-    schemas.check(passages, "passages", columns=["passage_id", "text"])
-    kmax = max(ks)
-    top = (
-        hits.filter(pl.col("rank") <= kmax)
-        .join(passages.select("passage_id", "text"), on="passage_id", how="left")
-        .sort("qid", "rank")
-    )
-    texts: dict[str, list[tuple[int, str]]] = {}
-    for qid, rank, text in top.select("qid", "rank", "text").iter_rows():
-        texts.setdefault(qid, []).append((rank, normalize_answer(text or "")))
-    rows = []
-    for qid, clusters in gold.group_by("qid", maintain_order=True).agg(pl.col("short_answers")).iter_rows():
-        normed = [[normalize_answer(a) for a in c] for c in clusters]
-        first_rank = []  # best rank at which each pair is covered
-        for c in normed:
-            ranks = [r for r, t in texts.get(qid, []) if any(_contains_tokens(t, a) for a in c)]
-            first_rank.append(min(ranks) if ranks else math.inf)
-        row = {"qid": qid}
-        for k in ks:
-            row[f"ac_at_{k}"] = 100.0 * sum(r <= k for r in first_rank) / len(first_rank)
-        rows.append(row)
-    return pl.DataFrame(rows, schema={"qid": pl.String, **{f"ac_at_{k}": pl.Float64 for k in ks}})

@@ -19,6 +19,7 @@ from pathlib import Path
 import polars as pl
 
 from clarify.errors import InputError
+from clarify.jsonl import iter_jsonl
 
 PRED_SCHEMA = {"qid": pl.String, "answer": pl.String}
 ANSWER_FIELDS = ("prediction", "answer", "summary")
@@ -45,17 +46,9 @@ def _mapping_to_frame(obj: dict, path: Path) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=PRED_SCHEMA)
 
 
-def _jsonl_to_frame(text: str, path: Path) -> pl.DataFrame:
+def _jsonl_to_frame(path: Path) -> pl.DataFrame:
     rows, seen = [], {}
-    for line_no, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"bad JSON: {exc.msg} (column {exc.colno})", path=str(path), line=line_no) from exc
-        if not isinstance(rec, dict):
-            raise InputError("each line must be a JSON object", path=str(path), line=line_no)
+    for line_no, rec in iter_jsonl(path, wording={"bad_json": "bad JSON"}):
         qid = rec.get("qid", rec.get("id"))
         if qid is None or isinstance(qid, dict | list):
             raise InputError("no question id", path=str(path), line=line_no, field="qid")
@@ -91,12 +84,12 @@ def read_predictions(path: str | Path) -> pl.DataFrame:
             is_jsonl = False
         if not is_jsonl:
             raise InputError(f"bad JSON: {exc.msg} (column {exc.colno})", path=str(path), line=exc.lineno) from exc
-        return _jsonl_to_frame(text, path)
+        return _jsonl_to_frame(path)
     if not isinstance(whole, dict):
         raise InputError(f"expected a JSON object {{id: answer}} or JSON lines, got {type(whole).__name__}",
                          path=str(path), line=1)
     if "qid" in whole or "id" in whole:  # a single JSON line
-        return _jsonl_to_frame(text, path)
+        return _jsonl_to_frame(path)
     return _mapping_to_frame(whole, path)
 
 

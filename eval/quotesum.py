@@ -21,7 +21,6 @@ SEMQA = sqrt(Sem-F1 × ROUGE-L) at corpus level (evals/semqa_metrics.ipynb), in 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,6 +31,7 @@ from clarify import schemas
 from clarify.errors import InputError
 from clarify.eval.normalize import normalize_answer_quotesum, prf_tokens
 from clarify.eval.rouge import quotesum_scorer
+from clarify.jsonl import iter_jsonl
 
 MARKER = re.compile(r"\[ ([1-9]) ([^\[\]]*) \]")  # scorers.py::strip_attribution_tokens / non_quoted
 SEM_SOURCES = range(1, 8)  # scorers.py::score_semqa_f1 / score_semqa_short_recall loop over sources 1..7
@@ -148,7 +148,7 @@ def load_quotesum(path: str | Path) -> tuple[pl.DataFrame, pl.DataFrame]:
     path = Path(path)
     q_rows: dict[str, dict] = {}
     g_rows = []
-    for line_no, rec in _read_jsonl(path):
+    for line_no, rec in iter_jsonl(path, wording={"bad_json": "bad JSON"}):
         for field in ("qid", "question", "summary"):
             if not isinstance(rec.get(field), str):
                 raise InputError("missing or non-string field", path=str(path), line=line_no, field=field)
@@ -166,32 +166,11 @@ def load_quotesum(path: str | Path) -> tuple[pl.DataFrame, pl.DataFrame]:
         g_rows.append({"qid": qid, "ref_id": str(rec.get("unique_id") or f"{qid}_{len(g_rows)}"),
                        "summary": rec["summary"], "covered_short_answers": rec.get("covered_short_answers") or "",
                        "sources_present": present})
-    if not g_rows:
-        raise InputError("no QuoteSum rows", path=str(path))
+    if not g_rows:  # every line blank
+        raise InputError("file is empty", path=str(path))
     questions = pl.DataFrame(list(q_rows.values()), schema={**schemas.QUESTIONS, "sources": pl.List(pl.String),
                                                            "titles": pl.List(pl.String)})
     return questions, pl.DataFrame(g_rows, schema=GOLD_SCHEMA)
-
-
-def _read_jsonl(path: Path):
-    """Yield (line number, object) for every non-blank line; InputError on bad JSON or an empty file."""
-    if not path.is_file():
-        raise InputError("file not found", path=str(path))
-    n = 0
-    with path.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"bad JSON: {exc.msg} (column {exc.colno})", path=str(path), line=line_no) from exc
-            if not isinstance(rec, dict):
-                raise InputError("each line must be a JSON object", path=str(path), line=line_no)
-            n += 1
-            yield line_no, rec
-    if n == 0:
-        raise InputError("file is empty", path=str(path))
 
 
 # ---------------------------------------------------------------- tables

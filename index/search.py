@@ -39,6 +39,13 @@ def check_queries(queries: pl.DataFrame) -> pl.DataFrame:
     return queries.select(pl.col("qid").cast(pl.String), pl.col("query").cast(pl.String).fill_null(""))
 
 
+def check_k(k) -> int:
+    """k must be a positive integer (InputError otherwise)."""
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+        raise InputError(f"k must be a positive integer, got {k!r}", field="k")
+    return int(k)
+
+
 def hits_frame(qids: list[str], pids: list[list[str]], scores: list[list[float]], retriever: str) -> pl.DataFrame:
     """Per-query ranked lists (already best first) -> `hits` table, rank from 1."""
     lens = [len(p) for p in pids]
@@ -104,7 +111,7 @@ class HybridSearcher:
         self.name = f"hybrid:rrf{rrf_k}({bm25.name}+{dense.name})@{self.candidates}"
 
     def search(self, queries: pl.DataFrame, k: int) -> pl.DataFrame:
-        queries = check_queries(queries)
+        queries, k = check_queries(queries), check_k(k)
         posq, posmap = _positional(queries)
         return _restore(self.fused(posq, depth=max(int(k), self.candidates), k=int(k)), posmap)
 
@@ -136,7 +143,7 @@ class RerankSearcher:
         self.name = f"rerank:{scorer.name}"
 
     def search(self, queries: pl.DataFrame, k: int) -> pl.DataFrame:
-        queries = check_queries(queries)
+        queries, k = check_queries(queries), check_k(k)
         posq, posmap = _positional(queries)
         # the whole union of both retrievers' top-`candidates` (ToC: ~200 candidates), in RRF order
         cands = self.hybrid.fused(posq, depth=max(self.hybrid.candidates, int(k)))

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from clarify.errors import InputError
+from clarify.jsonl import iter_jsonl
 from clarify.local_llm.models import (
     DEFAULT_MODEL,
     EMBEDDED,
@@ -35,37 +36,22 @@ def read_prompts(path: str | os.PathLike) -> list[tuple[str, str]]:
         raise InputError("prompts file not found", path=str(p))
     rows: list[tuple[str, str]] = []
     seen: dict[str, int] = {}
-    with p.open("rb") as fh:
-        for lineno, raw in enumerate(fh, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise InputError(f"not valid UTF-8 ({exc.reason} at byte {exc.start})", path=str(p), line=lineno) from exc
-            if lineno == 1:
-                line = line.removeprefix("\ufeff")  # a UTF-8 byte-order mark from some editors
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"malformed JSON ({exc.msg}, column {exc.colno})", path=str(p), line=lineno) from exc
-            if not isinstance(obj, dict):
-                raise InputError(f"expected a JSON object, got {type(obj).__name__}", path=str(p), line=lineno)
-            prompt = obj.get("prompt")
-            if prompt is None:
-                raise InputError("missing prompt", path=str(p), line=lineno, field="prompt")
-            if not isinstance(prompt, str):
-                raise InputError(f"prompt must be a string, got {type(prompt).__name__}", path=str(p), line=lineno, field="prompt")
-            if not prompt.strip():
-                raise InputError("empty prompt", path=str(p), line=lineno, field="prompt")
-            rid = obj.get("id", lineno)
-            if isinstance(rid, bool) or not isinstance(rid, str | int) or (isinstance(rid, str) and not rid.strip()):
-                raise InputError(f"id must be a non-empty string or an integer, got {rid!r}", path=str(p), line=lineno, field="id")
-            rid = str(rid)
-            if rid in seen:
-                raise InputError(f"duplicate id {rid!r} (first on line {seen[rid]})", path=str(p), line=lineno, field="id")
-            seen[rid] = lineno
-            rows.append((rid, prompt))
+    for lineno, obj in iter_jsonl(p, wording={"non_utf8": "not valid UTF-8"}):
+        prompt = obj.get("prompt")
+        if prompt is None:
+            raise InputError("missing prompt", path=str(p), line=lineno, field="prompt")
+        if not isinstance(prompt, str):
+            raise InputError(f"prompt must be a string, got {type(prompt).__name__}", path=str(p), line=lineno, field="prompt")
+        if not prompt.strip():
+            raise InputError("empty prompt", path=str(p), line=lineno, field="prompt")
+        rid = obj.get("id", lineno)
+        if isinstance(rid, bool) or not isinstance(rid, str | int) or (isinstance(rid, str) and not rid.strip()):
+            raise InputError(f"id must be a non-empty string or an integer, got {rid!r}", path=str(p), line=lineno, field="id")
+        rid = str(rid)
+        if rid in seen:
+            raise InputError(f"duplicate id {rid!r} (first on line {seen[rid]})", path=str(p), line=lineno, field="id")
+        seen[rid] = lineno
+        rows.append((rid, prompt))
     if not rows:
         raise InputError("no prompts in file", path=str(p))
     return rows

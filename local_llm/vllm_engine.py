@@ -118,7 +118,10 @@ class VLLMEngine:
         if self.chat and not has_chat_template(self.path):
             raise ValueError(f"chat=True but the model at {self.path} has no chat template")
         name = embedded_name_of(self.path) or self.path.name
-        self.model_id = f"{name}@{model_fingerprint(self.path)}:{'chat' if self.chat else 'raw'}"
+        # dtype changes the texts (bf16 greedy results even depend on batch composition; float32's
+        # do not): a non-default dtype is part of the identity, so the cache never mixes them.
+        suffix = "" if dtype == "auto" else f":{dtype}"
+        self.model_id = f"{name}@{model_fingerprint(self.path)}:{'chat' if self.chat else 'raw'}{suffix}"
         self.device = detect_device()
         self.progress = progress
         self.max_model_len = max_model_len

@@ -153,6 +153,9 @@ def test_rrf_matches_formula():
 
 
 def test_normalize_and_whole_token_coverage():
+    from clarify.eval.normalize import normalize_answer as eval_normalize
+
+    assert normalize_answer is eval_normalize  # one ASQA/SQuAD normaliser, re-exported by clarify.index
     assert normalize_answer("The  Beatles!") == "beatles"
     passages = pl.DataFrame({"passage_id": ["p1", "p2", "p3"], "title": ["", "", "Daei"],
                              "text": ["Alison scored 109 goals.", "Ali Daei scored 109 goals.", "Iran"]})

@@ -137,6 +137,9 @@ def test_batch_search_handles_duplicates_and_empty_queries(default_local_index):
     assert default_local_index.searcher("bm25").search(queries, 3).filter(pl.col("qid") == "e").height == 0
     with pytest.raises(InputError, match=r"lacks column\(s\) \['query'\]"):
         default_local_index.searcher("bm25").search(pl.DataFrame({"qid": ["x"]}), 3)
+    for kind in ("bm25", "dense", "hybrid", "rerank"):
+        with pytest.raises(InputError, match="k must be a positive integer"):
+            default_local_index.searcher(kind).search(queries, 0)
     with pytest.raises(InputError, match="unknown searcher"):
         default_local_index.searcher("splade")
 

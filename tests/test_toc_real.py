@@ -81,19 +81,30 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path, default_inde
     proc = subprocess.Popen(_cli("run", *flags, "--out", str(killed)), env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 600
-    while not (killed / "waves" / "0001").exists():
-        assert proc.poll() is None, "run ended before its first wave"
+    # Kill in the middle of wave 2: after its clarification batch reached the completion cache, before
+    # the wave's checkpoint exists. (If wave 2 finishes first, the kill still lands in a later wave.)
+    n_wave1 = None
+    while True:
+        assert proc.poll() is None, "run ended before it could be killed"
         assert time.time() < deadline
-        time.sleep(0.2)
+        if n_wave1 is None and (killed / "waves" / "0001").exists():
+            n_wave1 = pl.read_parquet(killed / "waves" / "0001" / "llm_calls.parquet").height
+        if n_wave1 is not None and _cache_rows(killed / "cache") > n_wave1:
+            break
+        time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (killed / "summary.json").exists()
-    done_waves = len([p for p in (killed / "waves").iterdir() if p.name.isdigit()])
+    waves_before = {p.name: p.stat().st_mtime_ns for p in (killed / "waves").iterdir() if p.name.isdigit()}
+    cached_before = _cache_rows(killed / "cache")
 
     subprocess.run(_cli("run", *flags, "--out", str(killed)), env=env, check=True, capture_output=True)
     summary = json.loads((killed / "summary.json").read_text())
-    assert summary["cached_calls"] > 0  # the resumed part re-used what the killed part had generated
-    assert summary["waves"] > done_waves
+    # finished waves were kept as they were; the killed wave was redone from the cache where it could be
+    assert all((killed / "waves" / name).stat().st_mtime_ns == m for name, m in waves_before.items())
+    assert summary["waves"] > len(waves_before)
+    assert summary["cached_calls"] >= cached_before - sum(
+        pl.read_parquet(killed / "waves" / n / "llm_calls.parquet").height for n in waves_before) > 0
 
     clean = tmp_path / "clean"
     clean.mkdir()
@@ -107,6 +118,19 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path, default_inde
     assert a.equals(b)
     assert a["call_id"].n_unique() == a.height  # no call recorded twice
     assert json.loads((clean / "summary.json").read_text())["cached_calls"] == b.height
+
+
+def _cache_rows(cache_dir: Path) -> int:
+    import sqlite3
+
+    db = cache_dir / "completions.sqlite"
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as con:
+            return con.execute("SELECT COUNT(*) FROM completions").fetchone()[0]
+    except sqlite3.OperationalError:  # table not created yet
+        return 0
 
 
 def _small_toml(tmp_path: Path) -> Path:

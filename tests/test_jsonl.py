@@ -1,0 +1,53 @@
+"""clarify.jsonl.iter_jsonl: the one JSONL reader (raise on the first bad line, or report every one)."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+from clarify.errors import InputError
+from clarify.jsonl import iter_jsonl
+
+GOOD = b'{"id": "a"}\n\n  \n{"id": "b"}\n'
+
+
+def test_reads_objects_with_line_numbers_skipping_blanks(tmp_path):
+    p = tmp_path / "x.jsonl"
+    p.write_bytes(b"\xef\xbb\xbf" + GOOD)  # a byte-order mark on line 1 is dropped
+    assert list(iter_jsonl(p)) == [(1, {"id": "a"}), (4, {"id": "b"})]
+    g = tmp_path / "x.jsonl.gz"
+    g.write_bytes(gzip.compress(GOOD))
+    assert list(iter_jsonl(g)) == [(1, {"id": "a"}), (4, {"id": "b"})]
+    with pytest.raises(InputError, match=r"x.jsonl:2: malformed JSON"):
+        list(iter_jsonl(p, skip_blank=False))
+
+
+@pytest.mark.parametrize(
+    "bad, needle",
+    [(b"{oops", "malformed JSON"), (b'{"t": "caf\xe9"}', "not UTF-8"), (b"[1, 2]", "expected a JSON object \\(got list\\)")],
+)
+def test_first_bad_line_raises_with_file_and_line(tmp_path, bad, needle):
+    p = tmp_path / "x.jsonl"
+    p.write_bytes(GOOD + bad + b"\n")
+    with pytest.raises(InputError, match=needle) as err:
+        list(iter_jsonl(p))
+    assert err.value.path == str(p) and err.value.line == 5 and str(err.value).startswith(f"{p}:5: ")
+
+
+def test_on_error_collects_every_bad_line_and_keeps_reading(tmp_path):
+    p = tmp_path / "x.jsonl"
+    p.write_bytes(b'{oops\n{"id": 1}\n"str"\n\xff\n{"id": 2}\n')
+    problems = []
+    rows = list(iter_jsonl(p, on_error=problems.append, wording={"bad_json": "bad JSON"}))
+    assert rows == [(2, {"id": 1}), (5, {"id": 2})]
+    assert [(q.line, q.kind) for q in problems] == [(1, "bad_json"), (3, "not_object"), (4, "non_utf8")]
+    assert problems[0].message.startswith("bad JSON (")
+    assert str(problems[2].error()).startswith(f"{p}:4: not UTF-8")
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(InputError, match="nope.jsonl: file not found"):
+        list(iter_jsonl(tmp_path / "nope.jsonl"))
+    with pytest.raises(InputError, match="file not found"):
+        list(iter_jsonl(tmp_path))  # a directory is not a file
