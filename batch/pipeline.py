@@ -62,7 +62,7 @@ def load_questions(cfg: RunConfig) -> tuple[pl.DataFrame, pl.DataFrame | None]:
 
         questions, gold = load_asqa(Path(cfg.questions) if cfg.questions else data / "asqa" / "dev.json")
         _, pool_start, pool_stop = parse_pool_spec(cfg.demo_pool)
-        stop = cfg.offset + cfg.limit
+        stop = cfg.offset + cfg.limit if cfg.limit else questions.height  # limit 0 = every question
         if cfg.offset < (pool_stop or 10**9) and stop > pool_start:
             raise InputError(f"questions {cfg.offset}..{stop - 1} overlap the demo pool {cfg.demo_pool}; "
                              f"evaluate questions before {pool_start}", field="limit")
