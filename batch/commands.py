@@ -115,21 +115,28 @@ def show_answer(run_dir: Path, qid: str | None = None) -> None:
     questions = pl.read_parquet(run_dir / "questions.parquet")
     spans_path = run_dir / "spans.parquet"
     spans = pl.read_parquet(spans_path) if spans_path.exists() else None
-    if qid is None:  # the answer with the most quoted spans makes the best example
-        if spans is not None and spans.height:
-            qid = spans.group_by("qid").len().sort(["len", "qid"], descending=[True, False])["qid"][0]
+    if qid is None:  # the answer with the most anchored quotes (then any non-empty ones) is the best example
+        kept = spans.filter(pl.col("status") != "empty") if spans is not None else None
+        if kept is not None and kept.height:
+            ranked = kept.group_by("qid").agg(anchored=pl.col("status").is_in(["verbatim", "repaired"]).sum(),
+                                              n=pl.len())
+            qid = ranked.sort(["anchored", "n", "qid"], descending=[True, True, False])["qid"][0]
         else:
-            qid = answers["qid"][0]
+            qid = answers.sort(pl.col("answer").str.len_chars(), descending=True)["qid"][0]
     row = answers.filter(pl.col("qid") == qid).row(0, named=True)
     question = questions.filter(pl.col("qid") == qid)["question"][0]
-    print(f"\nQ: {question}\nA: {row['answer']}")
+    print(f"\nQ: {question}\nA: {_clip(row['answer'], 600)}")
     if spans is not None:
         passages = pl.read_parquet(run_dir / "passages.parquet")
         titles = dict(zip(passages["passage_id"], passages["title"]))
         for s in spans.filter(pl.col("qid") == qid).sort("span_no").iter_rows(named=True):
             where = f"chars {s['start']}-{s['end']}" if s["start"] is not None and s["start"] >= 0 else "not found"
-            print(f"  [{s['source_k']}] {s['text']!r} → {s['passage_id']} «{titles.get(s['passage_id'], '')}» "
+            print(f"  [{s['source_k']}] {_clip(s['text'], 120)!r} → {s['passage_id']} «{titles.get(s['passage_id'], '')}» "
                   f"{where} ({s['status']})")
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
