@@ -142,8 +142,7 @@ def _clip(text: str, n: int) -> str:
 def cmd_compare(args: argparse.Namespace) -> int:
     from clarify.batch.compare import compare
 
-    table = compare([m.strip() for m in args.models.split(",") if m.strip()], args, Path(args.out))
-    with __import__("polars").Config(tbl_cols=-1, tbl_width_chars=200):
-        print(table)
-    print(f"comparison: {Path(args.out) / 'comparison.parquet'}")
+    compare([m.strip() for m in args.models.split(",") if m.strip()], args, Path(args.out))
+    print((Path(args.out) / "comparison.md").read_text(encoding="utf-8"))
+    print(f"comparison: {Path(args.out) / 'comparison.parquet'} (table), {Path(args.out) / 'comparison.png'} (plot)")
     return 0

@@ -12,7 +12,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import polars as pl
@@ -49,12 +48,11 @@ def compare(models: list[str], args: argparse.Namespace, out: Path) -> pl.DataFr
     if len(models) < 2:
         raise InputError("give at least two models to compare", field="--models")
     out.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows, metric_names = [], []
     for model in models:
         run_dir = out / _slug(model)
         cmd = [sys.executable, "-m", "clarify.batch.cli", "run", "--model", model, "--out", str(run_dir),
                "--search-cache", str(out / "search_cache"), *_flags(args)]
-        t0 = time.perf_counter()
         print(f"== {model}: {' '.join(cmd[3:])}", flush=True)
         proc = subprocess.run(cmd)
         if proc.returncode != 0:
@@ -62,13 +60,17 @@ def compare(models: list[str], args: argparse.Namespace, out: Path) -> pl.DataFr
                              path=str(run_dir))
         summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
         row = {"model": model, "params": model_params(model), "run_dir": str(run_dir),
-               "n_questions": summary["n_questions"], "wall_s": round(time.perf_counter() - t0, 1),
+               "n_questions": summary["n_questions"],
+               # the session that finished the run (a re-run of a finished run reads, it doesn't redo)
+               "wall_s": summary["wall_s_last_session"],
                "llm_calls_per_question": summary["llm_calls_per_question"],
                "prompt_tokens": summary["tokens"]["prompt"], "output_tokens": summary["tokens"]["output"],
                "valid_nodes_per_question": summary["valid_nodes_per_question"],
-               "parse_errors": summary["parse_errors"]}
+               "parse_errors": summary["parse_errors"], "cached_calls": summary["cached_calls"]}
         for k, v in (summary.get("metrics") or {}).items():
             row[k] = v if isinstance(v, int | float) else None
+            if row[k] is not None and k != "missing_predictions" and k not in metric_names:
+                metric_names.append(k)
         for k, v in (summary.get("quote_fidelity") or {}).items():
             if isinstance(v, int | float):
                 row[f"quote_{k}"] = v
@@ -81,16 +83,22 @@ def compare(models: list[str], args: argparse.Namespace, out: Path) -> pl.DataFr
     try:
         from clarify.batch.plots import plot_compare
 
-        plot_compare(table, out / "comparison.png")
+        # the quality metrics and the few run measures worth a panel each (not every counter)
+        shown = metric_names + [c for c in ("quote_share_verbatim_after_repair", "valid_nodes_per_question",
+                                            "llm_calls_per_question") if c in table.columns]
+        plot_compare(table, out / "comparison.png", metrics=shown)
     except ImportError:
         pass
     return table
 
 
 def _markdown(table: pl.DataFrame) -> str:
-    cols = [c for c in table.columns if c != "run_dir"]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for row in table.iter_rows(named=True):
-        lines.append("| " + " | ".join(f"{row[c]:.3f}" if isinstance(row[c], float) else str(row[c])
-                                       for c in cols) + " |")
+    """One row per measure, one column per model (readable however many metrics there are)."""
+    models = table["model"].to_list()
+    lines = ["| measure | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
+    for col in table.columns:
+        if col in ("model", "run_dir"):
+            continue
+        cells = [f"{v:.3f}" if isinstance(v, float) else ("—" if v is None else str(v)) for v in table[col]]
+        lines.append(f"| {col} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
