@@ -69,7 +69,9 @@ def print_summary(summary: dict, out=sys.stdout) -> None:
     print(f"  {'valid nodes / question':<28} {summary['valid_nodes_per_question']:.2f}", file=out)
     if summary.get("quote_fidelity"):
         print(f"  {'quote fidelity':<28} {json.dumps(summary['quote_fidelity'])}", file=out)
-    print(f"  {'wall time (s)':<28} {summary['wall_s_last_session']}", file=out)
+    total = summary.get("wall_s_total")
+    print(f"  {'wall time (s)':<28} {summary['wall_s_last_session']} this session"
+          + (f", {total} in all sessions" if total is not None else ""), file=out)
     if summary.get("engine_tokens_per_s"):
         print(f"  {'engine tokens/s':<28} {summary['engine_tokens_per_s']} (prompt + output, this session)", file=out)
 

@@ -61,8 +61,8 @@ def compare(models: list[str], args: argparse.Namespace, out: Path) -> pl.DataFr
         summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
         row = {"model": model, "params": model_params(model), "run_dir": str(run_dir),
                "n_questions": summary["n_questions"],
-               # the session that finished the run (a re-run of a finished run reads, it doesn't redo)
-               "wall_s": summary["wall_s_last_session"],
+               # all sessions' finished waves + finalize (older runs: the session that finished the run)
+               "wall_s": summary.get("wall_s_total") or summary["wall_s_last_session"],
                "llm_calls_per_question": summary["llm_calls_per_question"],
                "prompt_tokens": summary["tokens"]["prompt"], "output_tokens": summary["tokens"]["output"],
                "valid_nodes_per_question": summary["valid_nodes_per_question"],

@@ -172,9 +172,13 @@ def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, pro
         last, answered, trees = state
         start = last + 1
 
+    mark = [t_start]  # the last checkpoint of this session
+
     def on_wave(wave: int, rec: Recorder, ts: list[Tree]) -> None:
         done = bool(rec.answers)
-        rd.write_wave(wave, _tables(rec), ts, answered=done)
+        now = time.perf_counter()
+        rd.write_wave(wave, _tables(rec), ts, answered=done, wave_s=round(now - mark[0], 3))
+        mark[0] = now
         if stop_after_wave is not None and wave >= stop_after_wave and not done:
             raise _Stop
 
@@ -184,7 +188,8 @@ def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, pro
             stats = run_waves(trees, res, cfg, start_wave=start, on_wave=on_wave, progress=progress)
         except _Stop:
             return {"stopped_after_wave": stop_after_wave}
-    return finalize(rd, cfg, trees, questions, gold, res, wall_s=time.perf_counter() - t_start, stats=stats)
+    return finalize(rd, cfg, trees, questions, gold, res, session_start=t_start, stats=stats,
+                    since_checkpoint=mark[0])
 
 
 class _Stop(Exception):
@@ -192,8 +197,12 @@ class _Stop(Exception):
 
 
 def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFrame, gold, res: Resources,
-             *, wall_s: float, stats: Recorder) -> dict:
-    """Final tables, quote check, scores and summary.json (written last)."""
+             *, session_start: float, stats: Recorder, since_checkpoint: float) -> dict:
+    """Final tables, quote check, scores and summary.json (written last).
+
+    session_start / since_checkpoint: perf_counter at this session's start and at its last wave
+    checkpoint (its start if it wrote none). The run's total wall time is the finished waves' recorded
+    seconds (every session) plus the time from that checkpoint to the end of finalize."""
     from clarify.batch.quotes import check_answers, quote_fidelity
 
     calls = rd.wave_table("llm_calls", schemas.LLM_CALLS)
@@ -222,6 +231,8 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
         rd.write_table(name, df)
 
     n_q = questions.height
+    waves_s = rd.waves_seconds()
+    now = time.perf_counter()
     per_q = calls.group_by("qid").len()
     valid = nodes.filter(pl.col("status") == "valid")
     summary = {
@@ -238,7 +249,9 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
         "valid_nodes_per_question": valid.height / n_q,
         "max_depth": int(nodes["depth"].max()) if nodes.height else 0,
         "node_status": dict(nodes.group_by("status").len().iter_rows()),
-        "wall_s_last_session": round(wall_s, 2),
+        "wall_s_last_session": round(now - session_start, 2),
+        # every session's finished waves + this session's tail; work lost to a crash is not counted
+        "wall_s_total": None if waves_s is None else round(waves_s + now - since_checkpoint, 2),
         "seconds_last_session": {k: round(v, 2) for k, v in stats.seconds.items()},
         # tokens the engine processed (prompt + output) per second of generate time, this session only
         "engine_tokens_per_s": round(stats.tokens / stats.seconds["generate"], 1) if stats.seconds["generate"] else None,
@@ -266,6 +279,10 @@ def score(cfg: RunConfig, answers: pl.DataFrame, nodes: pl.DataFrame, gold) -> t
 
         per_q = score_quotesum(answers.select("qid", "answer"), gold)
     summ = summarize(per_q)
+    if cfg.dataset == "quotesum":
+        from clarify.eval.quotesum import empty_answer_floor
+
+        summ = pl.concat([summ, empty_answer_floor(per_q["qid"].to_list(), gold)])
     metrics = {r["metric"]: r["value"] for r in summ.iter_rows(named=True)}
     value_cols = [c for c, t in per_q.schema.items() if c != "qid" and t.is_numeric()]
     long = per_q.unpivot(index="qid", on=value_cols, variable_name="metric", value_name="value").with_columns(

@@ -244,3 +244,24 @@ def _refs_by_qid(gold: pl.DataFrame) -> dict[str, list[dict]]:
     for r in gold.iter_rows(named=True):
         out.setdefault(r["qid"], []).append(r)
     return out
+
+
+def empty_answer_floor(qids: Sequence[str], gold: pl.DataFrame) -> pl.DataFrame:
+    """Summary rows for what an *empty* answer scores on the same questions: `sem_f1_empty`, `sem_rec_empty`.
+
+    The official Sem-F1 gives 1 to a source that neither the prediction nor the reference quotes, and
+    Sem-Rec gives recall 1 to a reference with no short answer marked k, so a model that quotes nothing
+    still earns these (about 39 and 40 on QuoteSum dev). Reported next to the real values so a reader can
+    tell quoting skill from the scorer's credit. Rows follow eval/summary.py's SUMMARY_SCHEMA.
+    """
+    from clarify.eval.summary import SUMMARY_SCHEMA
+
+    refs_by = _refs_by_qid(gold)
+    scored = [_score_one(q, "", refs_by[q], False) for q in qids if q in refs_by]
+    rows = []
+    for metric in ("sem_f1", "sem_rec"):
+        vals = [r[metric] for r in scored if r[metric] is not None and r[metric] == r[metric]]
+        rows.append({"metric": f"{metric}_empty", "value": sum(vals) / len(vals) if vals else None, "n": len(vals),
+                     "note": f"{metric} of an empty answer on these questions (the scorer's credit for "
+                             "sources nobody quotes)"})
+    return pl.DataFrame(rows, schema=SUMMARY_SCHEMA)

@@ -11,6 +11,7 @@ from clarify.errors import InputError
 from clarify.eval.quotesum import (
     GOLD_SCHEMA,
     canonical_markers,
+    empty_answer_floor,
     load_quotesum,
     non_quoted,
     quoted_sources,
@@ -134,6 +135,21 @@ def test_missing_and_unknown_predictions(quotesum_dev):
     assert row["sem_f1"] == pytest.approx(50.0)
     with pytest.raises(InputError, match="not in the gold"):
         score_quotesum(pl.DataFrame({"qid": ["nope"], "answer": ["x"]}), gold, progress=False)
+
+
+def test_empty_answer_floor_is_the_score_of_empty_answers(quotesum_dev):
+    _, gold = quotesum_dev
+    qids = gold["qid"].unique(maintain_order=True).to_list()
+    floor = {r["metric"]: r for r in empty_answer_floor(qids, gold).iter_rows(named=True)}
+    empty = score_quotesum(pl.DataFrame({"qid": qids, "answer": [""] * len(qids)}), gold, progress=False)
+    assert floor["sem_f1_empty"]["value"] == pytest.approx(empty["sem_f1"].mean())
+    assert floor["sem_rec_empty"]["value"] == pytest.approx(empty["sem_rec"].mean())
+    assert floor["sem_f1_empty"]["n"] == 91
+    # The scorer's credit for unquoted sources is large on dev (~39 / ~40), far below humans (78 / 91).
+    assert 30 < floor["sem_f1_empty"]["value"] < 50 and 30 < floor["sem_rec_empty"]["value"] < 50
+    # The hand-checked qid above: one of its two sources is quoted by no reference → 50.
+    one = empty_answer_floor([gold["qid"][0]], gold).row(0, named=True)
+    assert one["metric"] == "sem_f1_empty" and one["value"] == pytest.approx(50.0)
 
 
 def test_load_quotesum_bad_input(tmp_path):

@@ -105,6 +105,10 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path, default_inde
     assert summary["waves"] > len(waves_before)
     assert summary["cached_calls"] >= cached_before - sum(
         pl.read_parquet(killed / "waves" / n / "llm_calls.parquet").height for n in waves_before) > 0
+    # total wall time = the killed session's finished waves + the whole resumed session
+    first_s = sum(json.loads((killed / "waves" / n / "state.json").read_text())["wave_s"] for n in waves_before)
+    assert first_s > 0
+    assert summary["wall_s_total"] == pytest.approx(first_s + summary["wall_s_last_session"], abs=0.02)
 
     clean = tmp_path / "clean"
     clean.mkdir()
@@ -117,7 +121,9 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path, default_inde
     b = pl.read_parquet(clean / "llm_calls.parquet").drop("cached")
     assert a.equals(b)
     assert a["call_id"].n_unique() == a.height  # no call recorded twice
-    assert json.loads((clean / "summary.json").read_text())["cached_calls"] == b.height
+    clean_summary = json.loads((clean / "summary.json").read_text())
+    assert clean_summary["cached_calls"] == b.height
+    assert clean_summary["wall_s_total"] == pytest.approx(clean_summary["wall_s_last_session"], abs=0.02)
 
 
 def _cache_rows(cache_dir: Path) -> int:
