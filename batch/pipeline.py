@@ -132,11 +132,14 @@ def open_resources(cfg: RunConfig, questions: pl.DataFrame, cache_dir: Path,
                      quoted_demos=quoted, fixed_passages=fixed)
 
 
+# A run's hits: schemas.HITS plus the node and wave that asked, and the query sent.
+WAVE_HITS = {"qid": pl.String, "node_id": pl.String, "wave": pl.Int32, "query": pl.String,
+             "passage_id": pl.String, "score": pl.Float64, "rank": pl.Int32, "retriever": pl.String}
+
+
 def _tables(rec: Recorder) -> dict[str, pl.DataFrame]:
     calls = pl.DataFrame(rec.llm_calls, schema=schemas.LLM_CALLS) if rec.llm_calls else schemas.empty("llm_calls")
-    hits_schema = {"qid": pl.String, "node_id": pl.String, "wave": pl.Int32, "query": pl.String,
-                   "passage_id": pl.String, "score": pl.Float64, "rank": pl.Int32, "retriever": pl.String}
-    hits = pl.DataFrame(rec.hits, schema=hits_schema) if rec.hits else pl.DataFrame(schema=hits_schema)
+    hits = pl.DataFrame(rec.hits, schema=WAVE_HITS) if rec.hits else pl.DataFrame(schema=WAVE_HITS)
     ans_schema = {"qid": pl.String, "answer": pl.String, "passage_ids": pl.List(pl.String), "style": pl.String}
     answers = pl.DataFrame(rec.answers, schema=ans_schema) if rec.answers else pl.DataFrame(schema=ans_schema)
     return {"llm_calls": calls, "hits": hits, "answers": answers}
@@ -206,7 +209,7 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
     from clarify.batch.quotes import check_answers, quote_fidelity
 
     calls = rd.wave_table("llm_calls", schemas.LLM_CALLS)
-    hits = rd.wave_table("hits")
+    hits = rd.wave_table("hits", WAVE_HITS)  # typed even when no wave retrieved (QuoteSum mode)
     answers = rd.wave_table("answers")
     nodes = nodes_table(trees)
     passage_ids = list(dict.fromkeys(hits["passage_id"].to_list() if hits.height else [])

@@ -217,13 +217,19 @@ def compare_figure(table: pl.DataFrame, metrics: list[str] | None = None):
         ys = rows[metric].to_list()
         pts = [(x, y, n) for x, y, n in zip(params, ys, names) if y is not None and math.isfinite(y)]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color="#4c72b0")
+        floor = f"{metric}_empty"  # what an empty answer scores on the same questions (eval/quotesum.py)
+        if floor in rows.columns and rows[floor].drop_nulls().len():
+            level = float(rows[floor].drop_nulls().mean())
+            ax.axhline(level, color="#999999", linestyle="--", linewidth=1)
+            ax.annotate("empty answer", (0.02, level), xycoords=("axes fraction", "data"),
+                        textcoords="offset points", xytext=(0, 3), fontsize=7, color="#666666")
         for j, (x, y, n) in enumerate(pts):
             right = j == len(pts) - 1 and len(pts) > 1  # keep the last label inside the axes
             ax.annotate(
                 n,
                 (x, y),
                 textcoords="offset points",
-                xytext=(-4 if right else 4, 4),
+                xytext=(-4 if right else 4, 4 if j % 2 == 0 else -11),  # alternate: equal values don't overlap
                 ha="right" if right else "left",
                 fontsize=7,
             )

@@ -119,6 +119,8 @@ def _read_table(run_dir: Path, name: str) -> pl.DataFrame | None:
         df = pl.read_parquet(path)
     except Exception as exc:  # polars raises several error types for broken files
         raise InputError(f"cannot read Parquet file: {exc}", path=str(path)) from exc
+    if df.height == 0 and df.width == 0:  # an empty table written without columns (older runs)
+        return schemas.empty(name)
     try:
         schemas.check(df, name, columns=READ_COLUMNS[name])
     except schemas.SchemaError as exc:
@@ -175,6 +177,14 @@ def model_params(run: Run) -> float | None:
     return None
 
 
+def model_name(run: Run) -> str | None:
+    """The run's model: summary `model`, else config `model` (a run's config holds the `[model]` table)."""
+    value = run.summary.get("model") or run.config.get("model")
+    if isinstance(value, dict):
+        value = value.get("model")
+    return None if value is None else str(value)
+
+
 def summary_row(run: Run) -> dict:
     """One comparison row: run, model, dataset, questions, params, metrics (bare names), the rest of
     summary.json flattened with dots, and llm_calls_per_question / model_calls_per_question computed
@@ -182,7 +192,7 @@ def summary_row(run: Run) -> dict:
     n_q = run.questions["qid"].n_unique() or run.llm_calls["qid"].n_unique()
     row: dict = {
         "run": run.name,
-        "model": run.config.get("model"),
+        "model": model_name(run),
         "dataset": run.config.get("dataset"),
         "questions": n_q,
         "params": model_params(run),
@@ -762,7 +772,8 @@ def render_report(runs: list[Run], *, passages_per_node: int = 5, max_questions:
         metric_cols = [
             c
             for c in [*metric_names, "llm_calls_per_question", "wall_s"]
-            if c in table.columns and table.schema[c] == pl.Float64
+            # `<metric>_empty` floors are drawn inside their metric's panel (plots.compare_figure)
+            if c in table.columns and table.schema[c] == pl.Float64 and not c.endswith("_empty")
         ]
         if table["params"].drop_nulls().len() >= 2 and metric_cols:
             fig = plots.compare_figure(table, metric_cols)

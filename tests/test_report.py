@@ -294,7 +294,7 @@ def build_run_dir(
     config = {
         "name": run_dir.name,
         "dataset": "asqa",
-        "model": model,
+        "model": {"model": model, "max_model_len": 6144, "stop": []},  # the [model] table, as a run writes it
         "index": "wiki-bm25",
         "answer_style": "quoted",
         "limit": n_questions,
@@ -584,7 +584,7 @@ def test_config_and_summary_shown(one_run):
                 if tr.tag == "tr":
                     cells = [c for c in tr.children if isinstance(c, Node)]
                     kv[cells[0].text()] = cells[1].text()
-    assert kv["model"] == "SmolLM2-135M-Instruct" and kv["toc.max_depth"] == "3"
+    assert kv["model.model"] == "SmolLM2-135M-Instruct" and kv["toc.max_depth"] == "3"
     for m, v in written["summary"]["metrics"].items():
         assert kv[m] == f"{v:.4g}"
     assert kv["quote_fidelity.verbatim"] == str(written["summary"]["quote_fidelity"]["verbatim"])
@@ -633,6 +633,16 @@ def test_plot_compare_log_size_axis(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(InputError, match="params"):
         plots.compare_figure(table.drop("params"))
+
+
+def test_plot_compare_draws_the_empty_answer_floor_in_its_metric_panel():
+    table = pl.DataFrame({"model": ["a", "b"], "params": [1e8, 2e8], "sem_f1": [38.3, 38.8],
+                          "sem_f1_empty": [38.25, 38.25], "rouge_l": [15.0, 16.0]})
+    fig = plots.compare_figure(table, ["sem_f1", "rouge_l"])
+    sem, rouge = fig.axes
+    floors = [ln for ln in sem.lines if ln.get_linestyle() == "--"]
+    assert len(floors) == 1 and list(floors[0].get_ydata()) == [38.25, 38.25]
+    assert all(ln.get_linestyle() != "--" for ln in rouge.lines)  # no floor column for rouge_l
 
 
 def test_cli_report_prints_path(tmp_path, capsys):

@@ -162,3 +162,12 @@ def test_quoted_asqa_and_quotesum_runs_make_spans(tmp_path, default_local_index,
     answers = pl.read_parquet(tmp_path / "qs" / "answers.parquet")
     assert all(len(p) >= 2 for p in answers["passage_ids"])  # the question's own sources
     assert any("sem" in k.lower() for k in s["metrics"])
+    hits = pl.read_parquet(tmp_path / "qs" / "hits.parquet")
+    assert hits.height == 0 and set(schemas.HITS) <= set(hits.columns)  # typed, though empty
+
+    # both runs, the treeless QuoteSum one included, render in one report with their quotes
+    from clarify.batch.report import write_report
+
+    html = write_report([tmp_path / "asqa", tmp_path / "qs"], tmp_path / "report.html").read_text()
+    for qid in answers["qid"].to_list():
+        assert qid in html
