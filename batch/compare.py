@@ -83,12 +83,11 @@ def compare(models: list[str], args: argparse.Namespace, out: Path) -> pl.DataFr
     try:
         from clarify.batch.plots import plot_compare
 
-        # the quality metrics and the few run measures worth a panel each (not every counter); a
-        # metric's empty-answer floor (`<metric>_empty`) is drawn inside that metric's panel instead
+        # the quality metrics and the few run measures worth a panel each (not every counter)
         measures = ["quote_share_verbatim_after_repair", "llm_calls_per_question"]
         if args.dataset != "quotesum":  # QuoteSum mode builds no tree
             measures.insert(1, "valid_nodes_per_question")
-        shown = [m for m in metric_names if not m.endswith("_empty")] + [c for c in measures if c in table.columns]
+        shown = metric_names + [c for c in measures if c in table.columns]
         plot_compare(table, out / "comparison.png", metrics=shown)
     except ImportError:
         pass

@@ -139,7 +139,7 @@ WAVE_HITS = {"qid": pl.String, "node_id": pl.String, "wave": pl.Int32, "query": 
 
 def _tables(rec: Recorder) -> dict[str, pl.DataFrame]:
     calls = pl.DataFrame(rec.llm_calls, schema=schemas.LLM_CALLS) if rec.llm_calls else schemas.empty("llm_calls")
-    hits = pl.DataFrame(rec.hits, schema=WAVE_HITS) if rec.hits else pl.DataFrame(schema=WAVE_HITS)
+    hits = pl.DataFrame(rec.hits, schema=WAVE_HITS)
     ans_schema = {"qid": pl.String, "answer": pl.String, "passage_ids": pl.List(pl.String), "style": pl.String}
     answers = pl.DataFrame(rec.answers, schema=ans_schema) if rec.answers else pl.DataFrame(schema=ans_schema)
     return {"llm_calls": calls, "hits": hits, "answers": answers}
@@ -168,20 +168,17 @@ def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, pro
 
     state = rd.load_state()
     if state is None:
-        start, answered = 1, False
+        start, answered, prior_s = 1, False, 0.0
         trees = [Tree.new(q, text, verify=cfg.toc.verify)
                  for q, text in zip(questions["qid"], questions["question"])]
     else:
-        last, answered, trees = state
+        last, answered, trees, prior_s = state  # prior_s: earlier sessions' seconds up to that checkpoint
         start = last + 1
-
-    mark = [t_start]  # the last checkpoint of this session
 
     def on_wave(wave: int, rec: Recorder, ts: list[Tree]) -> None:
         done = bool(rec.answers)
-        now = time.perf_counter()
-        rd.write_wave(wave, _tables(rec), ts, answered=done, wave_s=round(now - mark[0], 3))
-        mark[0] = now
+        run_s = None if prior_s is None else round(prior_s + time.perf_counter() - t_start, 3)
+        rd.write_wave(wave, _tables(rec), ts, answered=done, run_s=run_s)
         if stop_after_wave is not None and wave >= stop_after_wave and not done:
             raise _Stop
 
@@ -191,8 +188,7 @@ def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, pro
             stats = run_waves(trees, res, cfg, start_wave=start, on_wave=on_wave, progress=progress)
         except _Stop:
             return {"stopped_after_wave": stop_after_wave}
-    return finalize(rd, cfg, trees, questions, gold, res, session_start=t_start, stats=stats,
-                    since_checkpoint=mark[0])
+    return finalize(rd, cfg, trees, questions, gold, res, session_start=t_start, stats=stats, prior_s=prior_s)
 
 
 class _Stop(Exception):
@@ -200,12 +196,11 @@ class _Stop(Exception):
 
 
 def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFrame, gold, res: Resources,
-             *, session_start: float, stats: Recorder, since_checkpoint: float) -> dict:
+             *, session_start: float, stats: Recorder, prior_s: float | None) -> dict:
     """Final tables, quote check, scores and summary.json (written last).
 
-    session_start / since_checkpoint: perf_counter at this session's start and at its last wave
-    checkpoint (its start if it wrote none). The run's total wall time is the finished waves' recorded
-    seconds (every session) plus the time from that checkpoint to the end of finalize."""
+    session_start: perf_counter at this session's start. prior_s: the run's seconds before this session
+    (the `run_s` of the checkpoint it resumed from; 0 for a fresh run, None when unknown)."""
     from clarify.batch.quotes import check_answers, quote_fidelity
 
     calls = rd.wave_table("llm_calls", schemas.LLM_CALLS)
@@ -234,8 +229,7 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
         rd.write_table(name, df)
 
     n_q = questions.height
-    waves_s = rd.waves_seconds()
-    now = time.perf_counter()
+    session_s = time.perf_counter() - session_start
     per_q = calls.group_by("qid").len()
     valid = nodes.filter(pl.col("status") == "valid")
     summary = {
@@ -252,9 +246,9 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
         "valid_nodes_per_question": valid.height / n_q,
         "max_depth": int(nodes["depth"].max()) if nodes.height else 0,
         "node_status": dict(nodes.group_by("status").len().iter_rows()),
-        "wall_s_last_session": round(now - session_start, 2),
-        # every session's finished waves + this session's tail; work lost to a crash is not counted
-        "wall_s_total": None if waves_s is None else round(waves_s + now - since_checkpoint, 2),
+        "wall_s_last_session": round(session_s, 2),
+        # earlier sessions up to their last checkpoint + this one; work lost to a crash is not counted
+        "wall_s_total": None if prior_s is None else round(prior_s + session_s, 2),
         "seconds_last_session": {k: round(v, 2) for k, v in stats.seconds.items()},
         # tokens the engine processed (prompt + output) per second of generate time, this session only
         "engine_tokens_per_s": round(stats.tokens / stats.seconds["generate"], 1) if stats.seconds["generate"] else None,
@@ -277,15 +271,12 @@ def score(cfg: RunConfig, answers: pl.DataFrame, nodes: pl.DataFrame, gold) -> t
         per_q = score_asqa(answers.select("qid", pl.col("answer_plain").alias("answer")), gold)
         af1 = answer_f1(nodes, gold)
         per_q = per_q.join(af1, on="qid", how="left")
+        summ = summarize(per_q)
     else:
-        from clarify.eval.quotesum import score_quotesum
+        from clarify.eval.quotesum import score_quotesum, summarize_quotesum
 
         per_q = score_quotesum(answers.select("qid", "answer"), gold)
-    summ = summarize(per_q)
-    if cfg.dataset == "quotesum":
-        from clarify.eval.quotesum import empty_answer_floor
-
-        summ = pl.concat([summ, empty_answer_floor(per_q["qid"].to_list(), gold)])
+        summ = summarize_quotesum(per_q, gold)
     metrics = {r["metric"]: r["value"] for r in summ.iter_rows(named=True)}
     value_cols = [c for c, t in per_q.schema.items() if c != "qid" and t.is_numeric()]
     long = per_q.unpivot(index="qid", on=value_cols, variable_name="metric", value_name="value").with_columns(

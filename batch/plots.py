@@ -198,6 +198,8 @@ def compare_figure(table: pl.DataFrame, metrics: list[str] | None = None):
             raise InputError(f"comparison table lacks column '{col}'; it has {table.columns}", field=col)
     if metrics is None:
         metrics = [c for c, t in table.schema.items() if c not in ("model", "params") and t.is_numeric()]
+    # a metric's empty-answer floor (`<metric>_empty`) is drawn inside that metric's panel, not as its own
+    metrics = [m for m in metrics if not (m.endswith("_empty") and m.removesuffix("_empty") in metrics)]
     if not metrics:
         raise InputError("comparison table has no numeric metric columns", field="metrics")
     rows = table.filter(pl.col("params").is_not_null() & (pl.col("params") > 0)).sort("params")

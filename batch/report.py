@@ -772,8 +772,7 @@ def render_report(runs: list[Run], *, passages_per_node: int = 5, max_questions:
         metric_cols = [
             c
             for c in [*metric_names, "llm_calls_per_question", "wall_s"]
-            # `<metric>_empty` floors are drawn inside their metric's panel (plots.compare_figure)
-            if c in table.columns and table.schema[c] == pl.Float64 and not c.endswith("_empty")
+            if c in table.columns and table.schema[c] == pl.Float64
         ]
         if table["params"].drop_nulls().len() >= 2 and metric_cols:
             fig = plots.compare_figure(table, metric_cols)

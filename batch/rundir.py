@@ -92,11 +92,11 @@ class RunDir:
         return sorted(p for p in root.iterdir() if p.is_dir() and p.name.isdigit())
 
     def write_wave(self, wave: int, tables: dict[str, pl.DataFrame], trees: list[Tree], answered: bool,
-                   wave_s: float | None = None) -> None:
+                   run_s: float | None = None) -> None:
         """All of a wave's rows and every tree's state, made visible at once by renaming the folder.
 
-        wave_s: wall seconds since the previous checkpoint of this process (or its start, for its first
-        wave), so that `waves_seconds` adds up the time of the finished work across resumed sessions."""
+        run_s: the run's wall seconds up to this checkpoint, summed over the sessions that got it here
+        (a resumed session starts from the last checkpoint's run_s; time lost to a crash is not counted)."""
         final = self.path / "waves" / f"{wave:04d}"
         tmp = self.path / "waves" / f".{wave:04d}.tmp{os.getpid()}"
         if tmp.exists():
@@ -104,7 +104,7 @@ class RunDir:
         tmp.mkdir(parents=True)
         for name, df in tables.items():
             df.write_parquet(tmp / f"{name}.parquet")
-        (tmp / "state.json").write_text(json.dumps({"wave": wave, "answered": answered, "wave_s": wave_s,
+        (tmp / "state.json").write_text(json.dumps({"wave": wave, "answered": answered, "run_s": run_s,
                                                    "trees": [t.to_dict() for t in trees]}), encoding="utf-8")
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
@@ -113,26 +113,16 @@ class RunDir:
             shutil.rmtree(final)
         os.replace(tmp, final)
 
-    def load_state(self) -> tuple[int, bool, list[Tree]] | None:
-        """(last finished wave, answered, trees) or None for a fresh run. Half-written temp folders are
-        ignored (and cleaned)."""
+    def load_state(self) -> tuple[int, bool, list[Tree], float | None] | None:
+        """(last finished wave, answered, trees, run_s) or None for a fresh run; run_s is None for a
+        state written without it. Half-written temp folders are ignored (and cleaned)."""
         for p in (self.path / "waves").glob(".*.tmp*") if (self.path / "waves").exists() else []:
             shutil.rmtree(p, ignore_errors=True)
         dirs = self.wave_dirs()
         if not dirs:
             return None
         state = json.loads((dirs[-1] / "state.json").read_text(encoding="utf-8"))
-        return state["wave"], state["answered"], [Tree.from_dict(t) for t in state["trees"]]
-
-    def waves_seconds(self) -> float | None:
-        """Sum of the finished waves' `wave_s` over every session; None if a wave did not record it."""
-        total = 0.0
-        for d in self.wave_dirs():
-            state = json.loads((d / "state.json").read_text(encoding="utf-8"))
-            if state.get("wave_s") is None:
-                return None
-            total += state["wave_s"]
-        return total
+        return state["wave"], state["answered"], [Tree.from_dict(t) for t in state["trees"]], state.get("run_s")
 
     def wave_table(self, name: str, schema: dict | None = None) -> pl.DataFrame:
         frames = [pl.read_parquet(d / f"{name}.parquet") for d in self.wave_dirs()

@@ -118,11 +118,12 @@ def evaluate(args: argparse.Namespace) -> tuple[pl.DataFrame, pl.DataFrame, dict
         if args.canonical_markers:
             preds = preds.with_columns(pl.col("answer").map_elements(canonical_markers, return_dtype=pl.String))
         per_q = score_quotesum(preds, gold)
-    summary = summarize(per_q, notes)
     if args.dataset == "quotesum":
-        from clarify.eval.quotesum import empty_answer_floor
+        from clarify.eval.quotesum import summarize_quotesum
 
-        summary = pl.concat([summary, empty_answer_floor(per_q["qid"].to_list(), gold)])
+        summary = summarize_quotesum(per_q, gold, notes)
+    else:
+        summary = summarize(per_q, notes)
     report = {"scored": per_q.height, "unknown": al.unknown, "missing": al.missing, "not_scored": al.not_scored,
               "gold": str(gold_path), "predictions": str(pred_path)}
     return per_q, summary, report

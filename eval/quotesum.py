@@ -257,11 +257,23 @@ def empty_answer_floor(qids: Sequence[str], gold: pl.DataFrame) -> pl.DataFrame:
     from clarify.eval.summary import SUMMARY_SCHEMA
 
     refs_by = _refs_by_qid(gold)
-    scored = [_score_one(q, "", refs_by[q], False) for q in qids if q in refs_by]
+    refs = [refs_by[q] for q in qids if q in refs_by]
+    values = {  # as _score_one scores the prediction "" (no ROUGE needed)
+        "sem_f1": [sem_f1("", [r["summary"] for r in rs], rs[0]["sources_present"]) for rs in refs],
+        "sem_rec": [sem_rec("", [r["covered_short_answers"] for r in rs]) for rs in refs],
+    }
     rows = []
-    for metric in ("sem_f1", "sem_rec"):
-        vals = [r[metric] for r in scored if r[metric] is not None and r[metric] == r[metric]]
+    for metric, raw in values.items():
+        vals = [v for v in raw if v is not None and v == v]  # None / NaN: not defined for that question
         rows.append({"metric": f"{metric}_empty", "value": sum(vals) / len(vals) if vals else None, "n": len(vals),
                      "note": f"{metric} of an empty answer on these questions (the scorer's credit for "
                              "sources nobody quotes)"})
     return pl.DataFrame(rows, schema=SUMMARY_SCHEMA)
+
+
+def summarize_quotesum(per_question: pl.DataFrame, gold: pl.DataFrame,
+                       notes: dict[str, str] | None = None) -> pl.DataFrame:
+    """`eval.summary.summarize` of a `score_quotesum` table, plus its empty-answer floor rows."""
+    from clarify.eval.summary import summarize
+
+    return pl.concat([summarize(per_question, notes), empty_answer_floor(per_question["qid"].to_list(), gold)])
