@@ -66,9 +66,16 @@ class ModelConfig:
     gpu_memory_utilization: float = 0.85
     tensor_parallel_size: int = 1
     stop: tuple[str, ...] = ()  # extra stop strings (base models without a chat template)
+    # "auto": bfloat16 where the CPU computes it natively, float32 otherwise, the model's own on CUDA
+    # (local_llm/hardware.py). The dtype really run is recorded in summary.json and every cache key.
+    dtype: str = "auto"
 
     def __post_init__(self) -> None:
+        from clarify.local_llm.hardware import DTYPES
+
         object.__setattr__(self, "stop", tuple(self.stop))
+        if self.dtype not in DTYPES:
+            raise InputError(f"unknown dtype {self.dtype!r}; choose one of {DTYPES}", field="model.dtype")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
-from clarify import schemas
+from clarify import faults, schemas
 from clarify.batch.compare import model_params
 from clarify.batch.config import RunConfig
 from clarify.batch.prompts import Passage
@@ -111,17 +111,7 @@ def open_resources(cfg: RunConfig, questions: pl.DataFrame, cache_dir: Path,
                 out[row["passage_id"]] = Passage(row["passage_id"], row["title"] or "", row["text"])
         return out
 
-    if engine_factory is None:
-        from clarify.local_llm.vllm_engine import get_engine
-
-        m = cfg.model
-
-        def engine_factory(_cfg: RunConfig):
-            return get_engine(m.model, max_model_len=m.max_model_len,
-                              gpu_memory_utilization=m.gpu_memory_utilization,
-                              tensor_parallel_size=m.tensor_parallel_size)
-
-    engine = CachedEngine(engine_factory(cfg), cache_dir)
+    engine = CachedEngine((engine_factory or engine_for)(cfg), cache_dir)
     searcher = None if cfg.dataset == "quotesum" else index.searcher(cfg.retrieval.searcher,
                                                                      candidates=cfg.retrieval.candidates)
     if searcher is not None and search_cache is not None:
@@ -130,6 +120,15 @@ def open_resources(cfg: RunConfig, questions: pl.DataFrame, cache_dir: Path,
         searcher = CachingSearcher(searcher, search_cache)
     return Resources(engine=engine, searcher=searcher, passages=passages, embed=embed, demos=demos,
                      quoted_demos=quoted, fixed_passages=fixed)
+
+
+def engine_for(cfg: RunConfig):
+    """The process-wide vLLM engine for this config's `[model]` table (built once, then shared)."""
+    from clarify.local_llm.vllm_engine import get_engine
+
+    m = cfg.model
+    return get_engine(m.model, max_model_len=m.max_model_len, gpu_memory_utilization=m.gpu_memory_utilization,
+                      tensor_parallel_size=m.tensor_parallel_size, dtype=m.dtype)
 
 
 # A run's hits: schemas.HITS plus the node and wave that asked, and the query sent.
@@ -179,6 +178,7 @@ def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, pro
         done = bool(rec.answers)
         run_s = None if prior_s is None else round(prior_s + time.perf_counter() - t_start, 3)
         rd.write_wave(wave, _tables(rec), ts, answered=done, run_s=run_s)
+        faults.point(f"wave-done:{wave}")
         if stop_after_wave is not None and wave >= stop_after_wave and not done:
             raise _Stop
 
@@ -235,6 +235,7 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
     summary = {
         "name": rd.path.name, "dataset": cfg.dataset, "model": cfg.model.model,
         "engine_model_id": calls["model"][0] if calls.height else None,
+        "engine": engine_facts(res.engine),
         "answer_style": cfg.answer_style, "n_questions": n_q, "metrics": metrics,
         "llm_calls": calls.height, "llm_calls_per_question": calls.height / n_q,
         "llm_calls_per_question_max": int(per_q["len"].max()) if per_q.height else 0,
@@ -257,6 +258,15 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
     }
     write_json(summary, rd.path / "summary.json")
     return summary
+
+
+def engine_facts(engine) -> dict | None:
+    """Device, dtype really run and the CPU's capability of a real engine (None for scripted ones)."""
+    inner = getattr(engine, "engine", engine)
+    if not hasattr(inner, "dtype"):
+        return None
+    return {"model_id": inner.model_id, "device": inner.device, "dtype": inner.dtype,
+            "requested_dtype": inner.requested_dtype, "cpu": inner.cpu}
 
 
 def score(cfg: RunConfig, answers: pl.DataFrame, nodes: pl.DataFrame, gold) -> tuple[pl.DataFrame, dict]:

@@ -1,9 +1,13 @@
-"""Batched vs one-at-a-time generation on the embedded model, in one process.
+"""Engine speed on this machine, in one process: bfloat16 vs float32 side by side, and batched vs
+one-at-a-time generation in the dtype that `dtype = "auto"` resolves to here.
 
-Runs 32 prompts from data/examples/prompts.jsonl through ONE `generate` call, then the same prompts
-one call each (same params: greedy, same max_tokens), and prints output tokens/s of both and the
-ratio. The batched run goes first, so any prefix-cache benefit goes to the one-at-a-time run: the
-ratio is, if anything, understated. Writes bench/results/engine.json.
+Prints the CPU capability (torch's checks, local_llm/hardware.py) and the resolved dtype first. For each
+dtype arm: 32 prompts from data/examples/prompts.jsonl through ONE `generate` call (greedy, same
+max_tokens), tokens/s counted as prompt + output and as output only. An arm whose short probe predicts
+more than --arm-budget-s seconds (bfloat16 on an AVX2-only CPU, where it is emulated) is skipped, and
+the report says so with the prediction. Then, in the resolved dtype, the same prompts one call each:
+the batched/sequential ratio. The batched run goes first, so any prefix-cache benefit goes to the
+one-at-a-time run: the ratio is, if anything, understated. Writes bench/results/engine.json.
 
     .venv/bin/python bench/bench_engine.py [--model NAME_OR_DIR] [--n 32] [--max-tokens 64]
 """
@@ -21,12 +25,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _rate(comps, seconds: float) -> dict:
+    prompt = sum(c.prompt_tokens for c in comps)
+    output = sum(c.output_tokens for c in comps)
+    return {"seconds": round(seconds, 3), "prompt_tokens": prompt, "output_tokens": output,
+            "tokens_per_s": round((prompt + output) / seconds, 1), "output_tokens_per_s": round(output / seconds, 1)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--prompts", default=str(ROOT / "data" / "examples" / "prompts.jsonl"))
     ap.add_argument("--n", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--arm-budget-s", type=float, default=180, help="skip a dtype arm predicted to take longer")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "engine.json"))
     args = ap.parse_args(argv)
 
@@ -34,46 +46,71 @@ def main(argv: list[str] | None = None) -> int:
 
     from clarify.local_llm.cli import read_prompts
     from clarify.local_llm.engine import GenParams
-    from clarify.local_llm.vllm_engine import get_engine
+    from clarify.local_llm.hardware import cpu_facts, describe, resolve_dtype
+    from clarify.local_llm.models import config_dtype, resolve_model
+    from clarify.local_llm.vllm_engine import detect_device, get_engine
 
     rows = read_prompts(args.prompts)
     prompts = [p for _, p in rows][: args.n]
     while len(prompts) < args.n:  # a short file is cycled, with a suffix so prompts stay distinct
         prompts.append(f"{rows[len(prompts) % len(rows)][1]} (#{len(prompts)})")
     params = GenParams(temperature=0.0, max_tokens=args.max_tokens)
+    device = detect_device()
+    facts = cpu_facts() if device == "cpu" else None
+    resolved = resolve_dtype("auto", device, bf16_native=bool(facts and facts["bf16_native"]),
+                             model_dtype=config_dtype(resolve_model(args.model)))
+    print(describe() if facts else f"device {device}")
+    print(f"dtype 'auto' resolves to {resolved} here")
 
-    t0 = time.perf_counter()
-    engine = get_engine(args.model, progress=False)
-    load_s = time.perf_counter() - t0
-    engine.generate(["Warm-up: say one word."], [params])  # first call pays one-off set-up
+    arms: dict[str, dict] = {}
+    texts: dict[str, list[str]] = {}
+    engine_of = {}
+    for dtype in ("bfloat16", "float32"):
+        t0 = time.perf_counter()
+        engine = engine_of[dtype] = get_engine(args.model, dtype=dtype, progress=False)
+        load_s = time.perf_counter() - t0
+        engine.generate(["Warm-up: say one word."], [params])  # the first call pays one-off set-up
+        t0 = time.perf_counter()
+        probe = engine.generate(prompts[:2], [GenParams(temperature=0.0, max_tokens=16)] * 2)
+        probe_rate = sum(c.prompt_tokens + c.output_tokens for c in probe) / (time.perf_counter() - t0)
+        # the whole arm's tokens, estimated from the probe's prompt lengths
+        est_tokens = len(prompts) * (sum(c.prompt_tokens for c in probe) / 2 + args.max_tokens)
+        predicted = est_tokens / probe_rate
+        if predicted > args.arm_budget_s:
+            arms[dtype] = {"skipped": f"predicted {predicted:.0f} s > budget {args.arm_budget_s:.0f} s "
+                                      f"(probe {probe_rate:.0f} tok/s)", "engine_load_s": round(load_s, 2)}
+            print(f"{dtype:>9}: SKIPPED, {arms[dtype]['skipped']}")
+            continue
+        t0 = time.perf_counter()
+        out = engine.generate(prompts, [params] * len(prompts))
+        arms[dtype] = {"model_id": engine.model_id, "engine_load_s": round(load_s, 2), **_rate(out, time.perf_counter() - t0)}
+        texts[dtype] = [c.text for c in out]
+        a = arms[dtype]
+        print(f"{dtype:>9}: {a['prompt_tokens'] + a['output_tokens']:6d} tokens in {a['seconds']:7.2f} s = "
+              f"{a['tokens_per_s']:7.1f} tok/s (output only {a['output_tokens_per_s']:.1f} tok/s)")
 
-    t0 = time.perf_counter()
-    batched = engine.generate(prompts, [params] * len(prompts))
-    batched_s = time.perf_counter() - t0
-    batched_tokens = sum(c.output_tokens for c in batched)
-
+    engine = engine_of[resolved if resolved in engine_of else "float32"]
+    batched = arms.get(engine.dtype, {})
     single = []
     t0 = time.perf_counter()
-    for p in tqdm(prompts, desc="one at a time", unit="prompt"):
+    for p in tqdm(prompts, desc=f"one at a time ({engine.dtype})", unit="prompt"):
         single.extend(engine.generate([p], [params]))
-    single_s = time.perf_counter() - t0
-    single_tokens = sum(c.output_tokens for c in single)
+    single_rate = _rate(single, time.perf_counter() - t0)
+    same = sum(a == b.text for a, b in zip(texts.get(engine.dtype, []), single))
 
-    batched_tps = batched_tokens / batched_s
-    single_tps = single_tokens / single_s
-    same = sum(a.text == b.text for a, b in zip(batched, single))
+    ratio_dtype = None
+    if "tokens_per_s" in arms.get("bfloat16", {}) and "tokens_per_s" in arms.get("float32", {}):
+        ratio_dtype = round(arms["float32"]["tokens_per_s"] / arms["bfloat16"]["tokens_per_s"], 2)
     result = {
-        "model_id": engine.model_id,
-        "device": engine.device,
+        "cpu": facts, "device": device, "resolved_dtype": resolved,
         "settings": {k: v for k, v in engine.settings.items() if k != "model"},
-        "env": {k: os.environ.get(k) for k in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE")},
-        "prompts": len(prompts),
-        "max_tokens": args.max_tokens,
-        "engine_load_s": round(load_s, 2),
-        "batched": {"seconds": round(batched_s, 3), "output_tokens": batched_tokens, "tokens_per_s": round(batched_tps, 1)},
-        "one_at_a_time": {"seconds": round(single_s, 3), "output_tokens": single_tokens, "tokens_per_s": round(single_tps, 1)},
-        "speedup": round(batched_tps / single_tps, 2),
-        "identical_texts": same,
+        "env": {k: os.environ.get(k) for k in ("VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE",
+                                               "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")},
+        "prompts": len(prompts), "max_tokens": args.max_tokens,
+        "dtype_arms": arms, "float32_over_bfloat16": ratio_dtype,
+        "batched": batched, "one_at_a_time": single_rate,
+        "speedup": round(batched["output_tokens_per_s"] / single_rate["output_tokens_per_s"], 2) if batched else None,
+        "identical_texts_batched_vs_alone": same,
         "machine": {"cpus": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2), "python": platform.python_version()},
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
@@ -83,10 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     tmp.write_text(json.dumps(result, indent=2) + "\n")
     os.replace(tmp, out)
 
-    print(f"model {engine.model_id} on {engine.device}, {len(prompts)} prompts, greedy, max_tokens={args.max_tokens}")
-    print(f"batched (1 call):      {batched_tokens:6d} tokens in {batched_s:7.2f} s = {batched_tps:7.1f} tokens/s")
-    print(f"one at a time ({len(prompts)} calls): {single_tokens:6d} tokens in {single_s:7.2f} s = {single_tps:7.1f} tokens/s")
-    print(f"speed-up: {batched_tps / single_tps:.2f}x  (identical texts: {same}/{len(prompts)}) -> {out}")
+    if ratio_dtype:
+        print(f"float32 / bfloat16 tokens/s: {ratio_dtype:.2f}x")
+    print(f"one at a time ({len(prompts)} calls, {engine.dtype}): {single_rate['output_tokens_per_s']:.1f} output tok/s")
+    if batched:
+        print(f"batched / one at a time: {result['speedup']:.2f}x (identical texts: {same}/{len(prompts)}) -> {out}")
     return 0
 
 

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from clarify import faults
 from clarify.errors import InputError
 from clarify.local_llm.engine import Completion, Engine, GenParams, request_key
 
@@ -173,6 +174,7 @@ class CachedEngine:
                 if len(results) != len(idx):
                     raise RuntimeError(f"engine returned {len(results)} completions for {len(idx)} prompts")
                 self._store([(keys[i], prompts[i], params[i], c) for i, c in zip(idx, results)])
+                faults.point("cache-commit")
                 fresh = {keys[i]: c for i, c in zip(idx, results)}
             return [found[k] if k in found else fresh[k] for k in keys]
 

