@@ -33,7 +33,7 @@ from pathlib import Path
 
 from clarify import faults
 from clarify.errors import InputError
-from clarify.local_llm.engine import Completion, Engine, GenParams, request_key
+from clarify.local_llm.engine import Completion, Engine, GenParams, Request, as_step_engine, request_key
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS completions (
@@ -83,6 +83,7 @@ class CacheStats:
     misses: int = 0
     engine_calls: int = 0  # calls of the inner engine's generate
     corrupt: int = 0  # entries whose checksum failed (recomputed)
+    commits: int = 0  # grouped commits of the step loop
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -92,7 +93,7 @@ class CachedEngine:
     """Engine wrapper: `CachedEngine(engine, path)`; `path` is the SQLite file (a directory is
     accepted too and gets `completions.sqlite` inside)."""
 
-    def __init__(self, engine: Engine, path: str | os.PathLike):
+    def __init__(self, engine: Engine, path: str | os.PathLike, *, group_rows: int = 256, group_s: float = 1.0):
         self.engine = engine
         p = Path(path)
         if p.is_dir() or (not p.suffix and not p.exists()):
@@ -102,6 +103,15 @@ class CachedEngine:
         self.path = p
         self.stats = CacheStats()
         self._lock = threading.Lock()
+        # step-loop state: hits ready for the next step, misses in flight (key -> caller ids), returned
+        # completions not yet committed (grouped commits: a SIGKILL loses at most the last group)
+        self._ready: list[tuple[str, Completion]] = []
+        self._waiting: dict[str, list[str]] = {}
+        self._asked: dict[str, tuple[str, GenParams]] = {}
+        self._unsaved: list[tuple[str, str, GenParams, Completion]] = []
+        self._last_commit = time.monotonic()
+        self.group_rows, self.group_s = group_rows, group_s
+        self._stepper = as_step_engine(engine)
         try:
             self._db = sqlite3.connect(p, timeout=60, check_same_thread=False, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -178,10 +188,64 @@ class CachedEngine:
                 fresh = {keys[i]: c for i, c in zip(idx, results)}
             return [found[k] if k in found else fresh[k] for k in keys]
 
+    # -- step loop (StepEngine): misses go to the inner engine's step loop, commits are grouped ---------
+    def submit(self, requests: Sequence[Request]) -> None:
+        """Hits are ready at the next `step()` without reaching the engine; a miss already in flight
+        is shared; the other misses are submitted to the inner engine (its request id is the key)."""
+        with self._lock:
+            keys = [request_key(self.model_id, r.prompt, r.params) for r in requests]
+            found = self._lookup(keys)
+            fresh: list[Request] = []
+            for r, k in zip(requests, keys):
+                if k in found:
+                    self.stats.hits += 1
+                    self._ready.append((r.rid, found[k]))
+                    continue
+                self.stats.misses += 1
+                if k not in self._waiting:
+                    self._waiting[k] = []
+                    self._asked[k] = (r.prompt, r.params)
+                    fresh.append(Request(k, r.prompt, r.params, r.priority))
+                self._waiting[k].append(r.rid)
+            if fresh:
+                self._stepper.submit(fresh)
+
+    def step(self) -> list[tuple[str, Completion]]:
+        """Ready hits, plus what one step of the inner engine finished (stored, committed in groups:
+        every `group_rows` completions or `group_s` seconds, and at `flush()`)."""
+        with self._lock:
+            out, self._ready = self._ready, []
+            if self._stepper.pending():
+                for key, comp in self._stepper.step():
+                    prompt, params = self._asked.pop(key)
+                    self._unsaved.append((key, prompt, params, comp))
+                    out.extend((rid, comp) for rid in self._waiting.pop(key))
+            if len(self._unsaved) >= self.group_rows or (
+                    self._unsaved and time.monotonic() - self._last_commit >= self.group_s):
+                self._flush_locked()
+            return out
+
+    def pending(self) -> int:
+        return len(self._ready) + sum(len(v) for v in self._waiting.values())
+
+    def flush(self) -> None:
+        """Commit every completion returned so far (one transaction)."""
+        with self._lock:
+            self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        if self._unsaved:
+            rows, self._unsaved = self._unsaved, []
+            self._store(rows)
+            self.stats.commits += 1
+            faults.point("cache-commit")
+        self._last_commit = time.monotonic()
+
     def __len__(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM completions").fetchone()[0]
 
     def close(self) -> None:
+        self.flush()
         self._db.close()
 
     def __enter__(self) -> CachedEngine:

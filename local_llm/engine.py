@@ -69,6 +69,57 @@ class Engine(Protocol):
     def generate(self, prompts: Sequence[str], params: Sequence[GenParams]) -> list[Completion]: ...
 
 
+@dataclass(frozen=True)
+class Request:
+    """One request for an engine's step loop: the caller's id, prompt, params; lower priority = sooner."""
+
+    rid: str
+    prompt: str
+    params: GenParams
+    priority: int = 0
+
+
+@runtime_checkable
+class StepEngine(Protocol):
+    """An engine driven request by request (vLLM's own `add_request` / `step` loop): requests go in
+    whenever the caller has them, each comes back from the `step()` that finishes it."""
+
+    model_id: str
+
+    def submit(self, requests: Sequence[Request]) -> None: ...
+
+    def step(self) -> list[tuple[str, Completion]]: ...
+
+    def pending(self) -> int: ...
+
+
+class BatchStepper:
+    """A StepEngine over any batch Engine: each `step()` sends everything submitted since the last one
+    in ONE `generate` call. Lets scripted engines (and engines without a step loop) serve the
+    continuous scheduler; with vLLM the real step loop is used instead."""
+
+    def __init__(self, engine: Engine):
+        self.engine, self.model_id = engine, engine.model_id
+        self._queue: list[Request] = []
+
+    def submit(self, requests: Sequence[Request]) -> None:
+        self._queue.extend(requests)
+
+    def step(self) -> list[tuple[str, Completion]]:
+        batch, self._queue = self._queue, []
+        if not batch:
+            return []
+        out = self.engine.generate([r.prompt for r in batch], [r.params for r in batch])
+        return [(r.rid, c) for r, c in zip(batch, out)]
+
+    def pending(self) -> int:
+        return len(self._queue)
+
+
+def as_step_engine(engine: Engine) -> StepEngine:
+    return engine if isinstance(engine, StepEngine) else BatchStepper(engine)
+
+
 def request_key(model_id: str, prompt: str, params: GenParams) -> str:
     """Content address of one request: sha256 over (model id, prompt, sampling params)."""
     payload = json.dumps(

@@ -27,11 +27,11 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clarify.local_llm.engine import Completion, GenParams
+from clarify.local_llm.engine import Completion, GenParams, Request
 from clarify.local_llm.hardware import cpu_facts, resolve_dtype
 from clarify.local_llm.models import (
     config_dtype,
@@ -52,18 +52,23 @@ TOKENS_LOG = "CLARIFY_ENGINE_TOKENS_LOG"
 class EngineStats:
     """Running totals over the engine's life. `seconds` is wall time inside `generate`."""
 
-    calls: int = 0
+    calls: int = 0  # generate calls
+    steps: int = 0  # engine steps driven through `step()`
     prompts: int = 0
     prompt_tokens: int = 0
     output_tokens: int = 0
+    cached_prompt_tokens: int = 0  # prompt tokens served from vLLM's prefix cache
     seconds: float = 0.0
+    running: list[int] = field(default_factory=list)  # requests in the engine at each `step()`
 
     @property
     def output_tokens_per_s(self) -> float:
         return self.output_tokens / self.seconds if self.seconds > 0 else 0.0
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "output_tokens_per_s": round(self.output_tokens_per_s, 2)}
+        d = asdict(self)
+        d.pop("running")
+        return {**d, "output_tokens_per_s": round(self.output_tokens_per_s, 2)}
 
 
 def _cpu_list(cores: set[int]) -> str:
@@ -141,6 +146,7 @@ class VLLMEngine:
         self.max_model_len = max_model_len
         self.stats = EngineStats()
         self._lock = threading.Lock()  # vLLM's LLM is not safe to drive from two threads at once
+        self._in_flight = 0  # requests submitted through `submit` and not yet returned by `step`
 
         configure_environment(self.device, kv_cache_gib)
         from vllm import LLM
@@ -152,6 +158,9 @@ class VLLMEngine:
             dtype=resolved,
             seed=seed,
             enable_prefix_caching=enable_prefix_caching,
+            # `submit(priority=...)` orders the step loop's queue; results never depend on it (seeds
+            # are per request), only which request the engine runs first.
+            scheduling_policy="priority",
         )
         if self.device == "cpu":
             settings.update(enforce_eager=True, enable_chunked_prefill=False)
@@ -228,33 +237,70 @@ class VLLMEngine:
             t0 = time.perf_counter()
             outputs = self._llm.generate(inputs, sampling, use_tqdm=self.progress and len(prompts) > 1)
             elapsed = time.perf_counter() - t0
-        completions = []
-        for out in outputs:
-            seqs = sorted(out.outputs, key=lambda s: s.index)
-            reasons = [s.finish_reason or "unknown" for s in seqs]
-            completions.append(
-                Completion(
-                    texts=tuple(s.text for s in seqs),
-                    finish_reason=reasons[0],
-                    prompt_tokens=len(out.prompt_token_ids or ()),
-                    output_tokens=sum(len(s.token_ids) for s in seqs),
-                    extra={"finish_reasons": reasons} if len(seqs) > 1 else {},
-                )
-            )
+        completions = [_completion(out) for out in outputs]
+        self._account(completions, elapsed)
+        self.stats.calls += 1
+        return completions
+
+    def _account(self, completions: list[Completion], elapsed: float) -> None:
         s = self.stats
         if log := os.environ.get(TOKENS_LOG):  # every process appends here: the test suite's token budget
             with open(log, "a", encoding="utf-8") as fh:
                 fh.write(f"{sum(c.prompt_tokens for c in completions)} {sum(c.output_tokens for c in completions)}\n")
-        s.calls += 1
-        s.prompts += len(prompts)
+        s.prompts += len(completions)
         s.prompt_tokens += sum(c.prompt_tokens for c in completions)
         s.output_tokens += sum(c.output_tokens for c in completions)
+        s.cached_prompt_tokens += sum(c.extra.get("cached_tokens", 0) for c in completions)
         s.seconds += elapsed
-        return completions
+
+    # -- the engine's own step loop (StepEngine, local_llm/engine.py) ----------------------------
+    def submit(self, requests: Sequence[Request]) -> None:
+        """Add requests to the running engine; `step()` returns each when it finishes. The request id
+        is the caller's; `priority` lower = sooner (vLLM's priority scheduling)."""
+        from vllm.inputs import TokensPrompt
+
+        engine = self._llm.llm_engine
+        for r in requests:
+            ids = self._token_ids(r.prompt)
+            if len(ids) >= self.max_model_len:
+                raise ValueError(f"request {r.rid} has {len(ids)} tokens, but max_model_len is {self.max_model_len}")
+            engine.add_request(r.rid, TokensPrompt(prompt_token_ids=ids), self.sampling_params(r.params),
+                               priority=r.priority)
+            self._in_flight += 1
+
+    def step(self) -> list[tuple[str, Completion]]:
+        """One engine step (a scheduled batch of prefill/decode work); the requests it finished."""
+        if not self._in_flight:
+            return []
+        running = self._llm.llm_engine.get_num_unfinished_requests()
+        t0 = time.perf_counter()
+        outputs = self._llm.llm_engine.step()
+        elapsed = time.perf_counter() - t0
+        done = [(out.request_id, _completion(out)) for out in outputs if out.finished]
+        self._in_flight -= len(done)
+        self.stats.steps += 1
+        self.stats.running.append(running)
+        self._account([c for _, c in done], elapsed)
+        return done
+
+    def pending(self) -> int:
+        return self._in_flight
 
     def count_tokens(self, prompt: str) -> int:
         """Prompt length in tokens as the engine will see it (template included for chat models)."""
         return len(self._token_ids(prompt))
+
+
+def _completion(out) -> Completion:
+    """vLLM RequestOutput -> Completion (n texts in index order; cached prompt tokens in `extra`)."""
+    seqs = sorted(out.outputs, key=lambda s: s.index)
+    reasons = [s.finish_reason or "unknown" for s in seqs]
+    extra: dict[str, Any] = {"cached_tokens": int(getattr(out, "num_cached_tokens", 0) or 0)}
+    if len(seqs) > 1:
+        extra["finish_reasons"] = reasons
+    return Completion(texts=tuple(s.text for s in seqs), finish_reason=reasons[0],
+                      prompt_tokens=len(out.prompt_token_ids or ()),
+                      output_tokens=sum(len(s.token_ids) for s in seqs), extra=extra)
 
 
 _ENGINES: dict[tuple, VLLMEngine] = {}

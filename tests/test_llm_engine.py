@@ -155,3 +155,45 @@ def test_too_long_prompt_names_the_prompt(llm_engine):
     with pytest.raises(ValueError, match=r"prompt 1 has \d+ tokens, but max_model_len is 4096"):
         llm_engine.generate(["short", long], [GenParams(max_tokens=4)] * 2)
     assert llm_engine.stats.calls == calls
+
+
+def _drain(engine, requests):
+    """Submit, then step until every request came back; results by request id."""
+    engine.submit(requests)
+    got = {}
+    while engine.pending():
+        got.update(engine.step())
+    return got
+
+
+def test_step_loop_equals_generate_and_cache_groups_commits(llm_model_dir, tmp_path):
+    """vLLM's own add_request/step loop (the continuous scheduler's engine) returns what `generate`
+    returns for the same seeded requests (float32: batch-invariant), requests added mid-flight
+    included; through the cache, a second pass never reaches the engine."""
+    from clarify.local_llm.engine import Request
+    from clarify.local_llm.vllm_engine import get_engine
+
+    engine = get_engine(llm_model_dir, dtype="float32", progress=False)
+    params = [GenParams(temperature=0.7, seed=300 + i, max_tokens=16) for i in range(len(QUESTIONS))]
+    expected = [c.text for c in engine.generate(QUESTIONS, params)]
+    reqs = [Request(f"q{i}", q, p, priority=i % 2) for i, (q, p) in enumerate(zip(QUESTIONS, params))]
+    engine.submit(reqs[:3])
+    got = dict(engine.step())
+    engine.submit(reqs[3:])  # joins the running batch
+    while engine.pending():
+        got.update(engine.step())
+    assert [got[f"q{i}"].text for i in range(len(QUESTIONS))] == expected
+    assert all(got[r.rid].prompt_tokens > 5 for r in reqs)
+
+    cache = CachedEngine(engine, tmp_path / "cache", group_rows=4, group_s=3600)
+    steps = engine.stats.steps
+    twice = reqs[:2] + [Request("dup", QUESTIONS[0], params[0])]  # the same request twice: computed once
+    first = _drain(cache, reqs[2:] + twice)
+    assert first["dup"].text == first["q0"].text == expected[0]
+    assert cache.stats.commits >= 1 and engine.stats.steps > steps
+    cache.close()  # flushes the last group
+    again = CachedEngine(engine, tmp_path / "cache")
+    steps = engine.stats.steps
+    second = _drain(again, reqs)
+    assert engine.stats.steps == steps and again.stats.hits == len(reqs)
+    assert [second[r.rid].text for r in reqs] == expected and all(c.cached for c in second.values())
