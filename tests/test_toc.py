@@ -107,7 +107,8 @@ def _resources(engine, index=None):
         engine=engine, searcher=index.searcher(), embed=embed,
         passages=lambda ids: {i: Passage(i, store[i]["title"], store[i]["text"]) for i in ids},
         demos=KnnPool(load_asqa_demos(start=500, stop=560), embed, name="t-asqa", encoder_id="hash"),
-        quoted_demos=KnnPool(load_quotesum_demos(), embed, name="t-qs", encoder_id="hash"))
+        quoted_demos=KnnPool(load_quotesum_demos(), embed, name="t-qs", encoder_id="hash"),
+        rerank=index.scorer().score)
 
 
 QUESTIONS = ["Who has the highest goals in world football?", "When did the last world cup take place?",
@@ -318,3 +319,41 @@ def test_recorder_tables_follow_schemas():
     schemas.check(_tables(Recorder(llm_calls=rec.llm_calls))["llm_calls"], "llm_calls")
     schemas.check(nodes_table(trees), "nodes")
     assert got.tokens >= 0
+
+
+# --- bugs found in the fidelity read (issue 12) ------------------------------------------------------
+
+class _NoHits:
+    """A searcher that finds nothing (a stop-word-only question, a tiny index)."""
+
+    name = "empty"
+
+    def search(self, queries, k):
+        return pl.DataFrame(schema={"qid": pl.String, "passage_id": pl.String, "score": pl.Float64,
+                                    "rank": pl.Int32, "retriever": pl.String})
+
+
+def test_no_passages_shown_does_not_crash_verification():
+    # _evidence took np.argmax([]) when a tree had pending children but had shown no passage
+    res = _resources(ScriptedEngine("scripted", make_responder(verdict="True")))
+    res.searcher = _NoHits()
+    trees = _trees()[:1]
+    rec = run_waves(trees, res, _cfg(max_expansions=2), progress=False)
+    verify = [c for c in rec.llm_calls if c["step"] == "verify"]
+    assert verify and all("Context:" in c["prompt"] for c in verify)
+    assert all(n.evidence_passage_id is None for n in trees[0].nodes)
+    assert len(rec.answers) == 1
+
+
+def test_fits_counts_exactly_when_characters_underestimate_tokens():
+    from clarify.batch.waves import _fits
+    from clarify.local_llm.engine import GenParams
+
+    class ByteTokens:  # byte-level BPE at worst: one token per UTF-8 byte
+        max_model_len = 2048
+
+        def count_tokens(self, prompt):
+            return len(prompt.encode("utf-8"))
+
+    prompts = ["日本語" * 400, "plain text " * 100]  # 1200 characters but 3600 tokens; 1100 and 1100
+    assert _fits(ByteTokens(), prompts, [GenParams(max_tokens=64)] * 2) == [False, True]
