@@ -68,9 +68,9 @@ class TocConfig:
     # "pool": rerank the question's own retrieved pool by the question (run_toc.py:259);
     # "nodes": one answer-containing passage per valid node, then the question's top passages.
     answer_passages_from: str = "pool"
-    # False: a node's clarification seed does not depend on the expansion count, so a byte-identical
-    # re-expansion after a restart gets the cached completion (the official run, through dsp's cache);
-    # True: every expansion samples afresh.
+    # False: the clarification seed is a function of the prompt, so a byte-identical re-expansion (after a
+    # restart) gets the cached completion, as the official run does through dsp's request cache;
+    # True: the seed includes the node and expansion count, every expansion samples afresh.
     restart_resample: bool = False
     # "filter": the intended get_evidence (toc/pruning.py:17-25): shown passages containing the answer,
     # top-1 by the reranker; "official": as published (the filter is a no-op), reranker top-1 of all

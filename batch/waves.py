@@ -87,14 +87,16 @@ def seed_for(base: int, *parts: object) -> int:
     return int.from_bytes(h[:4], "little") & 0x7FFFFFFF
 
 
-def clarify_seed(cfg: RunConfig, t: Tree, n: Node) -> int:
-    """The clarification's sampling seed. By default (toc.restart_resample = False) it does not depend on
-    the expansion count, so re-expanding a node with a byte-identical prompt after a restart is the same
-    request and the completion cache answers it — as dsp's cache does for the official run (run_toc.py
-    :221 at --temperature 0.7 through dsp's request cache). With the switch on, every expansion samples anew."""
+def clarify_seed(cfg: RunConfig, t: Tree, n: Node, prompt: str) -> int:
+    """The clarification's sampling seed. By default (toc.restart_resample = False) it is a function of
+    the prompt alone, so a byte-identical prompt — a node re-expanded after a restart with nothing
+    exhausted or removed since, or two nodes asking the same question — is the same request and the
+    completion cache answers it with the same completion, as dsp's request cache does for the official
+    run (run_toc.py:221, temperature 0.7); a different prompt is an independent sample. With the switch
+    on, the seed depends on the node and the expansion count instead, so every expansion samples anew."""
     if cfg.toc.restart_resample:
         return seed_for(cfg.seed, t.qid, n.node_id, t.n_expansions, "clarify")
-    return seed_for(cfg.seed, t.qid, n.node_id, "clarify")
+    return seed_for(cfg.seed, hashlib.sha256(prompt.encode("utf-8")).hexdigest(), "clarify")
 
 
 def rank_by_scores(ids: Sequence[str], scores: Sequence[float], k: int) -> list[tuple[str, float]]:
@@ -272,7 +274,7 @@ def expand(trees: Sequence[Tree], nodes: Sequence[Node], res: Resources, cfg: Ru
         prompts.append(clarify_prompt(n.question, [store[p] for p in ctx], demos))
         params.append(GenParams(temperature=toc.temperature, max_tokens=toc.clarify_max_tokens,
                                 stop=CLARIFY_STOP + cfg.model.stop,
-                                seed=clarify_seed(cfg, t, n)))
+                                seed=clarify_seed(cfg, t, n, prompts[-1])))
         keys.append((t.qid, n.node_id))
     comps = _generate(res, rec, "clarify", wave, keys, prompts, params)
     calls = rec.llm_calls[-len(comps):]

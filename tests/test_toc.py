@@ -125,17 +125,20 @@ def _cfg(**toc):
 
 def test_bfs_limits_depth_and_max_nodes():
     cfg = _cfg()
-    eng = ScriptedEngine("scripted", make_responder(verdict="True", fanout=3))
+    eng = ScriptedEngine("scripted", make_responder(verdict="True", fanout=2))
     trees = _trees()
-    run_waves(trees, _resources(eng), cfg, progress=False)
+    rec = run_waves(trees, _resources(eng), cfg, progress=False)
     for t in trees:
+        # breadth first (run_toc.py:214 pops the queue's front): the root, its children in order, then
+        # the grandchildren; two children per expansion reach 10 valid nodes after five expansions
+        order = [c["node_id"] for c in rec.llm_calls if c["step"] == "clarify" and c["qid"] == t.qid]
+        assert order == ["0", "0.1", "0.2", "0.1.1", "0.1.2"]
         depths = [n.depth for n in t.nodes]
         assert max(depths) <= cfg.toc.max_depth
         assert len(t.valid) >= cfg.toc.max_nodes  # stops once 10 valid nodes exist (may overshoot in one step)
         assert len(t.valid) < cfg.toc.max_nodes + 3
         assert t.n_expansions <= cfg.toc.max_expansions + 1
-        # BFS: a node is only expanded after every node of smaller depth queued before it
-        assert all(n.status in ("root", "valid", "duplicate") for n in t.nodes)
+        assert all(n.status in ("root", "valid") for n in t.nodes)
 
 
 def test_depth_limit_stops_expansion():
@@ -357,3 +360,34 @@ def test_fits_counts_exactly_when_characters_underestimate_tokens():
 
     prompts = ["日本語" * 400, "plain text " * 100]  # 1200 characters but 3600 tokens; 1100 and 1100
     assert _fits(ByteTokens(), prompts, [GenParams(max_tokens=64)] * 2) == [False, True]
+
+
+def _pair(q, *answers):
+    from clarify.batch.parse import Disambiguation
+
+    return Disambiguation(q, answers)
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_strict_duplicates_treat_siblings_alike_with_or_without_pruning(verify):
+    # a sibling whose answers an earlier sibling already gave was a duplicate only when pruning was off
+    t = Tree.new("q", "Who won?", verify=verify)
+    kids = t.add_candidates(t.node("0"), [_pair("Who won in 2010?", "Spain"), _pair("Who won the final?", "Spain"),
+                                          _pair("Who won?", "Italy")], 1, "strict")
+    first = "pending" if verify else "valid"
+    assert [k.status for k in kids] == [first, "duplicate", "duplicate"]  # answer covered; root's question
+
+
+def test_official_duplicates_check_unique():
+    """toc/pruning.py:7-15: same question AND an earlier VALID answer inside this one; only while pruning."""
+    t = Tree.new("q", "Who won?", verify=True)
+    kids = t.add_candidates(t.node("0"), [_pair("Who won in 2010?", "Spain"), _pair("Who won in 2010?", "Spain"),
+                                          _pair("Who won?", "Italy")], 1)
+    assert [k.status for k in kids] == ["pending"] * 3  # siblings and the root are never compared
+    t.settle(kids, {k.node_id: (True, "True", None) for k in kids}, _cfg().toc)
+    more = t.add_candidates(kids[0], [_pair("Who won in 2010?", "Spain", "Netherlands"),
+                                      _pair("who won in 2010?", "Spain"), _pair("Who won in 2010?", "Spai")], 2)
+    # raw substring "Spain" in "Spain; Netherlands"; raw == is case-sensitive; "Spain" not in "Spai"
+    assert [k.status for k in more] == ["duplicate", "pending", "pending"]
+    t.pruning = False
+    assert [k.status for k in t.add_candidates(kids[1], [_pair("Who won in 2010?", "Spain")], 3)] == ["valid"]
