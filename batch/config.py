@@ -4,7 +4,7 @@ written once into the run directory (`config.json`).
 Defaults are the Tree of Clarifications paper's (Kim et al., EMNLP 2023, §3 and appendix A) and its
 official code (gankim/tree-of-clarifications `run_toc.py` argparse defaults). Where clarify can do
 something differently from the official code, a named switch chooses, and its default is the official
-behaviour (README "Differences from the official code"); `batch/presets/previous.toml` restores the
+behaviour (README "Differences from the official code"); `batch/previous.toml` restores the
 choices clarify made before issue 12.
 """
 

@@ -391,3 +391,28 @@ def test_official_duplicates_check_unique():
     assert [k.status for k in more] == ["duplicate", "pending", "pending"]
     t.pruning = False
     assert [k.status for k in t.add_candidates(kids[1], [_pair("Who won in 2010?", "Spain")], 3)] == ["valid"]
+
+
+def test_previous_preset_restores_every_switch():
+    """batch/previous.toml: every fidelity switch set to clarify's choice before issue 12."""
+    from pathlib import Path
+
+    prev, default = config.load(Path(config.__file__).with_name("previous.toml")), config.load(None)
+    assert (prev.retrieval.node_passages, prev.retrieval.pool) == ("search", 20)
+    assert (default.retrieval.node_passages, default.retrieval.pool) == ("pool", 100)
+    switches = ("duplicates", "removal", "answer_passages_from", "restart_resample", "evidence")
+    assert [getattr(prev.toc, k) for k in switches] == ["strict", "shown", "nodes", True, "filter-embed"]
+    assert [getattr(default.toc, k) for k in switches] == ["official", "official", "pool", False, "filter"]
+    with pytest.raises(InputError, match=r"toc.evidence"):
+        config.load(None, {"toc.evidence": "best"})
+
+
+def test_previous_preset_runs_waves_equal_loop():
+    from pathlib import Path
+
+    cfg = config.load(Path(config.__file__).with_name("previous.toml"), {"answer_style": "free"})
+    t1, t2 = _trees(), _trees()
+    rec1 = run_waves(t1, _resources(LooseEngine("s", make_responder())), cfg, progress=False)
+    rec2 = run_sequential(t2, _resources(LooseEngine("s", make_responder())), cfg)
+    assert nodes_table(t1).equals(nodes_table(t2))
+    assert _strip_wave(rec1.llm_calls).equals(_strip_wave(rec2.llm_calls))
