@@ -1,7 +1,9 @@
 """The wave scheduler: Tree of Clarifications breadth-first across ALL questions at once.
 
 In each wave every unfinished tree names its next node; the wave then makes
-  1. one `search` call for all those nodes' queries,
+  1. one `search` call for the questions met for the first time (each question's pool of passages) and
+     one rerank call that ranks each node's pool by its own question (or, with
+     retrieval.node_passages = "search", one `search` call for all those nodes' queries),
   2. one `generate` call for all clarification prompts,
   3. one `generate` call for all self-verification prompts,
 and the trees take the results. After the last wave, one `generate` call writes every final answer.
@@ -191,9 +193,8 @@ def removed_by(pairs: list[Disambiguation], shown: list[Demo], pool: Sequence[De
     toc/utils.py:18) against the whole DA strings found. "shown": only the demos in this prompt,
     against each single answer."""
     if removal == "official":
-        found, demos = [da_text(p.answers) for p in pairs], pool
-        return [d.demo_id for d in demos
-                if any(token_f1(b, da_text(dp.answers)) > 0.8 for dp in d.pairs for b in found)]
+        found = [da_text(p.answers) for p in pairs]
+        return [d.demo_id for d in pool if any(token_f1(b, da_text(dp.answers)) > 0.8 for dp in d.pairs for b in found)]
     found = [a for p in pairs for a in p.answers]
     return [d.demo_id for d in shown if any(token_f1(b, a) > 0.8 for dp in d.pairs for a in dp.answers for b in found)]
 
