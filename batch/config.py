@@ -2,7 +2,10 @@
 written once into the run directory (`config.json`).
 
 Defaults are the Tree of Clarifications paper's (Kim et al., EMNLP 2023, §3 and appendix A) and its
-official code (gankim/tree-of-clarifications `run_toc.py` argparse defaults).
+official code (gankim/tree-of-clarifications `run_toc.py` argparse defaults). Where clarify can do
+something differently from the official code, a named switch chooses, and its default is the official
+behaviour (README "Differences from the official code"); `batch/previous.toml` restores the
+choices clarify made before issue 12.
 """
 
 from __future__ import annotations
@@ -24,8 +27,12 @@ ANSWER_STYLES = ("free", "quoted")
 class RetrievalConfig:
     candidates: int = 100  # per retriever before fusion (run_toc.py --top_k_docs 100)
     top_k: int = 5  # passages in each prompt (run_toc.py --top_k_reranked 5)
-    pool: int = 20  # reranked hits kept per node, so exhausted passages can be skipped
+    pool: int = 100  # passages retrieved per search (run_toc.py --top_k_docs 100, toc/rac.py:5)
     searcher: str = "rerank"  # bm25 | dense | hybrid | rerank
+    # "pool": the question is searched once and every node reranks that pool (minus exhausted passages)
+    # by its own question (run_toc.py:198-199, :219 get_example → rerank); "search": every node searches
+    # the index again with its own question (clarify before issue 12).
+    node_passages: str = "pool"
 
     def __post_init__(self) -> None:
         _positive(self, "candidates", "top_k", "pool")
@@ -33,6 +40,7 @@ class RetrievalConfig:
             raise InputError(f"retrieval.pool ({self.pool}) must be >= retrieval.top_k ({self.top_k})")
         if self.searcher not in ("bm25", "dense", "hybrid", "rerank"):
             raise InputError(f"unknown searcher {self.searcher!r}", field="retrieval.searcher")
+        _choice(self, "node_passages", ("pool", "search"))
 
 
 @dataclass(frozen=True)
@@ -49,7 +57,25 @@ class TocConfig:
     verify_max_tokens: int = 3
     answer_max_tokens: int = 320
     answer_nodes: int = 10  # DQ/DA pairs in the answer prompt (_get_tree(max_nodes))
-    answer_passages: int = 5  # answer-containing passages in the answer prompt (select_passages)
+    answer_passages: int = 5  # passages in the answer prompt (--top_k_reranked)
+    # --- where clarify may differ from the official code (defaults = official) ---
+    # "official": toc/pruning.py:7-15 check_unique, only while pruning, against earlier valid nodes;
+    # "strict": clarify's rule (question repeats, or answers all covered), also without pruning.
+    duplicates: str = "official"
+    # "official": run_toc.py:94-123 over the whole demo pool and the passages as the retriever has them
+    # (title and text), matching whole DA strings; "shown": only the demos shown, text only, split answers.
+    removal: str = "official"
+    # "pool": rerank the question's own retrieved pool by the question (run_toc.py:259);
+    # "nodes": one answer-containing passage per valid node, then the question's top passages.
+    answer_passages_from: str = "pool"
+    # False: the clarification seed is a function of the prompt, so a byte-identical re-expansion (after a
+    # restart) gets the cached completion, as the official run does through dsp's request cache;
+    # True: the seed includes the node and expansion count, every expansion samples afresh.
+    restart_resample: bool = False
+    # "filter": the intended get_evidence (toc/pruning.py:17-25): shown passages containing the answer,
+    # top-1 by the reranker; "official": as published (the filter is a no-op), reranker top-1 of all
+    # shown passages; "filter-embed": the filter, scored by the dense encoder's cosine (before issue 12).
+    evidence: str = "filter"
 
     def __post_init__(self) -> None:
         _positive(self, "max_depth", "max_nodes", "max_expansions", "max_restarts", "n_demos",
@@ -57,6 +83,10 @@ class TocConfig:
                   "answer_passages")
         if self.temperature < 0:
             raise InputError("must be >= 0", field="toc.temperature")
+        _choice(self, "duplicates", ("official", "strict"))
+        _choice(self, "removal", ("official", "shown"))
+        _choice(self, "answer_passages_from", ("pool", "nodes"))
+        _choice(self, "evidence", ("filter", "official", "filter-embed"))
 
 
 @dataclass(frozen=True)
@@ -117,6 +147,12 @@ def _positive(obj: Any, *names: str) -> None:
     for name in names:
         if getattr(obj, name) < 1:
             raise InputError(f"must be >= 1, got {getattr(obj, name)}", field=f"{type(obj).__name__}.{name}")
+
+
+def _choice(obj: Any, name: str, allowed: tuple[str, ...]) -> None:
+    if getattr(obj, name) not in allowed:
+        section = {"RetrievalConfig": "retrieval", "TocConfig": "toc"}.get(type(obj).__name__, "")
+        raise InputError(f"unknown value {getattr(obj, name)!r}; choose one of {allowed}", field=f"{section}.{name}")
 
 
 def from_dict(data: dict[str, Any], *, source: str = "config") -> RunConfig:

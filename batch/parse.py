@@ -39,6 +39,12 @@ def split_answers(text: str) -> tuple[str, ...]:
     return tuple(p for p in parts if p)
 
 
+def da_text(answers: tuple[str, ...] | list[str]) -> str:
+    """A DA line's text back from its split answers: the whole string the official code matches
+    (run_toc.py:94-123 and toc/pruning.py:11 use `disambig['answer']` unsplit)."""
+    return "; ".join(answers)
+
+
 def parse_disambiguations(completion: str, finish_reason: str = "stop") -> Parsed:
     """`DQ i: question` / `DA i: a; b` lines → pairs. Text after an `Answer:` line is ignored.
 

@@ -112,14 +112,18 @@ def open_resources(cfg: RunConfig, questions: pl.DataFrame, cache_dir: Path,
         return out
 
     engine = CachedEngine((engine_factory or engine_for)(cfg), cache_dir)
-    searcher = None if cfg.dataset == "quotesum" else index.searcher(cfg.retrieval.searcher,
-                                                                     candidates=cfg.retrieval.candidates)
+    searcher, rerank = None, None
+    if cfg.dataset != "quotesum":
+        searcher = index.searcher(cfg.retrieval.searcher, candidates=cfg.retrieval.candidates)
+        # the reranker every node's pool, the evidence and the answer passages are scored with: the
+        # rerank searcher's own scorer, else the index's (run_toc.py:164 dsp's cross-encoder)
+        rerank = (getattr(searcher, "scorer", None) or index.scorer()).score
     if searcher is not None and search_cache is not None:
         from clarify.batch.search_cache import CachingSearcher
 
         searcher = CachingSearcher(searcher, search_cache)
     return Resources(engine=engine, searcher=searcher, passages=passages, embed=embed, demos=demos,
-                     quoted_demos=quoted, fixed_passages=fixed)
+                     quoted_demos=quoted, fixed_passages=fixed, rerank=rerank)
 
 
 def engine_for(cfg: RunConfig):

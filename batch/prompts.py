@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from clarify.batch.parse import Disambiguation
+from clarify.batch.parse import Disambiguation, da_text
 
 SEP = "\n\n---\n\n"
 
@@ -88,7 +88,7 @@ def format_pairs(pairs: Sequence[Disambiguation]) -> str:
     lines = []
     for i, p in enumerate(pairs, 1):
         lines.append(f"DQ {i}: {p.question}")
-        lines.append(f"DA {i}: {'; '.join(p.answers)}")
+        lines.append(f"DA {i}: {da_text(p.answers)}")
     return "\n".join(lines)
 
 
@@ -133,7 +133,9 @@ def quoted_answer_prompt(question: str, pairs: Sequence[Disambiguation], passage
     return SEP.join(parts + [query])
 
 
-def verify_prompt(evidence: Passage, ambiguous_question: str, proposed_answer: str) -> str:
-    """Self-verification (toc/templates/load.py get_ver_prompt shape): the ORIGINAL ambiguous question."""
-    return (f"{VERIFY_INSTRUCTIONS}\n\nContext: {evidence.title} | {evidence.text}\n"
+def verify_prompt(evidence: Passage | None, ambiguous_question: str, proposed_answer: str) -> str:
+    """Self-verification (toc/templates/load.py get_ver_prompt shape): the ORIGINAL ambiguous question.
+    No evidence (the tree has shown no passage) leaves the context empty."""
+    context = f"{evidence.title} | {evidence.text}" if evidence is not None else ""
+    return (f"{VERIFY_INSTRUCTIONS}\n\nContext: {context}\n"
             f"Question: {ambiguous_question}\nProposed Answer: {proposed_answer}\nTrue or False:")

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from clarify.batch.config import TocConfig
-from clarify.batch.parse import Disambiguation
+from clarify.batch.parse import Disambiguation, da_text
 from clarify.eval.normalize import normalize_answer as normalize  # SQuAD-style, as dsp's normalize_text
 
 ROOT = "0"
@@ -34,6 +34,24 @@ def has_answer(passage_text: str, answers: tuple[str, ...] | list[str]) -> bool:
     DPR's has_answer)."""
     hay = f" {normalize(passage_text)} "
     return any((n := normalize(a)) and f" {n} " in hay for a in answers)
+
+
+def official_unique(valid: list[Node], pair: Disambiguation) -> bool:
+    """toc/pruning.py:7-15 check_unique: a candidate is a duplicate only when an earlier valid node has
+    the same question (raw `==`) AND its whole DA string is a raw substring of the candidate's. It is
+    called only while pruning (run_toc.py:233-236) and against `toc.valid_qas`, which grows after the
+    expansion (run_toc.py:247): siblings are never compared with each other, nor with the root."""
+    da = da_text(pair.answers)
+    return not any(v.question == pair.question and da_text(v.answers) in da for v in valid)
+
+
+def strict_duplicate(pair: Disambiguation, seen_q: set[str], seen_a: set[str]) -> bool:
+    """clarify's rule (toc.duplicates = "strict"): the normalised question repeats one in the tree (root,
+    valid and pending nodes, earlier siblings included), or every answer is already covered by a valid
+    node or an earlier sibling."""
+    nq = normalize(pair.question)
+    na = {normalize(a) for a in pair.answers} - {""}
+    return nq in seen_q or not nq or (bool(na) and na <= seen_a)
 
 
 @dataclass
@@ -64,7 +82,10 @@ class Tree:
     seen_passages: list[str] = field(default_factory=list)  # every passage shown in a prompt, in order
     exhausted_passages: list[str] = field(default_factory=list)  # run_toc.py remove_dup_psgs
     removed_demos: list[str] = field(default_factory=list)  # run_toc.py remove_dup_demos
-    root_passages: list[str] = field(default_factory=list)  # the reranked pool for the question itself
+    # the question's own retrieval, best first: with retrieval.node_passages = "pool" the pool every node
+    # reranks (run_toc.py:198 all_passages); with "search" the root's own hits
+    root_passages: list[str] = field(default_factory=list)
+    searched: bool = False  # the question's own retrieval is done (it may have found nothing)
 
     @classmethod
     def new(cls, qid: str, question: str, *, verify: bool = True) -> Tree:
@@ -99,29 +120,31 @@ class Tree:
             return node
         return None
 
-    def add_candidates(self, parent: Node, pairs: list[Disambiguation], wave: int) -> list[Node]:
-        """Children of `parent` from one clarification. A child is a `duplicate` when its question
-        repeats one in the tree (root included) or its answers are all covered by earlier valid
-        answers (DESIGN §6; the official check_unique needs both); the others are `pending` while
-        pruning is on, else `valid` at once."""
+    def add_candidates(self, parent: Node, pairs: list[Disambiguation], wave: int,
+                       duplicates: str = "official") -> list[Node]:
+        """Children of `parent` from one clarification: `duplicate` when `duplicates` (TocConfig) says so,
+        else `pending` while pruning is on (to be verified), `valid` at once when it is off."""
+        valid_before = self.valid_nodes()
         seen_q = {normalize(n.question) for n in self.nodes if n.status in ("root", "valid", "pending")}
-        seen_a = {normalize(a) for n in self.valid_nodes() for a in n.answers}
+        seen_a = {normalize(a) for n in valid_before for a in n.answers}
         out = []
         for pair in pairs:
             parent.n_children += 1
-            nq = normalize(pair.question)
-            na = {normalize(a) for a in pair.answers} - {""}
-            dup = nq in seen_q or not nq or (bool(na) and na <= seen_a)
+            if duplicates == "official":
+                dup = self.pruning and not official_unique(valid_before, pair)
+            else:
+                dup = strict_duplicate(pair, seen_q, seen_a)
             status = "duplicate" if dup else ("pending" if self.pruning else "valid")
             child = Node(f"{parent.node_id}.{parent.n_children}", parent.node_id, parent.depth + 1,
                          pair.question, list(pair.answers), status, wave)
             self.nodes.append(child)
             out.append(child)
             if not dup:
-                seen_q.add(nq)
+                # strict: a later sibling is compared with earlier siblings whether or not pruning is on
+                seen_q.add(normalize(pair.question))
+                seen_a |= {normalize(a) for a in pair.answers} - {""}
                 if status == "valid":
                     self._keep(child)
-                    seen_a |= na
         return out
 
     def settle(self, children: list[Node], verdicts: dict[str, tuple[bool, str | None, str | None]],

@@ -371,18 +371,25 @@ class LocalIndex:
         elif kind == "hybrid":
             s = HybridSearcher(self.searcher("bm25", threads=threads), self.searcher("dense"), candidates=candidates)
         else:
-            hybrid = self.searcher("hybrid", candidates, threads=threads)
+            s = RerankSearcher(self.searcher("hybrid", candidates, threads=threads), self.scorer(cross_encoder))
+        self._searchers[key] = s
+        return s
+
+    def scorer(self, cross_encoder: str | None = None):
+        """The second-stage PairScorer: a cross-encoder (`cross_encoder` dir or $CLARIFY_CROSS_ENCODER),
+        else dense cosine. One instance per setting (a cross-encoder is loaded once)."""
+        cross_encoder = cross_encoder or os.environ.get("CLARIFY_CROSS_ENCODER") or None
+        key = ("scorer", cross_encoder)
+        if key not in self._searchers:
             if cross_encoder:
                 from clarify.index.rerank import CrossEncoderScorer
 
-                scorer = CrossEncoderScorer(cross_encoder, self.passage_lookup)
+                self._searchers[key] = CrossEncoderScorer(cross_encoder, self.passage_lookup)
             else:
                 from clarify.index.rerank import DenseCosineScorer
 
-                scorer = DenseCosineScorer(self.encoder, self.dense_index, self.passage_lookup)
-            s = RerankSearcher(hybrid, scorer)
-        self._searchers[key] = s
-        return s
+                self._searchers[key] = DenseCosineScorer(self.encoder, self.dense_index, self.passage_lookup)
+        return self._searchers[key]
 
     def verify(self) -> list[str]:
         """Recompute the manifest checksums; return the list of mismatches (empty = intact)."""

@@ -107,7 +107,8 @@ def _resources(engine, index=None):
         engine=engine, searcher=index.searcher(), embed=embed,
         passages=lambda ids: {i: Passage(i, store[i]["title"], store[i]["text"]) for i in ids},
         demos=KnnPool(load_asqa_demos(start=500, stop=560), embed, name="t-asqa", encoder_id="hash"),
-        quoted_demos=KnnPool(load_quotesum_demos(), embed, name="t-qs", encoder_id="hash"))
+        quoted_demos=KnnPool(load_quotesum_demos(), embed, name="t-qs", encoder_id="hash"),
+        rerank=index.scorer().score)
 
 
 QUESTIONS = ["Who has the highest goals in world football?", "When did the last world cup take place?",
@@ -124,17 +125,20 @@ def _cfg(**toc):
 
 def test_bfs_limits_depth_and_max_nodes():
     cfg = _cfg()
-    eng = ScriptedEngine("scripted", make_responder(verdict="True", fanout=3))
+    eng = ScriptedEngine("scripted", make_responder(verdict="True", fanout=2))
     trees = _trees()
-    run_waves(trees, _resources(eng), cfg, progress=False)
+    rec = run_waves(trees, _resources(eng), cfg, progress=False)
     for t in trees:
+        # breadth first (run_toc.py:214 pops the queue's front): the root, its children in order, then
+        # the grandchildren; two children per expansion reach 10 valid nodes after five expansions
+        order = [c["node_id"] for c in rec.llm_calls if c["step"] == "clarify" and c["qid"] == t.qid]
+        assert order == ["0", "0.1", "0.2", "0.1.1", "0.1.2"]
         depths = [n.depth for n in t.nodes]
         assert max(depths) <= cfg.toc.max_depth
         assert len(t.valid) >= cfg.toc.max_nodes  # stops once 10 valid nodes exist (may overshoot in one step)
         assert len(t.valid) < cfg.toc.max_nodes + 3
         assert t.n_expansions <= cfg.toc.max_expansions + 1
-        # BFS: a node is only expanded after every node of smaller depth queued before it
-        assert all(n.status in ("root", "valid", "duplicate") for n in t.nodes)
+        assert all(n.status in ("root", "valid") for n in t.nodes)
 
 
 def test_depth_limit_stops_expansion():
@@ -318,3 +322,97 @@ def test_recorder_tables_follow_schemas():
     schemas.check(_tables(Recorder(llm_calls=rec.llm_calls))["llm_calls"], "llm_calls")
     schemas.check(nodes_table(trees), "nodes")
     assert got.tokens >= 0
+
+
+# --- bugs found in the fidelity read (issue 12) ------------------------------------------------------
+
+class _NoHits:
+    """A searcher that finds nothing (a stop-word-only question, a tiny index)."""
+
+    name = "empty"
+
+    def search(self, queries, k):
+        return pl.DataFrame(schema={"qid": pl.String, "passage_id": pl.String, "score": pl.Float64,
+                                    "rank": pl.Int32, "retriever": pl.String})
+
+
+def test_no_passages_shown_does_not_crash_verification():
+    # _evidence took np.argmax([]) when a tree had pending children but had shown no passage
+    res = _resources(ScriptedEngine("scripted", make_responder(verdict="True")))
+    res.searcher = _NoHits()
+    trees = _trees()[:1]
+    rec = run_waves(trees, res, _cfg(max_expansions=2), progress=False)
+    verify = [c for c in rec.llm_calls if c["step"] == "verify"]
+    assert verify and all("Context:" in c["prompt"] for c in verify)
+    assert all(n.evidence_passage_id is None for n in trees[0].nodes)
+    assert len(rec.answers) == 1
+
+
+def test_fits_counts_exactly_when_characters_underestimate_tokens():
+    from clarify.batch.waves import _fits
+    from clarify.local_llm.engine import GenParams
+
+    class ByteTokens:  # byte-level BPE at worst: one token per UTF-8 byte
+        max_model_len = 2048
+
+        def count_tokens(self, prompt):
+            return len(prompt.encode("utf-8"))
+
+    prompts = ["日本語" * 400, "plain text " * 100]  # 1200 characters but 3600 tokens; 1100 and 1100
+    assert _fits(ByteTokens(), prompts, [GenParams(max_tokens=64)] * 2) == [False, True]
+
+
+def _pair(q, *answers):
+    from clarify.batch.parse import Disambiguation
+
+    return Disambiguation(q, answers)
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_strict_duplicates_treat_siblings_alike_with_or_without_pruning(verify):
+    # a sibling whose answers an earlier sibling already gave was a duplicate only when pruning was off
+    t = Tree.new("q", "Who won?", verify=verify)
+    kids = t.add_candidates(t.node("0"), [_pair("Who won in 2010?", "Spain"), _pair("Who won the final?", "Spain"),
+                                          _pair("Who won?", "Italy")], 1, "strict")
+    first = "pending" if verify else "valid"
+    assert [k.status for k in kids] == [first, "duplicate", "duplicate"]  # answer covered; root's question
+
+
+def test_official_duplicates_check_unique():
+    """toc/pruning.py:7-15: same question AND an earlier VALID answer inside this one; only while pruning."""
+    t = Tree.new("q", "Who won?", verify=True)
+    kids = t.add_candidates(t.node("0"), [_pair("Who won in 2010?", "Spain"), _pair("Who won in 2010?", "Spain"),
+                                          _pair("Who won?", "Italy")], 1)
+    assert [k.status for k in kids] == ["pending"] * 3  # siblings and the root are never compared
+    t.settle(kids, {k.node_id: (True, "True", None) for k in kids}, _cfg().toc)
+    more = t.add_candidates(kids[0], [_pair("Who won in 2010?", "Spain", "Netherlands"),
+                                      _pair("who won in 2010?", "Spain"), _pair("Who won in 2010?", "Spai")], 2)
+    # raw substring "Spain" in "Spain; Netherlands"; raw == is case-sensitive; "Spain" not in "Spai"
+    assert [k.status for k in more] == ["duplicate", "pending", "pending"]
+    t.pruning = False
+    assert [k.status for k in t.add_candidates(kids[1], [_pair("Who won in 2010?", "Spain")], 3)] == ["valid"]
+
+
+def test_previous_preset_restores_every_switch():
+    """batch/previous.toml: every fidelity switch set to clarify's choice before issue 12."""
+    from pathlib import Path
+
+    prev, default = config.load(Path(config.__file__).with_name("previous.toml")), config.load(None)
+    assert (prev.retrieval.node_passages, prev.retrieval.pool) == ("search", 20)
+    assert (default.retrieval.node_passages, default.retrieval.pool) == ("pool", 100)
+    switches = ("duplicates", "removal", "answer_passages_from", "restart_resample", "evidence")
+    assert [getattr(prev.toc, k) for k in switches] == ["strict", "shown", "nodes", True, "filter-embed"]
+    assert [getattr(default.toc, k) for k in switches] == ["official", "official", "pool", False, "filter"]
+    with pytest.raises(InputError, match=r"toc.evidence"):
+        config.load(None, {"toc.evidence": "best"})
+
+
+def test_previous_preset_runs_waves_equal_loop():
+    from pathlib import Path
+
+    cfg = config.load(Path(config.__file__).with_name("previous.toml"), {"answer_style": "free"})
+    t1, t2 = _trees(), _trees()
+    rec1 = run_waves(t1, _resources(LooseEngine("s", make_responder())), cfg, progress=False)
+    rec2 = run_sequential(t2, _resources(LooseEngine("s", make_responder())), cfg)
+    assert nodes_table(t1).equals(nodes_table(t2))
+    assert _strip_wave(rec1.llm_calls).equals(_strip_wave(rec2.llm_calls))

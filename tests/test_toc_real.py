@@ -50,7 +50,10 @@ def test_real_waves_batch_and_equal_per_question_loop(tmp_path, default_local_in
     waves = calls.filter(pl.col("step") == "clarify")["wave"].n_unique()
     # every step of every question in one generate per wave and step: ≤ 2 per wave + 1 for the answers
     assert counting.calls <= 2 * waves + 1
-    assert counting.prompts == calls.height > counting.calls
+    # a byte-identical request (a re-expansion after a restart with nothing exhausted since, siblings'
+    # identical verifications) is computed once: the cache answers the repeats (dsp's cache, officially)
+    assert counting.prompts == calls.filter(~pl.col("cached"))["call_id"].n_unique()
+    assert calls.height > counting.calls
     assert (calls.filter(pl.col("step") == "clarify")["completion"].str.len_chars() > 0).all()
     assert len(rec.answers) == 3 and all(a["answer"] for a in rec.answers)
 
@@ -73,8 +76,10 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path, default_inde
     """A real `clarify run` is SIGKILLed after its first wave; the same command finishes it. Then an
     uninterrupted run over the same completions (its cache seeded from the killed run's) must write
     exactly the same tables: nothing lost, nothing duplicated."""
+    # every expansion a new request (toc.restart_resample): with the default, a small model's fruitless
+    # root is re-expanded from the cache, and the kill below waits for a wave that reaches the engine
     flags = ["--dataset", "asqa", "--limit", "3", "--answer-style", "free", "--index", str(default_index),
-             "--config", str(_small_toml(tmp_path)), "--no-progress"]
+             "--config", str(_small_toml(tmp_path, "restart_resample = true\n")), "--no-progress"]
     killed = tmp_path / "killed"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     # The run kills itself at an exact state (clarify/faults.py): in the middle of wave 2, right after its
@@ -110,7 +115,8 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path, default_inde
     a = pl.read_parquet(killed / "llm_calls.parquet").drop("cached")
     b = pl.read_parquet(clean / "llm_calls.parquet").drop("cached")
     assert a.equals(b)
-    assert a["call_id"].n_unique() == a.height  # no call recorded twice
+    # no call recorded twice (two nodes may send one identical request, e.g. same-answer verifications)
+    assert a.select("qid", "node_id", "step", "wave").n_unique() == a.height
     clean_summary = json.loads((clean / "summary.json").read_text())
     assert clean_summary["cached_calls"] == b.height
     assert clean_summary["wall_s_total"] == pytest.approx(clean_summary["wall_s_last_session"], abs=0.02)
@@ -129,9 +135,9 @@ def _cache_rows(cache_dir: Path) -> int:
         return 0
 
 
-def _small_toml(tmp_path: Path) -> Path:
+def _small_toml(tmp_path: Path, extra: str = "") -> Path:
     p = tmp_path / "small.toml"
-    p.write_text("[toc]\n" + "".join(f"{k.split('.')[1]} = {v}\n" for k, v in SMALL.items()))
+    p.write_text("[toc]\n" + "".join(f"{k.split('.')[1]} = {v}\n" for k, v in SMALL.items()) + extra)
     return p
 
 

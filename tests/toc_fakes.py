@@ -40,12 +40,20 @@ class OverlapSearcher:
         self.toks = [_tokens(f"{t} {x}") for t, x in zip(passages["title"], passages["text"])]
         self.calls = 0
 
+    def _score(self, query: str, toks: list[set[str]]) -> np.ndarray:
+        q = _tokens(query)
+        return np.array([len(q & t) / (1 + len(t)) ** 0.5 for t in toks])
+
+    def score(self, queries: list[str], passage_ids: list[list[str]]) -> list[np.ndarray]:
+        """The PairScorer protocol (index.search): the same overlap score for given candidates."""
+        at = {p: i for i, p in enumerate(self.passages["passage_id"])}
+        return [self._score(q, [self.toks[at[p]] for p in ids]) for q, ids in zip(queries, passage_ids)]
+
     def search(self, queries: pl.DataFrame, k: int) -> pl.DataFrame:
         self.calls += 1
         rows = []
         for qid, query in zip(queries["qid"], queries["query"]):
-            q = _tokens(query)
-            scores = np.array([len(q & t) / (1 + len(t)) ** 0.5 for t in self.toks])
+            scores = self._score(query, self.toks)
             order = np.argsort(-scores, kind="stable")[:k]
             rows += [{"qid": qid, "passage_id": self.passages["passage_id"][int(j)], "score": float(scores[j]),
                       "rank": r, "retriever": "overlap"} for r, j in enumerate(order, 1)]
@@ -64,6 +72,9 @@ class FakeIndex:
         self._searcher = OverlapSearcher(self.passages)
 
     def searcher(self, kind: str = "rerank", candidates: int = 100) -> OverlapSearcher:
+        return self._searcher
+
+    def scorer(self, cross_encoder: str | None = None) -> OverlapSearcher:
         return self._searcher
 
     def passage_lookup(self, ids: list[str]) -> pl.DataFrame:
