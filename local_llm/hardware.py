@@ -21,8 +21,16 @@ parsed from /proc/cpuinfo.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import platform
+import socket
+import sys
+import tempfile
+import threading
+import time
 from functools import lru_cache
+from pathlib import Path
 
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 _HALF = {"bfloat16", "bf16", "float16", "fp16", "half"}
@@ -61,3 +69,119 @@ def describe() -> str:
     f = cpu_facts()
     return (f"CPU {f['arch']} capability={f['capability']} avx512_bf16={f['avx512_bf16']} amx={f['amx']} "
             f"-> bfloat16 {'native' if f['bf16_native'] else 'emulated (auto resolves to float32)'}")
+
+
+# -- one engine per CPU core at a time ------------------------------------------------------------
+# Two vLLM-CPU engines bound to the same cores slow each other down by two orders of magnitude (their
+# OpenMP threads spin against each other; seen: a 20-prompt batch at 4 prompt tok/s). So an engine
+# holds a lock on each core it is bound to while it works (a generate call, or while its step loop has
+# requests in flight) — not while it sits idle, so a test process holding an idle engine never blocks
+# the `clarify` subprocesses it starts. The locks are flock()s on files in the machine's temp folder:
+# released by the kernel when the holder dies, so there is no stale lock. Engines pinned to disjoint
+# cores (VLLM_CPU_OMP_THREADS_BIND=0 and =1) run side by side.
+
+BUSY_ENV = "CLARIFY_ENGINE_BUSY"  # "wait" (default): wait, saying for whom; "refuse": raise EngineBusy
+
+
+class EngineBusy(RuntimeError):
+    """Another process's engine is working on the cores this one is bound to."""
+
+
+def parse_cpu_list(spec: str) -> set[int]:
+    """'0-2,5' -> {0, 1, 2, 5} (VLLM_CPU_OMP_THREADS_BIND's format); anything else -> empty set."""
+    cores: set[int] = set()
+    try:
+        for part in spec.split(","):
+            lo, _, hi = part.strip().partition("-")
+            cores.update(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        return set()
+    return cores
+
+
+def lock_dir() -> Path:
+    d = Path(tempfile.gettempdir()) / "clarify-cpu-locks"
+    d.mkdir(exist_ok=True)
+    return d
+
+
+_held: dict[int, list[int]] = {}  # core -> [fd, holders]: this process's locks, shared by its engines
+_held_lock = threading.Lock()
+
+
+class CoreLock:
+    """Exclusive use of a set of cores by this process while work runs (`with lock:`, re-entrant; the
+    engines of one process share its locks, so they never wait for each other)."""
+
+    def __init__(self, cores: set[int], *, mode: str | None = None, say=print):
+        self.cores = sorted(cores)
+        self.mode = mode or os.environ.get(BUSY_ENV, "wait")
+        if self.mode not in ("wait", "refuse"):
+            raise ValueError(f"{BUSY_ENV} must be 'wait' or 'refuse', got {self.mode!r}")
+        self.say = say
+        self._taken: list[int] = []
+        self._depth = 0
+        self.waited_s = 0.0
+
+    @staticmethod
+    def _holder(fd: int) -> str:
+        try:
+            return os.pread(fd, 512, 0).decode("utf-8", "replace").strip() or "another process"
+        except OSError:
+            return "another process"
+
+    def __enter__(self) -> CoreLock:
+        self._depth += 1
+        if self._depth == 1:
+            try:
+                for core in self.cores:
+                    self._take(core)
+            except BaseException:
+                self._release()
+                self._depth = 0
+                raise
+        return self
+
+    def _take(self, core: int) -> None:
+        with _held_lock:
+            if core in _held:
+                _held[core][1] += 1
+                self._taken.append(core)
+                return
+        fd = os.open(lock_dir() / f"core-{core}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = self._holder(fd)
+            if self.mode == "refuse":
+                os.close(fd)
+                raise EngineBusy(f"CPU core {core} is in use by a vLLM engine of {holder}; wait for it, "
+                                 f"or pin this run to other cores (VLLM_CPU_OMP_THREADS_BIND=...)") from None
+            if not self.waited_s:  # said once per engine, not at every batch
+                self.say(f"waiting for CPU core {core}: a vLLM engine of {holder} is using it "
+                         f"({BUSY_ENV}=refuse to fail instead)")
+            t0 = time.perf_counter()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self.waited_s += time.perf_counter() - t0 + 1e-9
+        me = f"pid {os.getpid()} on {socket.gethostname()}: {' '.join(sys.argv)[:200]}"
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, me.encode(), 0)
+        with _held_lock:
+            _held[core] = [fd, 1]
+        self._taken.append(core)
+
+    def __exit__(self, *exc) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self._release()
+
+    def _release(self) -> None:
+        with _held_lock:
+            for core in self._taken:
+                entry = _held[core]
+                entry[1] -= 1
+                if entry[1] == 0:
+                    fcntl.flock(entry[0], fcntl.LOCK_UN)
+                    os.close(entry[0])
+                    del _held[core]
+        self._taken = []

