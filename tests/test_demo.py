@@ -8,21 +8,31 @@ from clarify.batch.commands import (
     DEMO_MIN_QUESTIONS,
     DEMO_TOKENS_PER_QUESTION,
     demo_size,
+    probe_prompts,
     probe_speed,
 )
 
 
 def test_demo_size_follows_engine_speed():
-    assert demo_size(250) == DEMO_MIN_QUESTIONS  # AVX2-only CPU, float32: the smallest demo
-    assert demo_size(2400) == DEMO_MAX_QUESTIONS  # native bf16: the full 20 questions
-    mid = demo_size(800)
-    assert DEMO_MIN_QUESTIONS < mid < DEMO_MAX_QUESTIONS
-    assert mid * DEMO_TOKENS_PER_QUESTION / 800 <= DEMO_BUDGET_S  # what it chose fits the budget
     assert demo_size(0) == DEMO_MIN_QUESTIONS
+    assert demo_size(2400) == DEMO_MAX_QUESTIONS  # native bf16: the full 20 questions
+    sizes = [demo_size(tps) for tps in (100, 250, 400, 800)]
+    assert sizes == sorted(sizes) and sizes[0] < sizes[-1]  # a faster engine gets more questions
+    for tps in (250, 400):  # AVX2-only CPU in float32, and a little faster: what it chose fits
+        assert DEMO_MIN_QUESTIONS < demo_size(tps) < DEMO_MAX_QUESTIONS
+        assert demo_size(tps) * DEMO_TOKENS_PER_QUESTION / tps <= DEMO_BUDGET_S
+
+
+def test_probe_prompts_share_no_prefix():
+    prompts = probe_prompts(4, "p") + probe_prompts(1, "w")
+    assert len({p[:4] for p in prompts}) == 5  # they differ in the first vLLM KV block already
+    assert all(len(p) > 2000 for p in prompts)  # ToC-sized context
 
 
 def test_probe_measures_the_real_engine(llm_engine):
-    calls = llm_engine.stats.calls
+    calls, cached = llm_engine.stats.calls, llm_engine.stats.cached_prompt_tokens
     tps = probe_speed(llm_engine)
     assert tps > 10  # tokens per second, prompt + output
     assert llm_engine.stats.calls == calls + 2  # a warm-up call, then the measured batch
+    # Nothing measured came from vLLM's prefix cache (it once inflated the probe ~5x on an AVX2 CPU).
+    assert llm_engine.stats.cached_prompt_tokens - cached < 16 * 4  # at most a stray block per prompt
