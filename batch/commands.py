@@ -14,6 +14,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     _run_args(p)
     p.add_argument("--out", required=True, help="run directory (runs/NAME); re-running resumes")
     p.add_argument("--search-cache", help="folder sharing retrieval results between runs (clarify compare)")
+    p.add_argument("--restart", action="store_true",
+                   help="start this run directory over with the given config and inputs (the completion cache is kept)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("demo", help="the main job on the embedded defaults (index, model, ASQA questions)")
@@ -85,7 +87,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from clarify.batch.pipeline import run
 
     cfg = config.load(args.config, _overrides(args))
-    summary = run(cfg, args.out, progress=not args.no_progress,
+    summary = run(cfg, args.out, progress=not args.no_progress, restart=args.restart,
                   search_cache=Path(args.search_cache) if args.search_cache else None)
     print_summary(summary)
     print(f"run directory: {args.out}")

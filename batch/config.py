@@ -208,7 +208,8 @@ def _type_problem(value: Any, hint: Any) -> str | None:
 
 
 def _hints(cls: type) -> dict[str, Any]:
-    return {k: v for k, v in typing.get_type_hints(cls).items() if k not in _SECTIONS}
+    """The declared type of each plain field (RunConfig's sub-tables are checked on their own)."""
+    return {k: v for k, v in typing.get_type_hints(cls).items() if cls is not RunConfig or k not in _SECTIONS}
 
 
 def _check_values(values: dict[str, Any], cls: type, section: str) -> list[tuple[str, str]]:
@@ -264,7 +265,7 @@ def validate(data: dict[str, Any], *, source: str = "config") -> None:
 
 def _problems_of(obj: Any, section: str) -> list[tuple[str, str]]:
     """The schema's verdict on an already-built config object (direct construction, dataclasses.replace)."""
-    values = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.name not in _SECTIONS}
+    values = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.name in _hints(type(obj))}
     problems = _check_values(values, type(obj), section)
     if not problems and section == "retrieval":
         problems = _cross_problems({}, {"retrieval": values})

@@ -6,6 +6,7 @@ re-run makes zero model calls, opens no model and rewrites nothing.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from clarify import faults, schemas
 from clarify.batch.compare import model_params
 from clarify.batch.config import RunConfig
 from clarify.batch.prompts import Passage
-from clarify.batch.rundir import RunDir, write_json
+from clarify.batch.rundir import RunDir, file_sha256, write_json
 from clarify.batch.tree import Tree
 from clarify.batch.waves import Recorder, Resources, run_waves
 from clarify.errors import InputError
@@ -52,15 +53,24 @@ def read_questions_jsonl(path: str | Path) -> pl.DataFrame:
     return df
 
 
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+def questions_path(cfg: RunConfig) -> Path:
+    """The file the run's questions come from: `questions`, else the dataset's shipped file."""
+    if cfg.questions:
+        return Path(cfg.questions)
+    return {"asqa": DATA / "asqa" / "dev.json", "quotesum": DATA / "quotesum" / "dev.jsonl"}[cfg.dataset]
+
+
 def load_questions(cfg: RunConfig) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     """(questions, gold-or-None) for the configured dataset, sliced to offset:offset+limit."""
-    data = Path(__file__).resolve().parent.parent / "data"
     gold = None
     if cfg.dataset == "asqa":
         from clarify.batch.demos import parse_pool_spec
         from clarify.eval.asqa import load_asqa
 
-        questions, gold = load_asqa(Path(cfg.questions) if cfg.questions else data / "asqa" / "dev.json")
+        questions, gold = load_asqa(questions_path(cfg))
         _, pool_start, pool_stop = parse_pool_spec(cfg.demo_pool)
         stop = cfg.offset + cfg.limit if cfg.limit else questions.height  # limit 0 = every question
         if cfg.offset < (pool_stop or 10**9) and stop > pool_start:
@@ -69,13 +79,50 @@ def load_questions(cfg: RunConfig) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     elif cfg.dataset == "quotesum":
         from clarify.eval.quotesum import load_quotesum
 
-        questions, gold = load_quotesum(Path(cfg.questions) if cfg.questions else data / "quotesum" / "dev.jsonl")
+        questions, gold = load_quotesum(questions_path(cfg))
     else:
         questions = read_questions_jsonl(cfg.questions)
     questions = questions.slice(cfg.offset, cfg.limit if cfg.limit else None)
     if questions.height == 0:
         raise InputError(f"no questions at offset {cfg.offset}", field="offset")
     return questions, gold
+
+
+def check_inputs(cfg: RunConfig, *, index=None, engine_factory=None) -> tuple[object, dict]:
+    """Check the index and the model before anything is frozen or loaded (the questions are read by
+    `load_questions`); return the opened (lazy) index and what pins the inputs: the questions file's
+    sha256, the model folder's fingerprint, the index's. An index or engine passed in by a caller (tests)
+    is taken as given; an embedded model then is not prepared."""
+    from clarify.local_llm.models import EMBEDDED, model_fingerprint, resolve_model
+
+    inputs: dict[str, dict] = {"questions": {"path": str(questions_path(cfg)),
+                                             "sha256": file_sha256(questions_path(cfg))}}
+    if index is None:
+        from clarify.index import ensure_default_index, open_index
+
+        index = open_index(cfg.index or ensure_default_index())
+    inputs["index"] = index_identity(index)
+    if engine_factory is not None and cfg.model.model in EMBEDDED:
+        inputs["model"] = {"name": cfg.model.model}
+    else:
+        path = resolve_model(cfg.model.model)
+        inputs["model"] = {"path": str(path), "fingerprint": model_fingerprint(path)}
+    return index, inputs
+
+
+def index_identity(index) -> dict:
+    """An index's fingerprint: its manifest's corpus checksums and build settings (index/store.py), or
+    the names and sizes of a prebuilt index's files; {} for a stand-in without a path."""
+    path = getattr(index, "path", None)
+    if path is None:
+        return {}
+    manifest = getattr(index, "manifest", None) or {}
+    if manifest.get("corpus") is not None:
+        ident = json.dumps({k: manifest.get(k) for k in ("corpus", "build", "passages")}, sort_keys=True, default=str)
+    else:
+        files = sorted(p for p in Path(path).rglob("*") if p.is_file())
+        ident = "\n".join(f"{p.relative_to(path)}:{p.stat().st_size}" for p in files)
+    return {"path": str(path), "fingerprint": hashlib.sha256(ident.encode("utf-8")).hexdigest()}
 
 
 def open_resources(cfg: RunConfig, questions: pl.DataFrame, cache_dir: Path,
@@ -157,19 +204,32 @@ def nodes_table(trees: list[Tree]) -> pl.DataFrame:
 
 
 def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, progress: bool = True,
-        stop_after_wave: int | None = None, search_cache: Path | None = None) -> dict:
-    """Run (or resume, or just report) the configured job in run directory `out`; returns the summary."""
+        stop_after_wave: int | None = None, search_cache: Path | None = None, restart: bool = False) -> dict:
+    """Run (or resume, or just report) the configured job in run directory `out`; returns the summary.
+
+    Every input is checked before the run directory is touched, the directory is locked for this
+    process, and checkpoints are verified before the model loads. restart: start over (the completion
+    cache is kept)."""
     rd = RunDir(out)
-    rd.freeze_config(json.loads(cfg.to_json()))
-    if rd.finished:
-        return json.loads((rd.path / "summary.json").read_text(encoding="utf-8"))
-    t_start = time.perf_counter()
     questions, gold = load_questions(cfg)
-    if rd.table("questions") is None:
+    index, inputs = check_inputs(cfg, index=index, engine_factory=engine_factory)
+    with rd.lock():
+        if restart:
+            rd.clear()
+        rd.freeze(json.loads(cfg.to_json()), inputs)
+        if rd.finished:
+            return rd.summary()
+        return _run_locked(rd, cfg, questions, gold, index, engine_factory, progress, stop_after_wave, search_cache)
+
+
+def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index, engine_factory, progress: bool,
+                stop_after_wave: int | None, search_cache: Path | None) -> dict:
+    t_start = time.perf_counter()
+    state = rd.load_state()  # verified: a damaged checkpoint is reported before any model loads
+    if state is None:
         rd.write_table("questions", questions.select(list(schemas.QUESTIONS)))
     res = open_resources(cfg, questions, rd.cache_dir, engine_factory, index, search_cache)
 
-    state = rd.load_state()
     if state is None:
         start, answered, prior_s = 1, False, 0.0
         trees = [Tree.new(q, text, verify=cfg.toc.verify)

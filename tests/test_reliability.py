@@ -4,11 +4,24 @@ resume properties with the real engine are in test_toc_real.py."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import polars as pl
 import pytest
 
 from clarify.batch import config
 from clarify.batch.cli import main
+from clarify.batch.pipeline import run
 from clarify.errors import InputError
+from clarify.local_llm.scripted import ScriptedEngine
+from tests.test_toc import make_responder
+from tests.toc_fakes import FakeIndex
 
 # --- one declared config schema -----------------------------------------------------------------------
 
@@ -38,6 +51,7 @@ def test_config_schema_names_every_bad_field_at_once(tmp_path):
     ("toc = 3\n", r"field 'toc'\): must be a table"),
     ("[retrieval]\npool = 3\n", r"field 'retrieval.pool'\): must be >= retrieval.top_k \(5\), got 3"),
     ("offset = -1\n", r"field 'offset'\): must be >= 0, got -1"),
+    ("[model]\nmodel = 3\n", r"field 'model.model'\): expected a string, got int 3"),
 ])
 def test_config_schema_types_ranges_enums(tmp_path, toml, match):
     p = tmp_path / "c.toml"
@@ -73,3 +87,180 @@ def test_cli_config_directory_and_bad_values_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "toc.verify" in err and "toc.temperature" in err
     assert not (tmp_path / "r").exists()  # refused before the run directory is touched
+
+
+# --- inputs checked before freezing, pinned, refused when changed; --restart -------------------------
+
+def _questions(tmp_path, *texts):
+    p = tmp_path / "questions.jsonl"
+    p.write_text("".join(json.dumps({"qid": f"q{i}", "question": t}) + "\n" for i, t in enumerate(texts)))
+    return p
+
+
+QS = ("Who has the highest goals in world football?", "When did the last world cup take place?")
+
+
+def _cfg(questions, **kw):
+    return config.load(None, {"dataset": "jsonl", "questions": str(questions), "answer_style": "free",
+                              "toc.max_expansions": 3, **kw})
+
+
+class _Factory:
+    """Counts the engines built: a check that must happen before the model loads builds none."""
+
+    def __init__(self):
+        self.made = []
+
+    def __call__(self, _cfg):
+        self.made.append(ScriptedEngine("scripted", make_responder()))
+        return self.made[-1]
+
+
+def _run(cfg, out, factory=None, **kw):
+    return run(cfg, out, engine_factory=factory or _Factory(), index=_INDEX, progress=False, **kw)
+
+
+_INDEX = FakeIndex()
+
+
+def test_failed_start_does_not_block_its_run_directory(tmp_path):
+    q = _questions(tmp_path, *QS)
+    out = tmp_path / "r"
+    with pytest.raises(InputError, match="file not found"):
+        _run(_cfg(tmp_path / "typo.jsonl"), out)
+    with pytest.raises(InputError, match="model directory does not exist"):
+        _run(_cfg(q, **{"model.model": str(tmp_path / "no-model")}), out)
+    assert not out.exists()  # nothing frozen by a start that could not begin
+    # a start that got as far as freezing but made no checkpoint (killed while loading) blocks nothing
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps(json.loads(_cfg(q, seed=7).to_json())))
+    assert _run(_cfg(q), out)["n_questions"] == 2
+
+
+def test_changed_questions_file_is_refused_then_restart_starts_over(tmp_path):
+    q = _questions(tmp_path, *QS)
+    out = tmp_path / "r"
+    assert _run(_cfg(q), out, stop_after_wave=1) == {"stopped_after_wave": 1}
+    pinned = json.loads((out / "inputs.json").read_text())
+    assert pinned["questions"]["sha256"] == hashlib.sha256(q.read_bytes()).hexdigest()
+    q.write_text(q.read_text().replace("world football", "world hockey"))
+    with pytest.raises(InputError, match=r"inputs of this run changed.*questions .*questions.jsonl changed \(sha256"):
+        _run(_cfg(q), out)
+    factory = _Factory()
+    summary = _run(_cfg(q), out, factory, restart=True)
+    assert summary["n_questions"] == 2
+    asked = pl.read_parquet(out / "questions.parquet")["question"].to_list()
+    assert asked[0] == "Who has the highest goals in world hockey?"
+    assert "world hockey" in pl.read_parquet(out / "nodes.parquet")["question"][0]
+    # finished: an edited input is refused as well (its summary would disagree with the file)
+    q.write_text(q.read_text() + json.dumps({"qid": "q9", "question": "Who?"}) + "\n")
+    with pytest.raises(InputError, match="changed"):
+        _run(_cfg(q), out)
+
+
+def test_changed_model_folder_is_refused(tmp_path):
+    q = _questions(tmp_path, *QS)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    (model / "model.safetensors").write_bytes(b"\0" * 64)
+    cfg = _cfg(q, **{"model.model": str(model)})
+    _run(cfg, tmp_path / "r", stop_after_wave=1)
+    (model / "model.safetensors").write_bytes(b"\0" * 65)
+    with pytest.raises(InputError, match=r"model .*model changed \(fingerprint"):
+        _run(cfg, tmp_path / "r")
+
+
+def test_restart_flag_on_the_command_line():
+    from clarify.batch.cli import build_parser
+
+    assert build_parser().parse_args(["run", "--out", "x", "--restart"]).restart is True
+
+
+# --- one process per run directory ---------------------------------------------------------------------
+
+HOLD = """
+import sys, time
+from clarify.batch.rundir import RunDir
+with RunDir(sys.argv[1]).lock():
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_second_process_on_a_run_directory_is_refused_naming_the_holder(tmp_path):
+    q = _questions(tmp_path, *QS)
+    out = tmp_path / "r"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONPATH=":".join(sys.path)))
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        factory = _Factory()
+        with pytest.raises(InputError, match=rf"in use by pid {holder.pid} on {socket.gethostname()}"):
+            _run(_cfg(q), out, factory)
+        assert not factory.made and not (out / "config.json").exists()
+    finally:
+        holder.kill()  # SIGKILL: the holder never unlocks; the kernel frees its flock
+        holder.wait()
+    assert _run(_cfg(q), out)["n_questions"] == 2  # a dead holder's lock does not block
+
+
+# --- checkpoints: atomic, checksummed, verified before the model loads ---------------------------------
+
+def _stopped_run(tmp_path):
+    q = _questions(tmp_path, *QS)
+    out = tmp_path / "r"
+    _run(_cfg(q), out, stop_after_wave=2)
+    return q, out
+
+
+@pytest.mark.parametrize(("target", "damage", "why"), [
+    ("0001/state.json", lambda p: p.write_bytes(p.read_bytes()[:100]), "not valid JSON"),
+    ("0002/state.json", lambda p: p.write_text(p.read_text().replace("world cup", "world cop")),
+     "does not match its checksum"),
+    ("0002/llm_calls.parquet", lambda p: p.write_bytes(p.read_bytes()[:-40]), "does not match its sha256"),
+    ("0001/hits.parquet", lambda p: p.unlink(), "the file is missing"),
+])
+def test_damaged_checkpoint_is_one_line_before_the_model_loads(tmp_path, target, damage, why):
+    q, out = _stopped_run(tmp_path)
+    damage(out / "waves" / target)
+    factory = _Factory()
+    with pytest.raises(InputError) as err:
+        _run(_cfg(q), out, factory)
+    msg = str(err.value)
+    assert msg.startswith(f"{out / 'waves' / target}: damaged checkpoint") and why in msg and "\n" not in msg
+    assert "--restart" in msg and not factory.made  # no engine built: reported before loading
+
+
+def test_following_the_damage_advice_resumes_from_the_cache(tmp_path):
+    q, out = _stopped_run(tmp_path)
+    full = _run(_cfg(q), tmp_path / "full")
+    (out / "waves" / "0002" / "state.json").write_text("{")
+    shutil.rmtree(out / "waves" / "0002")  # what the message says to do
+    factory = _Factory()
+    resumed = _run(_cfg(q), out, factory)
+    assert resumed["metrics"] == full["metrics"]
+    for name in ("nodes", "answers", "hits"):
+        assert pl.read_parquet(out / f"{name}.parquet").equals(pl.read_parquet(tmp_path / "full" / f"{name}.parquet"))
+
+
+def test_finished_wave_is_never_replaced(tmp_path):
+    from clarify.batch.rundir import RunDir
+
+    _, out = _stopped_run(tmp_path)
+    rd = RunDir(out)
+    with pytest.raises(RuntimeError, match="never replaced"):
+        rd.write_wave(2, {}, [], answered=False)
+    assert (out / "waves" / "0002" / "state.json").exists()
+
+
+def test_damaged_summary_and_config_are_one_line(tmp_path):
+    q = _questions(tmp_path, *QS)
+    out = tmp_path / "r"
+    _run(_cfg(q), out)
+    (out / "summary.json").write_text('{"name": ')
+    with pytest.raises(InputError, match=r"summary.json: damaged .*delete it"):
+        _run(_cfg(q), out)
+    (out / "config.json").write_text("{")
+    with pytest.raises(InputError, match=r"config.json: damaged .*--restart"):
+        _run(_cfg(q), out)
