@@ -73,6 +73,11 @@ def print_summary(summary: dict, out=sys.stdout) -> None:
           f"(max {summary['llm_calls_per_question_max']}, cached {summary['cached_calls']})", file=out)
     print(f"  {'tokens prompt / output':<28} {summary['tokens']['prompt']} / {summary['tokens']['output']}", file=out)
     print(f"  {'valid nodes / question':<28} {summary['valid_nodes_per_question']:.2f}", file=out)
+    fixed = summary.get("cache_recomputed") or {}
+    if fixed.get("rows"):
+        why = ", ".join(f"{k}: {v}" for k, v in fixed.get("reasons", {}).items())
+        print(f"  {'cache rows recomputed':<28} {fixed['rows']} ({why}; damaged on disk, recomputed and "
+              f"rewritten this session)", file=out)
     if summary.get("quote_fidelity"):
         print(f"  {'quote fidelity':<28} {json.dumps(summary['quote_fidelity'])}", file=out)
     total = summary.get("wall_s_total")

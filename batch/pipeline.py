@@ -317,11 +317,19 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
         "seconds_last_session": {k: round(v, 2) for k, v in stats.seconds.items()},
         # tokens the engine processed (prompt + output) per second of generate time, this session only
         "engine_tokens_per_s": round(stats.tokens / stats.seconds["generate"], 1) if stats.seconds["generate"] else None,
+        # completion-cache rows found damaged (checksum mismatch, unreadable) and recomputed, this session
+        "cache_recomputed": cache_recomputed(res.engine),
         "quote_fidelity": fidelity,
         "params": model_params(cfg.model.model),
     }
     write_json(summary, rd.path / "summary.json")
     return summary
+
+
+def cache_recomputed(engine) -> dict:
+    """{"rows": n, "reasons": {reason: n}}: cache rows the CachedEngine found corrupt and recomputed."""
+    stats = getattr(engine, "stats", None)
+    return {"rows": getattr(stats, "corrupt", 0), "reasons": dict(getattr(stats, "corrupt_reasons", {}))}
 
 
 def engine_facts(engine) -> dict | None:

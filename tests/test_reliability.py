@@ -264,3 +264,29 @@ def test_damaged_summary_and_config_are_one_line(tmp_path):
     (out / "config.json").write_text("{")
     with pytest.raises(InputError, match=r"config.json: damaged .*--restart"):
         _run(_cfg(q), out)
+
+
+# --- corruption repaired silently is still reported ------------------------------------------------------
+
+def test_recomputed_cache_rows_are_reported_in_summary_and_terminal(tmp_path):
+    import io
+    import sqlite3
+
+    from clarify.batch.commands import print_summary
+
+    q = _questions(tmp_path, *QS)
+    out = tmp_path / "r"
+    assert _run(_cfg(q), out)["cache_recomputed"] == {"rows": 0, "reasons": {}}
+    db = sqlite3.connect(out / "cache" / "completions.sqlite")
+    db.execute("UPDATE completions SET payload = replace(payload, 'answer', 'ANSWER') "
+               "WHERE rowid IN (SELECT rowid FROM completions WHERE payload LIKE '%answer%' LIMIT 2)")
+    db.commit()
+    db.close()
+    factory = _Factory()
+    summary = _run(_cfg(q), out, factory, restart=True)
+    assert summary["cache_recomputed"] == {"rows": 2, "reasons": {"checksum mismatch": 2}}
+    assert len(factory.made[0].prompts_seen) == 2  # exactly the damaged rows were asked again
+    assert json.loads((out / "summary.json").read_text())["cache_recomputed"]["rows"] == 2
+    text = io.StringIO()
+    print_summary(summary, out=text)
+    assert "cache rows recomputed        2 (checksum mismatch: 2;" in text.getvalue()
