@@ -22,7 +22,7 @@ from clarify.batch.rundir import RunDir, file_sha256, write_json
 from clarify.batch.tree import Tree
 from clarify.batch.waves import Recorder, Resources, run_waves
 from clarify.errors import InputError
-from clarify.jsonl import iter_jsonl
+from clarify.jsonl import iter_jsonl, record_id
 
 MAX_QUESTION_CHARS = 2000  # a "question" longer than this is almost surely a broken input line
 
@@ -31,8 +31,13 @@ def read_questions_jsonl(path: str | Path) -> pl.DataFrame:
     """JSONL of {qid, question}: every bad line is reported with its number; nothing is dropped silently."""
     rows, errors = [], []
     for no, obj in iter_jsonl(path, on_error=lambda p: errors.append(p.error())):
-        qid, question = obj.get("qid", obj.get("id")), obj.get("question")
-        if qid is None or str(qid).strip() == "":
+        try:
+            qid = record_id(obj, path, no)
+        except InputError as exc:
+            errors.append(exc)
+            continue
+        question = obj.get("question")
+        if qid is None or qid.strip() == "":
             errors.append(InputError("missing", path=str(path), line=no, field="qid"))
         elif not isinstance(question, str) or not question.strip():
             errors.append(InputError("missing or empty", path=str(path), line=no, field="question"))
@@ -40,7 +45,7 @@ def read_questions_jsonl(path: str | Path) -> pl.DataFrame:
             errors.append(InputError(f"question of {len(question)} characters (limit {MAX_QUESTION_CHARS})",
                                      path=str(path), line=no, field="question"))
         else:
-            rows.append({"qid": str(qid), "question": " ".join(question.split()), "dataset": "jsonl"})
+            rows.append({"qid": qid, "question": " ".join(question.split()), "dataset": "jsonl"})
     if errors:
         more = f" (and {len(errors) - 1} more bad line(s))" if len(errors) > 1 else ""
         raise InputError(str(errors[0]) + more)
@@ -71,6 +76,7 @@ def load_questions(cfg: RunConfig) -> tuple[pl.DataFrame, pl.DataFrame | None]:
         from clarify.eval.asqa import load_asqa
 
         questions, gold = load_asqa(questions_path(cfg))
+        _check_offset(cfg, questions)
         _, pool_start, pool_stop = parse_pool_spec(cfg.demo_pool)
         stop = cfg.offset + cfg.limit if cfg.limit else questions.height  # limit 0 = every question
         if cfg.offset < (pool_stop or 10**9) and stop > pool_start:
@@ -82,10 +88,14 @@ def load_questions(cfg: RunConfig) -> tuple[pl.DataFrame, pl.DataFrame | None]:
         questions, gold = load_quotesum(questions_path(cfg))
     else:
         questions = read_questions_jsonl(cfg.questions)
-    questions = questions.slice(cfg.offset, cfg.limit if cfg.limit else None)
-    if questions.height == 0:
-        raise InputError(f"no questions at offset {cfg.offset}", field="offset")
-    return questions, gold
+    _check_offset(cfg, questions)
+    return questions.slice(cfg.offset, cfg.limit if cfg.limit else None), gold
+
+
+def _check_offset(cfg: RunConfig, questions: pl.DataFrame) -> None:
+    if cfg.offset >= questions.height:
+        raise InputError(f"offset {cfg.offset} is past the end: {questions_path(cfg)} has {questions.height} "
+                         f"question(s)", field="offset")
 
 
 def check_inputs(cfg: RunConfig, *, index=None, engine_factory=None) -> tuple[object, dict]:

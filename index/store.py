@@ -29,7 +29,7 @@ from pathlib import Path
 
 import polars as pl
 
-from clarify.errors import InputError
+from clarify.errors import InputError, need_file
 from clarify.index.corpus import load_corpus
 
 FORMAT = "clarify-index"
@@ -85,8 +85,7 @@ def sha256_file(path: Path, bufsize: int = 1 << 20) -> str:
 def _corpus_entries(files: list[Path]) -> list[dict]:
     out = []
     for f in files:
-        if not f.is_file():
-            raise InputError("corpus file not found", path=str(f))
+        need_file(f, "corpus file")
         out.append({"path": str(f.resolve()), "name": f.name, "bytes": f.stat().st_size, "sha256": sha256_file(f)})
     return out
 

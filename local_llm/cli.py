@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from clarify.errors import InputError
+from clarify.errors import InputError, need_file
 from clarify.jsonl import iter_jsonl
 from clarify.local_llm.models import (
     DEFAULT_MODEL,
@@ -32,8 +32,7 @@ from clarify.local_llm.models import (
 def read_prompts(path: str | os.PathLike) -> list[tuple[str, str]]:
     """JSONL file -> [(id, prompt)]. Raises InputError(path, line) on the first bad line."""
     p = Path(path)
-    if not p.is_file():
-        raise InputError("prompts file not found", path=str(p))
+    need_file(p, "prompts file")
     rows: list[tuple[str, str]] = []
     seen: dict[str, int] = {}
     for lineno, obj in iter_jsonl(p, wording={"non_utf8": "not valid UTF-8"}):

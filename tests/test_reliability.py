@@ -290,3 +290,72 @@ def test_recomputed_cache_rows_are_reported_in_summary_and_terminal(tmp_path):
     text = io.StringIO()
     print_summary(summary, out=text)
     assert "cache rows recomputed        2 (checksum mismatch: 2;" in text.getvalue()
+
+
+# --- smaller items (issue 16 point 7) ----------------------------------------------------------------------
+
+def _asqa_ids(n):
+    from clarify.eval.asqa import load_asqa
+    from clarify.eval.cli import DEFAULT_GOLD
+
+    return load_asqa(DEFAULT_GOLD["asqa"])[0]["qid"].head(n).to_list()
+
+
+def test_eval_predictions_bom_repeated_ids_and_non_utf8_by_line(tmp_path):
+    from clarify.eval.io import read_predictions
+
+    a, b = _asqa_ids(2)
+    p = tmp_path / "p.json"
+    p.write_bytes(b"\xef\xbb\xbf" + json.dumps({a: "x", b: "y"}).encode())  # a BOM, as every other reader takes
+    assert read_predictions(p)["qid"].to_list() == [a, b]
+    p.write_text(f'{{\n "{a}": "first",\n "{b}": "y",\n "{a}": "second"\n}}\n')
+    with pytest.raises(InputError, match=rf"p.json:4: id '{a}' is given twice"):
+        read_predictions(p)
+    p.write_bytes(f'{{\n "{a}": "caf'.encode() + b"\xe9" + b'"\n}\n')
+    with pytest.raises(InputError, match=rf"p.json:2: not UTF-8 \(invalid continuation byte at byte {9 + len(a)} of"):
+        read_predictions(p)
+
+
+def test_eval_limit_zero_means_every_question_as_for_run(tmp_path, capsys):
+    a, b = _asqa_ids(2)
+    p = tmp_path / "p.json"
+    p.write_text(json.dumps({a: "an answer", b: "another"}))
+    args = ["eval", "--dataset", "asqa", "--predictions", str(p), "--only-predicted", "--out", str(tmp_path / "e")]
+    assert main([*args, "--limit", "0"]) == 0
+    assert pl.read_parquet(tmp_path / "e" / "per_question.parquet").height == 2
+    assert main([*args, "--limit", "-1"]) == 2
+    assert "--limit must be >= 0" in capsys.readouterr().err
+
+
+def test_ids_must_be_strings_or_integers(tmp_path):
+    from clarify.batch.pipeline import read_questions_jsonl
+    from clarify.eval.io import read_predictions
+
+    p = tmp_path / "q.jsonl"
+    p.write_text('{"qid": 7, "question": "Who?"}\n{"qid": 1.5, "question": "What?"}\n')
+    with pytest.raises(InputError, match=r"q.jsonl:2 \(field 'qid'\): an id must be a string or an integer, got float"):
+        read_questions_jsonl(p)
+    p.write_text('{"qid": 7, "question": "Who?"}\n')
+    assert read_questions_jsonl(p)["qid"].to_list() == ["7"]
+    p.write_text('{"qid": true, "answer": "x"}\n')
+    with pytest.raises(InputError, match=r"q.jsonl:1 \(field 'qid'\): an id must be a string or an integer, got bool"):
+        read_predictions(p)
+
+
+def test_a_directory_given_as_a_file_is_named_so(tmp_path):
+    from clarify.batch.pipeline import read_questions_jsonl
+    from clarify.eval.asqa import load_asqa
+    from clarify.local_llm.cli import read_prompts
+
+    for reader in (read_questions_jsonl, load_asqa, read_prompts):
+        with pytest.raises(InputError, match="is a directory, not a file"):
+            reader(tmp_path)
+
+
+def test_offset_past_the_end_is_named_so():
+    from clarify.batch.pipeline import load_questions
+
+    with pytest.raises(InputError, match=r"offset 5000 is past the end: .*dev.json has 948 question"):
+        load_questions(config.load(None, {"offset": 5000, "limit": 3}))
+    with pytest.raises(InputError, match="overlap the demo pool"):  # inside the file, still the pool guard
+        load_questions(config.load(None, {"offset": 600, "limit": 3}))
