@@ -301,6 +301,7 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
     for name, df in (("nodes", nodes), ("hits", hits), ("llm_calls", calls), ("answers", answers),
                      ("spans", spans), ("passages", passages), ("scores", scores)):
         rd.write_table(name, df)
+    faults.point("final-tables")
 
     n_q = questions.height
     session_s = time.perf_counter() - session_start

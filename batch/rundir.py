@@ -32,6 +32,7 @@ from pathlib import Path
 
 import polars as pl
 
+from clarify import faults
 from clarify.batch.tree import Tree
 from clarify.errors import InputError
 
@@ -166,6 +167,7 @@ class RunDir:
             write_json(inputs, in_path)  # a run directory from before inputs were pinned: pin them now
             return
         write_json(inputs, in_path)
+        faults.point("freeze")
         write_json(config, cfg_path)
 
     def clear(self) -> None:
@@ -178,6 +180,7 @@ class RunDir:
         if waves.exists():
             trash = self.path / f".waves.trash{os.getpid()}"
             os.replace(waves, trash)
+            faults.point("restart-cleared")
             shutil.rmtree(trash)
         for name in (*FINAL_TABLES, "questions"):
             (self.path / f"{name}.parquet").unlink(missing_ok=True)
@@ -228,6 +231,7 @@ class RunDir:
         (tmp / "state.json").write_text(json.dumps({**body, "checksum": _state_checksum(body)}), encoding="utf-8")
         _fsync(tmp / "state.json")
         _fsync(tmp)
+        faults.point(f"wave-tmp:{wave}")
         os.replace(tmp, final)  # a folder renamed onto a name that does not exist: atomic
         _fsync(final.parent)
 
