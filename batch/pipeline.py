@@ -145,6 +145,7 @@ def open_resources(cfg: RunConfig, questions: pl.DataFrame, cache_dir: Path,
 
     if index is None:
         index = open_index(cfg.index or ensure_default_index())
+    passages = passage_store(cfg, questions, index)
     embed = index.encoder.encode
     enc_id = getattr(index.encoder, "name", "encoder")
     _, start, stop = parse_pool_spec(cfg.demo_pool)
@@ -152,21 +153,6 @@ def open_resources(cfg: RunConfig, questions: pl.DataFrame, cache_dir: Path,
     quoted = None
     if cfg.answer_style == "quoted" or cfg.dataset == "quotesum":
         quoted = KnnPool(load_quotesum_demos(), embed, name="quotesum-demos", encoder_id=enc_id)
-
-    fixed: dict[str, list[Passage]] = {}
-    if cfg.dataset == "quotesum":
-        for row in questions.iter_rows(named=True):
-            fixed[row["qid"]] = [Passage(f"{row['qid']}:s{k}", t, s)
-                                 for k, (t, s) in enumerate(zip(row["titles"], row["sources"]), 1)]
-    given = {p.passage_id: p for ps in fixed.values() for p in ps}
-
-    def passages(ids: list[str]) -> dict[str, Passage]:
-        out = {i: given[i] for i in ids if i in given}
-        rest = [i for i in ids if i not in out]
-        if rest:
-            for row in index.passage_lookup(rest).iter_rows(named=True):
-                out[row["passage_id"]] = Passage(row["passage_id"], row["title"] or "", row["text"])
-        return out
 
     engine = CachedEngine((engine_factory or engine_for)(cfg), cache_dir)
     searcher, rerank = None, None
@@ -180,7 +166,31 @@ def open_resources(cfg: RunConfig, questions: pl.DataFrame, cache_dir: Path,
 
         searcher = CachingSearcher(searcher, search_cache)
     return Resources(engine=engine, searcher=searcher, passages=passages, embed=embed, demos=demos,
-                     quoted_demos=quoted, fixed_passages=fixed, rerank=rerank)
+                     quoted_demos=quoted, fixed_passages=fixed_passages(cfg, questions), rerank=rerank)
+
+
+def fixed_passages(cfg: RunConfig, questions: pl.DataFrame) -> dict[str, list[Passage]]:
+    """qid → the question's own sources (QuoteSum), numbered from 1; {} for searched datasets."""
+    if cfg.dataset != "quotesum":
+        return {}
+    return {row["qid"]: [Passage(f"{row['qid']}:s{k}", t, s)
+                         for k, (t, s) in enumerate(zip(row["titles"], row["sources"]), 1)]
+            for row in questions.iter_rows(named=True)}
+
+
+def passage_store(cfg: RunConfig, questions: pl.DataFrame, index) -> Callable[[list[str]], dict[str, Passage]]:
+    """Passage ids → passages: a question's own sources, else the index's stored text."""
+    given = {p.passage_id: p for ps in fixed_passages(cfg, questions).values() for p in ps}
+
+    def passages(ids: list[str]) -> dict[str, Passage]:
+        out = {i: given[i] for i in ids if i in given}
+        rest = [i for i in ids if i not in out]
+        if rest:
+            for row in index.passage_lookup(rest).iter_rows(named=True):
+                out[row["passage_id"]] = Passage(row["passage_id"], row["title"] or "", row["text"])
+        return out
+
+    return passages
 
 
 def engine_for(cfg: RunConfig):
@@ -238,6 +248,11 @@ def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index
     state = rd.load_state()  # verified: a damaged checkpoint is reported before any model loads
     if state is None:
         rd.write_table("questions", questions.select(list(schemas.QUESTIONS)))
+    elif state[1]:  # answered, not finalized (a crash after the last wave): tables need passages, no model
+        res = Resources(engine=None, searcher=None, passages=passage_store(cfg, questions, index), embed=None,
+                        demos=None, fixed_passages=fixed_passages(cfg, questions))
+        return finalize(rd, cfg, state[2], questions, gold, res, session_start=t_start, stats=Recorder(),
+                        prior_s=state[3], engine=state[4])
     res = open_resources(cfg, questions, rd.cache_dir, engine_factory, index, search_cache)
 
     if state is None:
@@ -245,13 +260,13 @@ def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index
         trees = [Tree.new(q, text, verify=cfg.toc.verify)
                  for q, text in zip(questions["qid"], questions["question"])]
     else:
-        last, answered, trees, prior_s = state  # prior_s: earlier sessions' seconds up to that checkpoint
+        last, answered, trees, prior_s, _ = state  # prior_s: earlier sessions' seconds up to that checkpoint
         start = last + 1
 
     def on_wave(wave: int, rec: Recorder, ts: list[Tree]) -> None:
         done = bool(rec.answers)
         run_s = None if prior_s is None else round(prior_s + time.perf_counter() - t_start, 3)
-        rd.write_wave(wave, _tables(rec), ts, answered=done, run_s=run_s)
+        rd.write_wave(wave, _tables(rec), ts, answered=done, run_s=run_s, engine=engine_facts(res.engine))
         faults.point(f"wave-done:{wave}")
         if stop_after_wave is not None and wave >= stop_after_wave and not done:
             raise _Stop
@@ -270,11 +285,12 @@ class _Stop(Exception):
 
 
 def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFrame, gold, res: Resources,
-             *, session_start: float, stats: Recorder, prior_s: float | None) -> dict:
+             *, session_start: float, stats: Recorder, prior_s: float | None, engine: dict | None = None) -> dict:
     """Final tables, quote check, scores and summary.json (written last).
 
     session_start: perf_counter at this session's start. prior_s: the run's seconds before this session
-    (the `run_s` of the checkpoint it resumed from; 0 for a fresh run, None when unknown)."""
+    (the `run_s` of the checkpoint it resumed from; 0 for a fresh run, None when unknown). engine: the
+    engine facts of the checkpoint, when this session loaded no engine."""
     from clarify.batch.quotes import check_answers, quote_fidelity
 
     calls = rd.wave_table("llm_calls", schemas.LLM_CALLS)
@@ -310,7 +326,7 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
     summary = {
         "name": rd.path.name, "dataset": cfg.dataset, "model": cfg.model.model,
         "engine_model_id": calls["model"][0] if calls.height else None,
-        "engine": engine_facts(res.engine),
+        "engine": engine_facts(res.engine) if res.engine is not None else engine,
         "answer_style": cfg.answer_style, "n_questions": n_q, "metrics": metrics,
         "llm_calls": calls.height, "llm_calls_per_question": calls.height / n_q,
         "llm_calls_per_question_max": int(per_q["len"].max()) if per_q.height else 0,

@@ -208,12 +208,13 @@ class RunDir:
         return sorted(p for p in root.iterdir() if p.is_dir() and p.name.isdigit())
 
     def write_wave(self, wave: int, tables: dict[str, pl.DataFrame], trees: list[Tree], answered: bool,
-                   run_s: float | None = None) -> None:
+                   run_s: float | None = None, engine: dict | None = None) -> None:
         """All of a wave's rows and every tree's state, made visible at once by renaming the folder.
         state.json holds the sha256 of each table and a checksum of itself (verified by `load_state`).
 
         run_s: the run's wall seconds up to this checkpoint, summed over the sessions that got it here
-        (a resumed session starts from the last checkpoint's run_s; time lost to a crash is not counted)."""
+        (a resumed session starts from the last checkpoint's run_s; time lost to a crash is not counted).
+        engine: the engine's facts (device, dtype), for a session that finalizes without loading it."""
         final = self.path / "waves" / f"{wave:04d}"
         if final.exists():  # resume starts after the last wave and the lock keeps others out
             raise RuntimeError(f"{final} exists already; a finished wave is never replaced")
@@ -227,7 +228,7 @@ class RunDir:
             _fsync(tmp / f"{name}.parquet")
             files[f"{name}.parquet"] = file_sha256(tmp / f"{name}.parquet")
         body = {"wave": wave, "answered": answered, "run_s": run_s, "trees": [t.to_dict() for t in trees],
-                "files": files}
+                "files": files, "engine": engine}
         (tmp / "state.json").write_text(json.dumps({**body, "checksum": _state_checksum(body)}), encoding="utf-8")
         _fsync(tmp / "state.json")
         _fsync(tmp)
@@ -235,9 +236,9 @@ class RunDir:
         os.replace(tmp, final)  # a folder renamed onto a name that does not exist: atomic
         _fsync(final.parent)
 
-    def load_state(self) -> tuple[int, bool, list[Tree], float | None] | None:
-        """(last finished wave, answered, trees, run_s) or None for a fresh run; run_s is None for a
-        state written without it. Every wave folder is verified first (`verify_wave`): a damaged one
+    def load_state(self) -> tuple[int, bool, list[Tree], float | None, dict | None] | None:
+        """(last finished wave, answered, trees, run_s, engine facts) or None for a fresh run; run_s and
+        the facts are None for a state written without them. Every wave folder is verified first (`verify_wave`): a damaged one
         raises InputError in one line. Half-written temp folders are removed (the caller holds the lock)."""
         for pattern, root in ((".*.tmp*", self.path / "waves"), (".waves.trash*", self.path)):
             for p in root.glob(pattern) if root.exists() else []:
@@ -248,7 +249,8 @@ class RunDir:
         state = {}
         for d in dirs:
             state = verify_wave(d)
-        return state["wave"], state["answered"], [Tree.from_dict(t) for t in state["trees"]], state.get("run_s")
+        return (state["wave"], state["answered"], [Tree.from_dict(t) for t in state["trees"]], state.get("run_s"),
+                state.get("engine"))
 
     def wave_table(self, name: str, schema: dict | None = None) -> pl.DataFrame:
         frames = [pl.read_parquet(d / f"{name}.parquet") for d in self.wave_dirs()

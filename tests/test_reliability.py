@@ -359,3 +359,24 @@ def test_offset_past_the_end_is_named_so():
         load_questions(config.load(None, {"offset": 5000, "limit": 3}))
     with pytest.raises(InputError, match="overlap the demo pool"):  # inside the file, still the pool guard
         load_questions(config.load(None, {"offset": 600, "limit": 3}))
+
+
+def test_answered_but_unfinalized_run_writes_its_tables_without_a_model(tmp_path):
+    from clarify.batch.rundir import FINAL_TABLES
+
+    q = _questions(tmp_path, *QS)
+    out = tmp_path / "r"
+    first = _run(_cfg(q), out)
+    tables = {n: pl.read_parquet(out / f"{n}.parquet") for n in FINAL_TABLES}
+    (out / "summary.json").unlink()  # as a crash between the last checkpoint and the summary leaves it
+    for n in FINAL_TABLES:
+        (out / f"{n}.parquet").unlink()
+
+    def no_model(_cfg):
+        raise AssertionError("the model was loaded to write tables")
+
+    again = run(_cfg(q), out, engine_factory=no_model, index=_INDEX, progress=False)
+    timing = ("wall_s_last_session", "wall_s_total", "seconds_last_session", "engine_tokens_per_s")
+    assert {k: v for k, v in again.items() if k not in timing} == {k: v for k, v in first.items() if k not in timing}
+    for n in FINAL_TABLES:
+        assert pl.read_parquet(out / f"{n}.parquet").equals(tables[n]), n
