@@ -380,3 +380,19 @@ def test_answered_but_unfinalized_run_writes_its_tables_without_a_model(tmp_path
     assert {k: v for k, v in again.items() if k not in timing} == {k: v for k, v in first.items() if k not in timing}
     for n in FINAL_TABLES:
         assert pl.read_parquet(out / f"{n}.parquet").equals(tables[n]), n
+
+
+def test_generate_refuses_an_over_long_prompt_by_line_before_loading(tmp_path, capsys, monkeypatch):
+    from clarify.local_llm import vllm_engine
+
+    def no_engine(*a, **k):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(vllm_engine, "get_engine", no_engine)
+    p = tmp_path / "prompts.jsonl"
+    p.write_text(json.dumps({"id": "short", "prompt": "Say hi."}) + "\n"
+                 + json.dumps({"id": "long", "prompt": "word " * 5000}) + "\n")
+    assert main(["generate", "--prompts", str(p), "--out", str(tmp_path / "o.parquet")]) == 2
+    err = capsys.readouterr().err
+    assert f"{p}:2 (field 'prompt'): prompt 'long' has 50" in err and "max_model_len) is 4096" in err
+    assert "Traceback" not in err
