@@ -396,3 +396,13 @@ def test_generate_refuses_an_over_long_prompt_by_line_before_loading(tmp_path, c
     err = capsys.readouterr().err
     assert f"{p}:2 (field 'prompt'): prompt 'long' has 50" in err and "max_model_len) is 4096" in err
     assert "Traceback" not in err
+
+
+def test_run_directory_from_before_checksums_still_resumes(tmp_path):
+    q, out = _stopped_run(tmp_path)
+    for state_path in (out / "waves").glob("*/state.json"):  # as written before issue 16
+        state = json.loads(state_path.read_text())
+        state_path.write_text(json.dumps({k: state[k] for k in ("wave", "answered", "run_s", "trees")}))
+    (out / "inputs.json").unlink()
+    assert _run(_cfg(q), out)["n_questions"] == 2
+    assert json.loads((out / "inputs.json").read_text())["questions"]["sha256"]  # pinned from now on
