@@ -248,20 +248,19 @@ def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index
     state = rd.load_state()  # verified: a damaged checkpoint is reported before any model loads
     if state is None:
         rd.write_table("questions", questions.select(list(schemas.QUESTIONS)))
-    elif state[1]:  # answered, not finalized (a crash after the last wave): tables need passages, no model
+    elif state.answered:  # not finalized (a crash after the last wave): the tables need passages, no model
         res = Resources(engine=None, searcher=None, passages=passage_store(cfg, questions, index), embed=None,
                         demos=None, fixed_passages=fixed_passages(cfg, questions))
-        return finalize(rd, cfg, state[2], questions, gold, res, session_start=t_start, stats=Recorder(),
-                        prior_s=state[3], engine=state[4])
+        return finalize(rd, cfg, state.trees, questions, gold, res, session_start=t_start, stats=Recorder(),
+                        prior_s=state.run_s, engine=state.engine)
     res = open_resources(cfg, questions, rd.cache_dir, engine_factory, index, search_cache)
 
     if state is None:
-        start, answered, prior_s = 1, False, 0.0
+        start, prior_s = 1, 0.0
         trees = [Tree.new(q, text, verify=cfg.toc.verify)
                  for q, text in zip(questions["qid"], questions["question"])]
-    else:
-        last, answered, trees, prior_s, _ = state  # prior_s: earlier sessions' seconds up to that checkpoint
-        start = last + 1
+    else:  # prior_s: earlier sessions' seconds up to that checkpoint
+        start, trees, prior_s = state.wave + 1, state.trees, state.run_s
 
     def on_wave(wave: int, rec: Recorder, ts: list[Tree]) -> None:
         done = bool(rec.answers)
@@ -271,12 +270,10 @@ def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index
         if stop_after_wave is not None and wave >= stop_after_wave and not done:
             raise _Stop
 
-    stats = Recorder()
-    if not answered:
-        try:
-            stats = run_waves(trees, res, cfg, start_wave=start, on_wave=on_wave, progress=progress)
-        except _Stop:
-            return {"stopped_after_wave": stop_after_wave}
+    try:
+        stats = run_waves(trees, res, cfg, start_wave=start, on_wave=on_wave, progress=progress)
+    except _Stop:
+        return {"stopped_after_wave": stop_after_wave}
     return finalize(rd, cfg, trees, questions, gold, res, session_start=t_start, stats=stats, prior_s=prior_s)
 
 

@@ -29,6 +29,7 @@ import shutil
 import socket
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import polars as pl
 
@@ -37,6 +38,16 @@ from clarify.batch.tree import Tree
 from clarify.errors import InputError
 
 FINAL_TABLES = ("nodes", "hits", "llm_calls", "answers", "spans", "passages", "scores")
+
+
+class Checkpoint(NamedTuple):
+    """The last finished wave's state (`RunDir.load_state`)."""
+
+    wave: int
+    answered: bool  # the final answers are written: only the final tables are left
+    trees: list[Tree]
+    run_s: float | None  # the run's seconds up to this checkpoint (None: written without it)
+    engine: dict | None  # the engine's facts (device, dtype) when a real engine ran
 
 
 def _fsync(path: Path) -> None:
@@ -236,9 +247,8 @@ class RunDir:
         os.replace(tmp, final)  # a folder renamed onto a name that does not exist: atomic
         _fsync(final.parent)
 
-    def load_state(self) -> tuple[int, bool, list[Tree], float | None, dict | None] | None:
-        """(last finished wave, answered, trees, run_s, engine facts) or None for a fresh run; run_s and
-        the facts are None for a state written without them. Every wave folder is verified first (`verify_wave`): a damaged one
+    def load_state(self) -> Checkpoint | None:
+        """The last finished wave's checkpoint, or None for a fresh run. Every wave folder is verified first (`verify_wave`): a damaged one
         raises InputError in one line. Half-written temp folders are removed (the caller holds the lock)."""
         for pattern, root in ((".*.tmp*", self.path / "waves"), (".waves.trash*", self.path)):
             for p in root.glob(pattern) if root.exists() else []:
@@ -249,8 +259,8 @@ class RunDir:
         state = {}
         for d in dirs:
             state = verify_wave(d)
-        return (state["wave"], state["answered"], [Tree.from_dict(t) for t in state["trees"]], state.get("run_s"),
-                state.get("engine"))
+        return Checkpoint(state["wave"], state["answered"], [Tree.from_dict(t) for t in state["trees"]],
+                          state.get("run_s"), state.get("engine"))
 
     def wave_table(self, name: str, schema: dict | None = None) -> pl.DataFrame:
         frames = [pl.read_parquet(d / f"{name}.parquet") for d in self.wave_dirs()
