@@ -138,7 +138,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     limit, expected_s = args.limit, None
     frozen = Path(args.out) / "config.json"
     if limit is None and frozen.exists():  # a resumed (or finished) demo keeps the size it was started with
-        limit = json.loads(frozen.read_text(encoding="utf-8"))["limit"]
+        from clarify.batch.rundir import read_json
+
+        limit = read_json(frozen, "delete the run directory, or pass --limit and another --out")["limit"]
     cfg = config.load(None, {"dataset": "asqa", "limit": limit or DEMO_MAX_QUESTIONS,
                              "answer_style": args.answer_style, "index": str(index_dir)})
     if not (Path(args.out) / "summary.json").exists():

@@ -104,7 +104,8 @@ def input_changes(old: dict, new: dict) -> list[str]:
     return out
 
 
-def _read_json(path: Path, what_to_do: str) -> object:
+def read_json(path: Path, what_to_do: str) -> object:
+    """A JSON file of the run directory; a damaged one is an InputError naming it and what to do."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
@@ -164,13 +165,13 @@ class RunDir:
         cfg_path, in_path = self.path / "config.json", self.path / "inputs.json"
         if cfg_path.exists() and self.has_checkpoint():
             restart = "use a new --out, or rerun with --restart to start over (the completion cache is kept)"
-            old = _read_json(cfg_path, f"restore it, or {restart}")
+            old = read_json(cfg_path, f"restore it, or {restart}")
             diffs = _diff(old, config)
             if diffs:
                 raise InputError("this run directory was made with another config; use the same settings, or "
                                  f"{restart}. Differences: " + "; ".join(diffs), path=str(cfg_path))
             if in_path.exists():
-                changed = input_changes(_read_json(in_path, f"restore it, or {restart}"), inputs)
+                changed = input_changes(read_json(in_path, f"restore it, or {restart}"), inputs)
                 if changed:
                     raise InputError("the inputs of this run changed since it started: " + "; ".join(changed)
                                      + f"; restore them, or {restart}", path=str(self.path))
@@ -199,7 +200,7 @@ class RunDir:
             (self.path / name).unlink(missing_ok=True)
 
     def summary(self) -> dict:
-        return _read_json(self.path / "summary.json",
+        return read_json(self.path / "summary.json",
                           "delete it to rewrite the final tables from the checkpoints")
 
     def table(self, name: str) -> pl.DataFrame | None:

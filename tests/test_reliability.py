@@ -406,3 +406,11 @@ def test_run_directory_from_before_checksums_still_resumes(tmp_path):
     (out / "inputs.json").unlink()
     assert _run(_cfg(q), out)["n_questions"] == 2
     assert json.loads((out / "inputs.json").read_text())["questions"]["sha256"]  # pinned from now on
+
+
+def test_demo_with_a_damaged_frozen_config_is_one_line(tmp_path, capsys):
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "config.json").write_text('{"limit": ')
+    assert main(["demo", "--out", str(tmp_path / "demo")]) == 2
+    err = capsys.readouterr().err
+    assert "config.json: damaged" in err and "Traceback" not in err
