@@ -139,8 +139,11 @@ class RunDir:
     def lock(self):
         """Hold the run directory for this process (fcntl.flock on `.lock`: the kernel frees it when the
         holder dies, so a stale lock never blocks). A second process is refused, naming the holder."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:  # a file on the way, no permission, read-only file system
+            raise InputError(f"cannot use as a run directory: {exc.strerror or exc}", path=str(self.path)) from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -414,3 +414,10 @@ def test_demo_with_a_damaged_frozen_config_is_one_line(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path / "demo")]) == 2
     err = capsys.readouterr().err
     assert "config.json: damaged" in err and "Traceback" not in err
+
+
+def test_out_under_a_file_is_one_line(tmp_path):
+    q = _questions(tmp_path, *QS)
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(InputError, match=r"afile/r: cannot use as a run directory: Not a directory"):
+        _run(_cfg(q), tmp_path / "afile" / "r")
