@@ -116,11 +116,11 @@ class _Factory:
         return self.made[-1]
 
 
-def _run(cfg, out, factory=None, **kw):
-    return run(cfg, out, engine_factory=factory or _Factory(), index=_INDEX, progress=False, **kw)
-
-
 _INDEX = FakeIndex()
+
+
+def _run(cfg, out, factory=None, index=None, **kw):
+    return run(cfg, out, engine_factory=factory or _Factory(), index=index or _INDEX, progress=False, **kw)
 
 
 def test_failed_start_does_not_block_its_run_directory(tmp_path):
@@ -169,6 +169,20 @@ def test_changed_model_folder_is_refused(tmp_path):
     (model / "model.safetensors").write_bytes(b"\0" * 65)
     with pytest.raises(InputError, match=r"model .*model changed \(fingerprint"):
         _run(cfg, tmp_path / "r")
+
+
+def test_changed_index_is_refused(tmp_path):
+    class BuiltIndex(FakeIndex):  # what pins a clarify index: its manifest (index/store.py)
+        def __init__(self, corpus_sha):
+            super().__init__()
+            self.path = tmp_path / "index"
+            self.manifest = {"corpus": [{"name": "passages.jsonl", "sha256": corpus_sha}], "build": {"bm25": True}}
+
+    q = _questions(tmp_path, *QS)
+    _run(_cfg(q), tmp_path / "r", index=BuiltIndex("a" * 64), stop_after_wave=1)
+    assert _run(_cfg(q), tmp_path / "r", index=BuiltIndex("a" * 64), stop_after_wave=2) == {"stopped_after_wave": 2}
+    with pytest.raises(InputError, match=r"index .*index changed \(fingerprint"):
+        _run(_cfg(q), tmp_path / "r", index=BuiltIndex("b" * 64))
 
 
 def test_restart_flag_on_the_command_line():
