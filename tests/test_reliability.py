@@ -60,6 +60,14 @@ def test_config_schema_types_ranges_enums(tmp_path, toml, match):
         config.load(p)
 
 
+def test_every_rule_names_a_declared_field():
+    import typing
+
+    fields = {f"{s}.{k}" for s, cls in config._SECTIONS.items() for k in typing.get_type_hints(cls)}
+    fields |= {k for k in typing.get_type_hints(config.RunConfig) if k not in config._SECTIONS}
+    assert set(config.RULES) <= fields
+
+
 def test_config_values_take_their_declared_types(tmp_path):
     p = tmp_path / "c.toml"
     p.write_text('[toc]\ntemperature = 1\n[model]\nstop = ["###"]\n')
