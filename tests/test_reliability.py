@@ -383,12 +383,14 @@ def test_offset_past_the_end_is_named_so():
         load_questions(config.load(None, {"offset": 600, "limit": 3}))
 
 
-def test_answered_but_unfinalized_run_writes_its_tables_without_a_model(tmp_path):
+@pytest.mark.parametrize("dataset", ["jsonl", "quotesum"])  # searched passages; a question's own sources
+def test_answered_but_unfinalized_run_writes_its_tables_without_a_model(tmp_path, dataset):
     from clarify.batch.rundir import FINAL_TABLES
 
     q = _questions(tmp_path, *QS)
+    cfg = _cfg(q) if dataset == "jsonl" else config.load(None, {"dataset": "quotesum", "limit": 2})
     out = tmp_path / "r"
-    first = _run(_cfg(q), out)
+    first = _run(cfg, out)
     tables = {n: pl.read_parquet(out / f"{n}.parquet") for n in FINAL_TABLES}
     (out / "summary.json").unlink()  # as a crash between the last checkpoint and the summary leaves it
     for n in FINAL_TABLES:
@@ -397,7 +399,7 @@ def test_answered_but_unfinalized_run_writes_its_tables_without_a_model(tmp_path
     def no_model(_cfg):
         raise AssertionError("the model was loaded to write tables")
 
-    again = run(_cfg(q), out, engine_factory=no_model, index=_INDEX, progress=False)
+    again = run(cfg, out, engine_factory=no_model, index=_INDEX, progress=False)
     timing = ("wall_s_last_session", "wall_s_total", "seconds_last_session", "engine_tokens_per_s")
     assert {k: v for k, v in again.items() if k not in timing} == {k: v for k, v in first.items() if k not in timing}
     for n in FINAL_TABLES:
