@@ -20,3 +20,14 @@ class InputError(ValueError):
             where = f"field '{field}': "
         super().__init__(where + message)
         self.path, self.line, self.field = path, line, field
+
+
+def need_file(path, what: str = "file") -> None:
+    """InputError unless `path` is a file: "<what> not found", or "is a directory" when it is one."""
+    from pathlib import Path
+
+    p = Path(path)
+    if p.is_dir():
+        raise InputError("is a directory, not a file", path=str(p))
+    if not p.is_file():
+        raise InputError(f"{what} not found", path=str(p))

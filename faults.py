@@ -7,6 +7,11 @@ the process it starts; that process SIGKILLs itself when the named point is reac
     CLARIFY_KILL_AT="cache-commit"                    the first cache commit
     CLARIFY_KILL_AT="cache-commit after wave-done:1"  the first cache commit once wave 1 is checkpointed
 
+Points: `cache-commit` (local_llm/cache.py), `freeze` (inputs.json written, config.json not yet),
+`wave-tmp:N` (wave N complete in its temp folder, not renamed), `wave-done:N` (renamed),
+`final-tables` (final tables written, summary.json not yet), `restart-cleared` (`--restart` moved the
+waves away, the tables not yet removed). tests/test_faults.py kills a run at each of them.
+
 A verdict never depends on machine speed. Unset (always, outside tests), `point` costs one dict lookup.
 """
 

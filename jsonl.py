@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from clarify.errors import InputError
+from clarify.errors import InputError, need_file
 
 # The phrase that opens each problem's message; a caller may reword it (`wording=`), the details stay.
 DEFAULT_WORDING = {"non_utf8": "not UTF-8", "bad_json": "malformed JSON", "not_object": "expected a JSON object"}
@@ -50,8 +50,7 @@ def iter_jsonl(
     `skip_blank=False` treats blank lines as malformed JSON. `wording` overrides DEFAULT_WORDING phrases.
     """
     path = Path(path)
-    if not path.is_file():
-        raise InputError("file not found", path=str(path))
+    need_file(path)
     words = {**DEFAULT_WORDING, **(wording or {})}
 
     def problem(line_no: int, kind: str, detail: str) -> None:
@@ -85,3 +84,33 @@ def iter_jsonl(
                 problem(line_no, "not_object", f"got {type(obj).__name__}")
                 continue
             yield line_no, obj
+
+
+def read_text(path: str | Path) -> str:
+    """A whole UTF-8 text file (JSON documents), read as `iter_jsonl` reads lines: a byte-order mark is
+    dropped; bytes that are not UTF-8 are named by line and column, a missing file or a directory too."""
+    path = Path(path)
+    need_file(path)
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        at = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1)  # as iter_jsonl counts: from 0
+        raise InputError(f"not UTF-8 ({exc.reason} at byte {at} of the line)", path=str(path), line=line) from None
+
+
+def record_id(obj: Mapping, path: str | Path, line: int, keys: tuple[str, ...] = ("qid", "id")) -> str | None:
+    """A record's id as a string, from the first of `keys` present; None when absent. Only a JSON
+    string or integer is an id: a float, boolean, list or object would become one through str()
+    silently ("1.0", "True"), so it is an InputError naming file, line and field."""
+    for key in keys:
+        if key in obj:
+            value = obj[key]
+            if value is None:
+                return None
+            if isinstance(value, bool) or not isinstance(value, str | int):
+                raise InputError(f"an id must be a string or an integer, got {type(value).__name__} {value!r}",
+                                 path=str(path), line=line, field=key)
+            return str(value)
+    return None

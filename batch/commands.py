@@ -14,6 +14,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     _run_args(p)
     p.add_argument("--out", required=True, help="run directory (runs/NAME); re-running resumes")
     p.add_argument("--search-cache", help="folder sharing retrieval results between runs (clarify compare)")
+    p.add_argument("--restart", action="store_true",
+                   help="start this run directory over with the given config and inputs (the completion cache is kept)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("demo", help="the main job on the embedded defaults (index, model, ASQA questions)")
@@ -71,6 +73,11 @@ def print_summary(summary: dict, out=sys.stdout) -> None:
           f"(max {summary['llm_calls_per_question_max']}, cached {summary['cached_calls']})", file=out)
     print(f"  {'tokens prompt / output':<28} {summary['tokens']['prompt']} / {summary['tokens']['output']}", file=out)
     print(f"  {'valid nodes / question':<28} {summary['valid_nodes_per_question']:.2f}", file=out)
+    fixed = summary.get("cache_recomputed") or {}
+    if fixed.get("rows"):
+        why = ", ".join(f"{k}: {v}" for k, v in fixed.get("reasons", {}).items())
+        print(f"  {'cache rows recomputed':<28} {fixed['rows']} ({why}; damaged on disk, recomputed and "
+              f"rewritten this session)", file=out)
     if summary.get("quote_fidelity"):
         print(f"  {'quote fidelity':<28} {json.dumps(summary['quote_fidelity'])}", file=out)
     total = summary.get("wall_s_total")
@@ -85,7 +92,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from clarify.batch.pipeline import run
 
     cfg = config.load(args.config, _overrides(args))
-    summary = run(cfg, args.out, progress=not args.no_progress,
+    summary = run(cfg, args.out, progress=not args.no_progress, restart=args.restart,
                   search_cache=Path(args.search_cache) if args.search_cache else None)
     print_summary(summary)
     print(f"run directory: {args.out}")
@@ -139,7 +146,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     limit, expected_s = args.limit, None
     frozen = Path(args.out) / "config.json"
     if limit is None and frozen.exists():  # a resumed (or finished) demo keeps the size it was started with
-        limit = json.loads(frozen.read_text(encoding="utf-8"))["limit"]
+        from clarify.batch.rundir import read_json
+
+        limit = read_json(frozen, "delete the run directory, or pass --limit and another --out")["limit"]
     cfg = config.load(None, {"dataset": "asqa", "limit": limit or DEMO_MAX_QUESTIONS,
                              "answer_style": args.answer_style, "index": str(index_dir)})
     if not (Path(args.out) / "summary.json").exists():

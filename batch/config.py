@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import tomllib
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from clarify.errors import InputError
+from clarify.local_llm.hardware import DTYPES
 
 DATASETS = ("asqa", "quotesum", "jsonl")
 ANSWER_STYLES = ("free", "quoted")
+SEARCHERS = ("bm25", "dense", "hybrid", "rerank")
 
 
 @dataclass(frozen=True)
@@ -35,12 +39,7 @@ class RetrievalConfig:
     node_passages: str = "pool"
 
     def __post_init__(self) -> None:
-        _positive(self, "candidates", "top_k", "pool")
-        if self.pool < self.top_k:
-            raise InputError(f"retrieval.pool ({self.pool}) must be >= retrieval.top_k ({self.top_k})")
-        if self.searcher not in ("bm25", "dense", "hybrid", "rerank"):
-            raise InputError(f"unknown searcher {self.searcher!r}", field="retrieval.searcher")
-        _choice(self, "node_passages", ("pool", "search"))
+        _raise(_problems_of(self, "retrieval"), "config")
 
 
 @dataclass(frozen=True)
@@ -78,15 +77,7 @@ class TocConfig:
     evidence: str = "filter"
 
     def __post_init__(self) -> None:
-        _positive(self, "max_depth", "max_nodes", "max_expansions", "max_restarts", "n_demos",
-                  "clarify_max_tokens", "verify_max_tokens", "answer_max_tokens", "answer_nodes",
-                  "answer_passages")
-        if self.temperature < 0:
-            raise InputError("must be >= 0", field="toc.temperature")
-        _choice(self, "duplicates", ("official", "strict"))
-        _choice(self, "removal", ("official", "shown"))
-        _choice(self, "answer_passages_from", ("pool", "nodes"))
-        _choice(self, "evidence", ("filter", "official", "filter-embed"))
+        _raise(_problems_of(self, "toc"), "config")
 
 
 @dataclass(frozen=True)
@@ -101,11 +92,9 @@ class ModelConfig:
     dtype: str = "auto"
 
     def __post_init__(self) -> None:
-        from clarify.local_llm.hardware import DTYPES
-
-        object.__setattr__(self, "stop", tuple(self.stop))
-        if self.dtype not in DTYPES:
-            raise InputError(f"unknown dtype {self.dtype!r}; choose one of {DTYPES}", field="model.dtype")
+        if isinstance(self.stop, list):
+            object.__setattr__(self, "stop", tuple(self.stop))
+        _raise(_problems_of(self, "model"), "config")
 
 
 @dataclass(frozen=True)
@@ -123,15 +112,7 @@ class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
 
     def __post_init__(self) -> None:
-        if self.dataset not in DATASETS:
-            raise InputError(f"unknown dataset {self.dataset!r}; choose one of {DATASETS}", field="dataset")
-        if self.answer_style not in ANSWER_STYLES:
-            raise InputError(f"unknown answer style {self.answer_style!r}; choose {ANSWER_STYLES}",
-                             field="answer_style")
-        if self.dataset == "jsonl" and not self.questions:
-            raise InputError("dataset 'jsonl' needs a questions file", field="questions")
-        if self.limit < 0 or self.offset < 0:
-            raise InputError("offset and limit must be >= 0", field="limit")
+        _raise(_problems_of(self, ""), "config")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -143,40 +124,179 @@ class RunConfig:
 _SECTIONS = {"retrieval": RetrievalConfig, "toc": TocConfig, "model": ModelConfig}
 
 
-def _positive(obj: Any, *names: str) -> None:
-    for name in names:
-        if getattr(obj, name) < 1:
-            raise InputError(f"must be >= 1, got {getattr(obj, name)}", field=f"{type(obj).__name__}.{name}")
+# --- the declared schema ---------------------------------------------------------------------------
+# Every field's type is its dataclass annotation (int, float, bool, str, tuple[str, ...]); ranges and
+# allowed values are declared here, once. `validate` checks a whole raw config against both and raises
+# ONE InputError naming every bad field, before anything heavy is loaded (issue 16).
 
 
-def _choice(obj: Any, name: str, allowed: tuple[str, ...]) -> None:
-    if getattr(obj, name) not in allowed:
-        section = {"RetrievalConfig": "retrieval", "TocConfig": "toc"}.get(type(obj).__name__, "")
-        raise InputError(f"unknown value {getattr(obj, name)!r}; choose one of {allowed}", field=f"{section}.{name}")
+@dataclass(frozen=True)
+class Rule:
+    lo: float | None = None  # inclusive lower bound (exclusive when lo_open)
+    hi: float | None = None  # inclusive upper bound
+    lo_open: bool = False
+    choices: tuple[str, ...] | None = None
+    nonempty: bool = False
+
+    def problem(self, value: Any) -> str | None:
+        if self.choices is not None and value not in self.choices:
+            return f"unknown value {value!r}; choose one of {self.choices}"
+        if self.nonempty and not value:
+            return "must not be empty"
+        below = self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo)
+        if below or (self.hi is not None and value > self.hi):
+            return f"must be {self.bounds()}, got {value!r}"
+        return None
+
+    def bounds(self) -> str:
+        if self.hi is None:
+            return f"{'>' if self.lo_open else '>='} {self.lo}"
+        return f"in {'(' if self.lo_open else '['}{self.lo}, {self.hi}]"
+
+
+POSITIVE = Rule(lo=1)
+RULES: dict[str, Rule] = {
+    "dataset": Rule(choices=DATASETS),
+    "answer_style": Rule(choices=ANSWER_STYLES),
+    "offset": Rule(lo=0),
+    "limit": Rule(lo=0),  # 0 = every question
+    "retrieval.candidates": POSITIVE,
+    "retrieval.top_k": POSITIVE,
+    "retrieval.pool": POSITIVE,
+    "retrieval.searcher": Rule(choices=SEARCHERS),
+    "retrieval.node_passages": Rule(choices=("pool", "search")),
+    **{f"toc.{name}": POSITIVE for name in (
+        "max_depth", "max_nodes", "max_expansions", "max_restarts", "n_demos", "clarify_max_tokens",
+        "verify_max_tokens", "answer_max_tokens", "answer_nodes", "answer_passages")},
+    "toc.undo_pruning_after": Rule(lo=0),
+    # vLLM SamplingParams accepts any temperature >= 0; [0, 2] is the range of the OpenAI API that dsp
+    # (and so the official ToC code) calls, and above 2 sampling is noise.
+    "toc.temperature": Rule(lo=0, hi=2),
+    "toc.duplicates": Rule(choices=("official", "strict")),
+    "toc.removal": Rule(choices=("official", "shown")),
+    "toc.answer_passages_from": Rule(choices=("pool", "nodes")),
+    "toc.evidence": Rule(choices=("filter", "official", "filter-embed")),
+    "model.model": Rule(nonempty=True),
+    "model.max_model_len": POSITIVE,
+    # vLLM EngineArgs: the fraction of GPU memory the engine may use, in (0, 1]
+    "model.gpu_memory_utilization": Rule(lo=0, hi=1, lo_open=True),
+    "model.tensor_parallel_size": POSITIVE,
+    "model.dtype": Rule(choices=DTYPES),
+}
+
+_TYPE_WORDS = {bool: "a boolean (true or false)", int: "an integer", float: "a number", str: "a string",
+               tuple: "a list of strings"}
+
+
+def _type_problem(value: Any, hint: Any) -> str | None:
+    """Why `value` is not of the declared type (TOML and JSON types: a bool is not a number, a
+    string is not a boolean and not a list of strings), or None."""
+    if hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    elif hint is str:
+        ok = isinstance(value, str)
+    else:  # tuple[str, ...]
+        hint = tuple
+        ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+    if ok:
+        return None
+    return f"expected {_TYPE_WORDS[hint]}, got {type(value).__name__} {value!r}"
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    """The declared type of each plain field (RunConfig's sub-tables are checked on their own)."""
+    return {k: v for k, v in typing.get_type_hints(cls).items() if cls is not RunConfig or k not in _SECTIONS}
+
+
+def _check_values(values: dict[str, Any], cls: type, section: str) -> list[tuple[str, str]]:
+    """(field, problem) for every unknown key, wrong type and out-of-range value of one table."""
+    prefix = f"{section}." if section else ""
+    hints = _hints(cls)
+    out: list[tuple[str, str]] = []
+    unknown = sorted(set(values) - set(hints) - (set() if section else set(_SECTIONS)))
+    if unknown:
+        out.append((section, f"unknown key(s) {unknown}; known: {sorted(hints)}"))
+    for name, hint in hints.items():
+        if name not in values:
+            continue
+        value = values[name]
+        problem = _type_problem(value, hint)
+        if problem is None and (rule := RULES.get(prefix + name)) is not None:
+            problem = rule.problem(value)
+        if problem:
+            out.append((prefix + name, problem))
+    return out
+
+
+def _cross_problems(top: dict[str, Any], sections: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+    out = []
+    r = {f.name: f.default for f in dataclasses.fields(RetrievalConfig)} | sections.get("retrieval", {})
+    if isinstance(r["pool"], int) and isinstance(r["top_k"], int) and r["pool"] < r["top_k"]:
+        out.append(("retrieval.pool", f"must be >= retrieval.top_k ({r['top_k']}), got {r['pool']}"))
+    if top.get("dataset") == "jsonl" and not top.get("questions"):
+        out.append(("questions", "dataset 'jsonl' needs a questions file"))
+    return out
+
+
+def validate(data: dict[str, Any], *, source: str = "config") -> None:
+    """Check a raw config (nested dicts, as TOML gives them) against the declared schema; raise one
+    InputError that names every bad field."""
+    problems: list[tuple[str, str]] = []
+    sections: dict[str, dict[str, Any]] = {}
+    for name in _SECTIONS:
+        sub = data.get(name, {})
+        if sub is None:
+            sub = {}
+        if not isinstance(sub, dict):
+            problems.append((name, f"must be a table, got {type(sub).__name__} {sub!r}"))
+            continue
+        sections[name] = sub
+        problems += _check_values(sub, _SECTIONS[name], name)
+    top = {k: v for k, v in data.items() if k not in _SECTIONS}
+    problems += _check_values(top, RunConfig, "")
+    if not problems:
+        problems = _cross_problems(top, sections)
+    _raise(problems, source)
+
+
+def _problems_of(obj: Any, section: str) -> list[tuple[str, str]]:
+    """The schema's verdict on an already-built config object (direct construction, dataclasses.replace)."""
+    values = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.name in _hints(type(obj))}
+    problems = _check_values(values, type(obj), section)
+    if not problems and section == "retrieval":
+        problems = _cross_problems({}, {"retrieval": values})
+    elif not problems and section == "":
+        problems = _cross_problems(values, {})
+    return problems
+
+
+def _raise(problems: list[tuple[str, str]], source: str) -> None:
+    if not problems:
+        return
+    if len(problems) == 1:
+        name, msg = problems[0]
+        raise InputError(msg, path=source, field=name or None)
+    listed = "; ".join(f"{name or '(top level)'}: {msg}" for name, msg in problems)
+    raise InputError(f"{len(problems)} bad config fields: {listed}", path=source)
+
+
+def _as_declared(values: dict[str, Any], cls: type) -> dict[str, Any]:
+    """Validated values in their declared Python types (an integer given for a float field is a float)."""
+    hints = _hints(cls)
+    return {k: float(v) if hints.get(k) is float else tuple(v) if isinstance(v, list) else v
+            for k, v in values.items()}
 
 
 def from_dict(data: dict[str, Any], *, source: str = "config") -> RunConfig:
-    """Build a RunConfig from nested dicts; unknown keys are errors that name the key."""
-    data = dict(data)
-    kwargs: dict[str, Any] = {}
-    for section, cls in _SECTIONS.items():
-        sub = data.pop(section, {}) or {}
-        if not isinstance(sub, dict):
-            raise InputError("must be a table", path=source, field=section)
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(sub) - names)
-        if unknown:
-            raise InputError(f"unknown key(s) {unknown}; known: {sorted(names)}", path=source, field=section)
-        kwargs[section] = cls(**sub)
-    names = {f.name for f in dataclasses.fields(RunConfig)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise InputError(f"unknown key(s) {unknown}; known: {sorted(names)}", path=source)
-    kwargs.update(data)
-    try:
-        return RunConfig(**kwargs)
-    except TypeError as exc:
-        raise InputError(str(exc), path=source) from exc
+    """Build a RunConfig from nested dicts; every bad key or value is named in one InputError."""
+    validate(data, source=source)
+    kwargs: dict[str, Any] = {name: cls(**_as_declared(data.get(name) or {}, cls)) for name, cls in _SECTIONS.items()}
+    kwargs.update(_as_declared({k: v for k, v in data.items() if k not in _SECTIONS}, RunConfig))
+    return RunConfig(**kwargs)
 
 
 def load(path: str | Path | None, overrides: dict[str, Any] | None = None) -> RunConfig:
@@ -186,10 +306,14 @@ def load(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Ru
     source = "defaults"
     if path is not None:
         source = str(path)
+        if Path(path).is_dir():
+            raise InputError("is a directory; --config takes a TOML file", path=source)
         try:
             data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError as exc:
             raise InputError("config file not found", path=source) from exc
+        except OSError as exc:
+            raise InputError(f"cannot read the config file: {exc.strerror or exc}", path=source) from exc
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise InputError(f"not valid TOML: {exc}", path=source) from exc
     for key, value in (overrides or {}).items():
@@ -198,6 +322,8 @@ def load(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Ru
         target = data
         *parents, leaf = key.split(".")
         for p in parents:
-            target = target.setdefault(p, {})
-        target[leaf] = value
+            if isinstance(target, dict):
+                target = target.setdefault(p, {})
+        if isinstance(target, dict):  # else the file's `[p]` is not a table: validate names it
+            target[leaf] = value
     return from_dict(data, source=source)

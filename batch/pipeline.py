@@ -6,6 +6,7 @@ re-run makes zero model calls, opens no model and rewrites nothing.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -17,11 +18,11 @@ from clarify import faults, schemas
 from clarify.batch.compare import model_params
 from clarify.batch.config import RunConfig
 from clarify.batch.prompts import Passage
-from clarify.batch.rundir import RunDir, write_json
+from clarify.batch.rundir import RunDir, file_sha256, write_json
 from clarify.batch.tree import Tree
 from clarify.batch.waves import Recorder, Resources, run_waves
 from clarify.errors import InputError
-from clarify.jsonl import iter_jsonl
+from clarify.jsonl import iter_jsonl, record_id
 
 MAX_QUESTION_CHARS = 2000  # a "question" longer than this is almost surely a broken input line
 
@@ -30,8 +31,13 @@ def read_questions_jsonl(path: str | Path) -> pl.DataFrame:
     """JSONL of {qid, question}: every bad line is reported with its number; nothing is dropped silently."""
     rows, errors = [], []
     for no, obj in iter_jsonl(path, on_error=lambda p: errors.append(p.error())):
-        qid, question = obj.get("qid", obj.get("id")), obj.get("question")
-        if qid is None or str(qid).strip() == "":
+        try:
+            qid = record_id(obj, path, no)
+        except InputError as exc:
+            errors.append(exc)
+            continue
+        question = obj.get("question")
+        if qid is None or qid.strip() == "":
             errors.append(InputError("missing", path=str(path), line=no, field="qid"))
         elif not isinstance(question, str) or not question.strip():
             errors.append(InputError("missing or empty", path=str(path), line=no, field="question"))
@@ -39,7 +45,7 @@ def read_questions_jsonl(path: str | Path) -> pl.DataFrame:
             errors.append(InputError(f"question of {len(question)} characters (limit {MAX_QUESTION_CHARS})",
                                      path=str(path), line=no, field="question"))
         else:
-            rows.append({"qid": str(qid), "question": " ".join(question.split()), "dataset": "jsonl"})
+            rows.append({"qid": qid, "question": " ".join(question.split()), "dataset": "jsonl"})
     if errors:
         more = f" (and {len(errors) - 1} more bad line(s))" if len(errors) > 1 else ""
         raise InputError(str(errors[0]) + more)
@@ -52,15 +58,25 @@ def read_questions_jsonl(path: str | Path) -> pl.DataFrame:
     return df
 
 
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+def questions_path(cfg: RunConfig) -> Path:
+    """The file the run's questions come from: `questions`, else the dataset's shipped file."""
+    if cfg.questions:
+        return Path(cfg.questions)
+    return {"asqa": DATA / "asqa" / "dev.json", "quotesum": DATA / "quotesum" / "dev.jsonl"}[cfg.dataset]
+
+
 def load_questions(cfg: RunConfig) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     """(questions, gold-or-None) for the configured dataset, sliced to offset:offset+limit."""
-    data = Path(__file__).resolve().parent.parent / "data"
     gold = None
     if cfg.dataset == "asqa":
         from clarify.batch.demos import parse_pool_spec
         from clarify.eval.asqa import load_asqa
 
-        questions, gold = load_asqa(Path(cfg.questions) if cfg.questions else data / "asqa" / "dev.json")
+        questions, gold = load_asqa(questions_path(cfg))
+        _check_offset(cfg, questions)
         _, pool_start, pool_stop = parse_pool_spec(cfg.demo_pool)
         stop = cfg.offset + cfg.limit if cfg.limit else questions.height  # limit 0 = every question
         if cfg.offset < (pool_stop or 10**9) and stop > pool_start:
@@ -69,13 +85,54 @@ def load_questions(cfg: RunConfig) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     elif cfg.dataset == "quotesum":
         from clarify.eval.quotesum import load_quotesum
 
-        questions, gold = load_quotesum(Path(cfg.questions) if cfg.questions else data / "quotesum" / "dev.jsonl")
+        questions, gold = load_quotesum(questions_path(cfg))
     else:
         questions = read_questions_jsonl(cfg.questions)
-    questions = questions.slice(cfg.offset, cfg.limit if cfg.limit else None)
-    if questions.height == 0:
-        raise InputError(f"no questions at offset {cfg.offset}", field="offset")
-    return questions, gold
+    _check_offset(cfg, questions)
+    return questions.slice(cfg.offset, cfg.limit if cfg.limit else None), gold
+
+
+def _check_offset(cfg: RunConfig, questions: pl.DataFrame) -> None:
+    if cfg.offset >= questions.height:
+        raise InputError(f"offset {cfg.offset} is past the end: {questions_path(cfg)} has {questions.height} "
+                         f"question(s)", field="offset")
+
+
+def check_inputs(cfg: RunConfig, *, index=None, engine_factory=None) -> tuple[object, dict]:
+    """Check the index and the model before anything is frozen or loaded (the questions are read by
+    `load_questions`); return the opened (lazy) index and what pins the inputs: the questions file's
+    sha256, the model folder's fingerprint, the index's. An index or engine passed in by a caller (tests)
+    is taken as given; an embedded model then is not prepared."""
+    from clarify.local_llm.models import EMBEDDED, model_fingerprint, resolve_model
+
+    inputs: dict[str, dict] = {"questions": {"path": str(questions_path(cfg)),
+                                             "sha256": file_sha256(questions_path(cfg))}}
+    if index is None:
+        from clarify.index import ensure_default_index, open_index
+
+        index = open_index(cfg.index or ensure_default_index())
+    inputs["index"] = index_identity(index)
+    if engine_factory is not None and cfg.model.model in EMBEDDED:
+        inputs["model"] = {"name": cfg.model.model}
+    else:
+        path = resolve_model(cfg.model.model)
+        inputs["model"] = {"path": str(path), "fingerprint": model_fingerprint(path)}
+    return index, inputs
+
+
+def index_identity(index) -> dict:
+    """An index's fingerprint: its manifest's corpus checksums and build settings (index/store.py), or
+    the names and sizes of a prebuilt index's files; {} for a stand-in without a path."""
+    path = getattr(index, "path", None)
+    if path is None:
+        return {}
+    manifest = getattr(index, "manifest", None) or {}
+    if manifest.get("corpus") is not None:
+        ident = json.dumps({k: manifest.get(k) for k in ("corpus", "build", "passages")}, sort_keys=True, default=str)
+    else:
+        files = sorted(p for p in Path(path).rglob("*") if p.is_file())
+        ident = "\n".join(f"{p.relative_to(path)}:{p.stat().st_size}" for p in files)
+    return {"path": str(path), "fingerprint": hashlib.sha256(ident.encode("utf-8")).hexdigest()}
 
 
 def open_resources(cfg: RunConfig, questions: pl.DataFrame, cache_dir: Path,
@@ -88,6 +145,7 @@ def open_resources(cfg: RunConfig, questions: pl.DataFrame, cache_dir: Path,
 
     if index is None:
         index = open_index(cfg.index or ensure_default_index())
+    passages = passage_store(cfg, questions, index)
     embed = index.encoder.encode
     enc_id = getattr(index.encoder, "name", "encoder")
     _, start, stop = parse_pool_spec(cfg.demo_pool)
@@ -95,21 +153,6 @@ def open_resources(cfg: RunConfig, questions: pl.DataFrame, cache_dir: Path,
     quoted = None
     if cfg.answer_style == "quoted" or cfg.dataset == "quotesum":
         quoted = KnnPool(load_quotesum_demos(), embed, name="quotesum-demos", encoder_id=enc_id)
-
-    fixed: dict[str, list[Passage]] = {}
-    if cfg.dataset == "quotesum":
-        for row in questions.iter_rows(named=True):
-            fixed[row["qid"]] = [Passage(f"{row['qid']}:s{k}", t, s)
-                                 for k, (t, s) in enumerate(zip(row["titles"], row["sources"]), 1)]
-    given = {p.passage_id: p for ps in fixed.values() for p in ps}
-
-    def passages(ids: list[str]) -> dict[str, Passage]:
-        out = {i: given[i] for i in ids if i in given}
-        rest = [i for i in ids if i not in out]
-        if rest:
-            for row in index.passage_lookup(rest).iter_rows(named=True):
-                out[row["passage_id"]] = Passage(row["passage_id"], row["title"] or "", row["text"])
-        return out
 
     engine = CachedEngine((engine_factory or engine_for)(cfg), cache_dir)
     searcher, rerank = None, None
@@ -123,7 +166,31 @@ def open_resources(cfg: RunConfig, questions: pl.DataFrame, cache_dir: Path,
 
         searcher = CachingSearcher(searcher, search_cache)
     return Resources(engine=engine, searcher=searcher, passages=passages, embed=embed, demos=demos,
-                     quoted_demos=quoted, fixed_passages=fixed, rerank=rerank)
+                     quoted_demos=quoted, fixed_passages=fixed_passages(cfg, questions), rerank=rerank)
+
+
+def fixed_passages(cfg: RunConfig, questions: pl.DataFrame) -> dict[str, list[Passage]]:
+    """qid → the question's own sources (QuoteSum), numbered from 1; {} for searched datasets."""
+    if cfg.dataset != "quotesum":
+        return {}
+    return {row["qid"]: [Passage(f"{row['qid']}:s{k}", t, s)
+                         for k, (t, s) in enumerate(zip(row["titles"], row["sources"]), 1)]
+            for row in questions.iter_rows(named=True)}
+
+
+def passage_store(cfg: RunConfig, questions: pl.DataFrame, index) -> Callable[[list[str]], dict[str, Passage]]:
+    """Passage ids → passages: a question's own sources, else the index's stored text."""
+    given = {p.passage_id: p for ps in fixed_passages(cfg, questions).values() for p in ps}
+
+    def passages(ids: list[str]) -> dict[str, Passage]:
+        out = {i: given[i] for i in ids if i in given}
+        rest = [i for i in ids if i not in out]
+        if rest:
+            for row in index.passage_lookup(rest).iter_rows(named=True):
+                out[row["passage_id"]] = Passage(row["passage_id"], row["title"] or "", row["text"])
+        return out
+
+    return passages
 
 
 def engine_for(cfg: RunConfig):
@@ -157,41 +224,56 @@ def nodes_table(trees: list[Tree]) -> pl.DataFrame:
 
 
 def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, progress: bool = True,
-        stop_after_wave: int | None = None, search_cache: Path | None = None) -> dict:
-    """Run (or resume, or just report) the configured job in run directory `out`; returns the summary."""
+        stop_after_wave: int | None = None, search_cache: Path | None = None, restart: bool = False) -> dict:
+    """Run (or resume, or just report) the configured job in run directory `out`; returns the summary.
+
+    Every input is checked before the run directory is touched, the directory is locked for this
+    process, and checkpoints are verified before the model loads. restart: start over (the completion
+    cache is kept)."""
     rd = RunDir(out)
-    rd.freeze_config(json.loads(cfg.to_json()))
-    if rd.finished:
-        return json.loads((rd.path / "summary.json").read_text(encoding="utf-8"))
-    t_start = time.perf_counter()
     questions, gold = load_questions(cfg)
-    if rd.table("questions") is None:
+    index, inputs = check_inputs(cfg, index=index, engine_factory=engine_factory)
+    with rd.lock():
+        if restart:
+            rd.clear()
+        rd.freeze(json.loads(cfg.to_json()), inputs)
+        if rd.finished:
+            return rd.summary()
+        return _run_locked(rd, cfg, questions, gold, index, engine_factory, progress, stop_after_wave, search_cache)
+
+
+def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index, engine_factory, progress: bool,
+                stop_after_wave: int | None, search_cache: Path | None) -> dict:
+    t_start = time.perf_counter()
+    state = rd.load_state()  # verified: a damaged checkpoint is reported before any model loads
+    if state is None:
         rd.write_table("questions", questions.select(list(schemas.QUESTIONS)))
+    elif state.answered:  # not finalized (a crash after the last wave): the tables need passages, no model
+        res = Resources(engine=None, searcher=None, passages=passage_store(cfg, questions, index), embed=None,
+                        demos=None, fixed_passages=fixed_passages(cfg, questions))
+        return finalize(rd, cfg, state.trees, questions, gold, res, session_start=t_start, stats=Recorder(),
+                        prior_s=state.run_s, engine=state.engine)
     res = open_resources(cfg, questions, rd.cache_dir, engine_factory, index, search_cache)
 
-    state = rd.load_state()
     if state is None:
-        start, answered, prior_s = 1, False, 0.0
+        start, prior_s = 1, 0.0
         trees = [Tree.new(q, text, verify=cfg.toc.verify)
                  for q, text in zip(questions["qid"], questions["question"])]
-    else:
-        last, answered, trees, prior_s = state  # prior_s: earlier sessions' seconds up to that checkpoint
-        start = last + 1
+    else:  # prior_s: earlier sessions' seconds up to that checkpoint
+        start, trees, prior_s = state.wave + 1, state.trees, state.run_s
 
     def on_wave(wave: int, rec: Recorder, ts: list[Tree]) -> None:
         done = bool(rec.answers)
         run_s = None if prior_s is None else round(prior_s + time.perf_counter() - t_start, 3)
-        rd.write_wave(wave, _tables(rec), ts, answered=done, run_s=run_s)
+        rd.write_wave(wave, _tables(rec), ts, answered=done, run_s=run_s, engine=engine_facts(res.engine))
         faults.point(f"wave-done:{wave}")
         if stop_after_wave is not None and wave >= stop_after_wave and not done:
             raise _Stop
 
-    stats = Recorder()
-    if not answered:
-        try:
-            stats = run_waves(trees, res, cfg, start_wave=start, on_wave=on_wave, progress=progress)
-        except _Stop:
-            return {"stopped_after_wave": stop_after_wave}
+    try:
+        stats = run_waves(trees, res, cfg, start_wave=start, on_wave=on_wave, progress=progress)
+    except _Stop:
+        return {"stopped_after_wave": stop_after_wave}
     return finalize(rd, cfg, trees, questions, gold, res, session_start=t_start, stats=stats, prior_s=prior_s)
 
 
@@ -200,11 +282,12 @@ class _Stop(Exception):
 
 
 def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFrame, gold, res: Resources,
-             *, session_start: float, stats: Recorder, prior_s: float | None) -> dict:
+             *, session_start: float, stats: Recorder, prior_s: float | None, engine: dict | None = None) -> dict:
     """Final tables, quote check, scores and summary.json (written last).
 
     session_start: perf_counter at this session's start. prior_s: the run's seconds before this session
-    (the `run_s` of the checkpoint it resumed from; 0 for a fresh run, None when unknown)."""
+    (the `run_s` of the checkpoint it resumed from; 0 for a fresh run, None when unknown). engine: the
+    engine facts of the checkpoint, when this session loaded no engine."""
     from clarify.batch.quotes import check_answers, quote_fidelity
 
     calls = rd.wave_table("llm_calls", schemas.LLM_CALLS)
@@ -231,6 +314,7 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
     for name, df in (("nodes", nodes), ("hits", hits), ("llm_calls", calls), ("answers", answers),
                      ("spans", spans), ("passages", passages), ("scores", scores)):
         rd.write_table(name, df)
+    faults.point("final-tables")
 
     n_q = questions.height
     session_s = time.perf_counter() - session_start
@@ -239,7 +323,7 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
     summary = {
         "name": rd.path.name, "dataset": cfg.dataset, "model": cfg.model.model,
         "engine_model_id": calls["model"][0] if calls.height else None,
-        "engine": engine_facts(res.engine),
+        "engine": engine_facts(res.engine) if res.engine is not None else engine,
         "answer_style": cfg.answer_style, "n_questions": n_q, "metrics": metrics,
         "llm_calls": calls.height, "llm_calls_per_question": calls.height / n_q,
         "llm_calls_per_question_max": int(per_q["len"].max()) if per_q.height else 0,
@@ -257,11 +341,19 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
         "seconds_last_session": {k: round(v, 2) for k, v in stats.seconds.items()},
         # tokens the engine processed (prompt + output) per second of generate time, this session only
         "engine_tokens_per_s": round(stats.tokens / stats.seconds["generate"], 1) if stats.seconds["generate"] else None,
+        # completion-cache rows found damaged (checksum mismatch, unreadable) and recomputed, this session
+        "cache_recomputed": cache_recomputed(res.engine),
         "quote_fidelity": fidelity,
         "params": model_params(cfg.model.model),
     }
     write_json(summary, rd.path / "summary.json")
     return summary
+
+
+def cache_recomputed(engine) -> dict:
+    """{"rows": n, "reasons": {reason: n}}: cache rows the CachedEngine found corrupt and recomputed."""
+    stats = getattr(engine, "stats", None)
+    return {"rows": getattr(stats, "corrupt", 0), "reasons": dict(getattr(stats, "corrupt_reasons", {}))}
 
 
 def engine_facts(engine) -> dict | None:

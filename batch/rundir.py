@@ -1,26 +1,62 @@
 """Run directories: a frozen config, one Parquet file per finished stage or wave (written to a temp
 name and renamed), and the completion cache. Resume = skip what exists.
 
+    runs/NAME/.lock                  flock held by the one process working here; holds its pid and host
     runs/NAME/config.json            frozen effective config (a different config for the same name is an error)
+    runs/NAME/inputs.json            what the run reads, pinned with the config: the questions file's
+                                     sha256, the model's and the index's fingerprints
     runs/NAME/questions.parquet
     runs/NAME/waves/0001/            one folder per finished wave, renamed into place when complete:
-        llm_calls.parquet hits.parquet answers.parquet state.json (every tree, JSON)
+        llm_calls.parquet hits.parquet answers.parquet state.json (every tree, JSON; the sha256 of
+        each Parquet file and a checksum of itself, verified on resume)
     runs/NAME/cache/                 completion cache (clarify.local_llm.cache)
     runs/NAME/{nodes,hits,llm_calls,answers,spans,passages,scores}.parquet   final tables
     runs/NAME/summary.json           written last: its presence means the run is finished
+
+Every file is written to a temp name, fsynced and renamed (POSIX rename is atomic); nothing is ever
+deleted to make room for its replacement. The config and inputs are binding once a checkpoint exists:
+a failed start (nothing computed yet) never blocks its own directory.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import shutil
+import socket
+import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import polars as pl
 
+from clarify import faults
 from clarify.batch.tree import Tree
 from clarify.errors import InputError
+
+FINAL_TABLES = ("nodes", "hits", "llm_calls", "answers", "spans", "passages", "scores")
+
+
+class Checkpoint(NamedTuple):
+    """The last finished wave's state (`RunDir.load_state`)."""
+
+    wave: int
+    answered: bool  # the final answers are written: only the final tables are left
+    trees: list[Tree]
+    run_s: float | None  # the run's seconds up to this checkpoint (None: written without it)
+    engine: dict | None  # the engine's facts (device, dtype) when a real engine ran
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file's data, or a folder's entries (so a rename survives a power cut), to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_parquet(df: pl.DataFrame, path: Path) -> None:
@@ -28,16 +64,52 @@ def write_parquet(df: pl.DataFrame, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     df.write_parquet(tmp)
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
+    _fsync(tmp)
     os.replace(tmp, path)
+    _fsync(path.parent)
 
 
 def write_json(obj: object, path: Path) -> None:
+    """Atomic write: temp file in the same folder, fsync, rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str), encoding="utf-8")
+    _fsync(tmp)
     os.replace(tmp, path)
+    _fsync(path.parent)
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _state_checksum(body: dict) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def input_changes(old: dict, new: dict) -> list[str]:
+    """What differs between two inputs.json: by content (sha256, fingerprint), never by path alone, so a
+    run directory or model folder that was moved still resumes."""
+    out = []
+    for what, before in sorted(old.items()):
+        now = new.get(what) or {}
+        for key in ("sha256", "fingerprint"):
+            if before and before.get(key) and now.get(key) and before[key] != now[key]:
+                where = now.get("path") or before.get("path") or ""
+                out.append(f"{what} {where} changed ({key} {before[key][:12]} → {now[key][:12]})")
+    return out
+
+
+def read_json(path: Path, what_to_do: str) -> object:
+    """A JSON file of the run directory; a damaged one is an InputError naming it and what to do."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        raise InputError(f"damaged ({exc}); {what_to_do}", path=str(path)) from None
 
 
 def _diff(a: object, b: object, prefix: str = "") -> list[str]:
@@ -63,17 +135,76 @@ class RunDir:
     def finished(self) -> bool:
         return (self.path / "summary.json").exists()
 
-    def freeze_config(self, config: dict) -> None:
-        """Write config.json once; a later run with another config for this directory is refused."""
-        path = self.path / "config.json"
-        if path.exists():
-            old = json.loads(path.read_text(encoding="utf-8"))
+    @contextlib.contextmanager
+    def lock(self):
+        """Hold the run directory for this process (fcntl.flock on `.lock`: the kernel frees it when the
+        holder dies, so a stale lock never blocks). A second process is refused, naming the holder."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:  # a file on the way, no permission, read-only file system
+            raise InputError(f"cannot use as a run directory: {exc.strerror or exc}", path=str(self.path)) from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip() or "another process"
+                raise InputError(f"this run directory is in use by {holder}; wait for it to finish, or use "
+                                 f"another --out", path=str(self.path)) from None
+            me = f"pid {os.getpid()} on {socket.gethostname()}: {' '.join(sys.argv)[:200]}"
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, me.encode("utf-8"), 0)
+            yield self
+        finally:
+            os.close(fd)  # releases the flock
+
+    def has_checkpoint(self) -> bool:
+        return self.finished or bool(self.wave_dirs())
+
+    def freeze(self, config: dict, inputs: dict) -> None:
+        """Pin config.json and inputs.json. Once a checkpoint exists they are binding: another config or
+        a changed input is refused, naming the difference. Before that (a failed start) they are
+        simply rewritten."""
+        cfg_path, in_path = self.path / "config.json", self.path / "inputs.json"
+        if cfg_path.exists() and self.has_checkpoint():
+            restart = "use a new --out, or rerun with --restart to start over (the completion cache is kept)"
+            old = read_json(cfg_path, f"restore it, or {restart}")
             diffs = _diff(old, config)
             if diffs:
-                raise InputError("this run directory was made with another config; use a new --out or the "
-                                 "same settings. Differences: " + "; ".join(diffs), path=str(path))
+                raise InputError("this run directory was made with another config; use the same settings, or "
+                                 f"{restart}. Differences: " + "; ".join(diffs), path=str(cfg_path))
+            if in_path.exists():
+                changed = input_changes(read_json(in_path, f"restore it, or {restart}"), inputs)
+                if changed:
+                    raise InputError("the inputs of this run changed since it started: " + "; ".join(changed)
+                                     + f"; restore them, or {restart}", path=str(self.path))
+                return
+            write_json(inputs, in_path)  # a run directory from before inputs were pinned: pin them now
             return
-        write_json(config, path)
+        write_json(inputs, in_path)
+        faults.point("freeze")
+        write_json(config, cfg_path)
+
+    def clear(self) -> None:
+        """`--restart`: remove everything the run wrote except the completion cache (content-addressed:
+        its keys name model, prompt and parameters, so every row stays valid). The finished mark goes
+        first and the wave folders are renamed away in one step, so a crash midway leaves a directory
+        that resumes or restarts again, never a mix."""
+        (self.path / "summary.json").unlink(missing_ok=True)
+        waves = self.path / "waves"
+        if waves.exists():
+            trash = self.path / f".waves.trash{os.getpid()}"
+            os.replace(waves, trash)
+            faults.point("restart-cleared")
+            shutil.rmtree(trash)
+        for name in (*FINAL_TABLES, "questions"):
+            (self.path / f"{name}.parquet").unlink(missing_ok=True)
+        for name in ("inputs.json", "config.json"):
+            (self.path / name).unlink(missing_ok=True)
+
+    def summary(self) -> dict:
+        return read_json(self.path / "summary.json",
+                          "delete it to rewrite the final tables from the checkpoints")
 
     def table(self, name: str) -> pl.DataFrame | None:
         path = self.path / f"{name}.parquet"
@@ -92,37 +223,48 @@ class RunDir:
         return sorted(p for p in root.iterdir() if p.is_dir() and p.name.isdigit())
 
     def write_wave(self, wave: int, tables: dict[str, pl.DataFrame], trees: list[Tree], answered: bool,
-                   run_s: float | None = None) -> None:
+                   run_s: float | None = None, engine: dict | None = None) -> None:
         """All of a wave's rows and every tree's state, made visible at once by renaming the folder.
+        state.json holds the sha256 of each table and a checksum of itself (verified by `load_state`).
 
         run_s: the run's wall seconds up to this checkpoint, summed over the sessions that got it here
-        (a resumed session starts from the last checkpoint's run_s; time lost to a crash is not counted)."""
+        (a resumed session starts from the last checkpoint's run_s; time lost to a crash is not counted).
+        engine: the engine's facts (device, dtype), for a session that finalizes without loading it."""
         final = self.path / "waves" / f"{wave:04d}"
+        if final.exists():  # resume starts after the last wave and the lock keeps others out
+            raise RuntimeError(f"{final} exists already; a finished wave is never replaced")
         tmp = self.path / "waves" / f".{wave:04d}.tmp{os.getpid()}"
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
+        files = {}
         for name, df in tables.items():
             df.write_parquet(tmp / f"{name}.parquet")
-        (tmp / "state.json").write_text(json.dumps({"wave": wave, "answered": answered, "run_s": run_s,
-                                                   "trees": [t.to_dict() for t in trees]}), encoding="utf-8")
-        for f in tmp.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
-        if final.exists():  # a wave redone after a crash between rename and the next wave: replace it
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+            _fsync(tmp / f"{name}.parquet")
+            files[f"{name}.parquet"] = file_sha256(tmp / f"{name}.parquet")
+        body = {"wave": wave, "answered": answered, "run_s": run_s, "trees": [t.to_dict() for t in trees],
+                "files": files, "engine": engine}
+        (tmp / "state.json").write_text(json.dumps({**body, "checksum": _state_checksum(body)}), encoding="utf-8")
+        _fsync(tmp / "state.json")
+        _fsync(tmp)
+        faults.point(f"wave-tmp:{wave}")
+        os.replace(tmp, final)  # a folder renamed onto a name that does not exist: atomic
+        _fsync(final.parent)
 
-    def load_state(self) -> tuple[int, bool, list[Tree], float | None] | None:
-        """(last finished wave, answered, trees, run_s) or None for a fresh run; run_s is None for a
-        state written without it. Half-written temp folders are ignored (and cleaned)."""
-        for p in (self.path / "waves").glob(".*.tmp*") if (self.path / "waves").exists() else []:
-            shutil.rmtree(p, ignore_errors=True)
+    def load_state(self) -> Checkpoint | None:
+        """The last finished wave's checkpoint, or None for a fresh run. Every wave folder is verified first (`verify_wave`): a damaged one
+        raises InputError in one line. Half-written temp folders are removed (the caller holds the lock)."""
+        for pattern, root in ((".*.tmp*", self.path / "waves"), (".waves.trash*", self.path)):
+            for p in root.glob(pattern) if root.exists() else []:
+                shutil.rmtree(p, ignore_errors=True)
         dirs = self.wave_dirs()
         if not dirs:
             return None
-        state = json.loads((dirs[-1] / "state.json").read_text(encoding="utf-8"))
-        return state["wave"], state["answered"], [Tree.from_dict(t) for t in state["trees"]], state.get("run_s")
+        state = {}
+        for d in dirs:
+            state = verify_wave(d)
+        return Checkpoint(state["wave"], state["answered"], [Tree.from_dict(t) for t in state["trees"]],
+                          state.get("run_s"), state.get("engine"))
 
     def wave_table(self, name: str, schema: dict | None = None) -> pl.DataFrame:
         frames = [pl.read_parquet(d / f"{name}.parquet") for d in self.wave_dirs()
@@ -131,3 +273,32 @@ class RunDir:
         if not frames:
             return pl.DataFrame(schema=schema) if schema else pl.DataFrame()
         return pl.concat(frames, how="diagonal_relaxed")
+
+
+def verify_wave(d: Path) -> dict:
+    """A wave folder's state, after checking state.json against its checksum and each table against
+    its sha256. Damage (a truncated file, a hand edit) raises InputError naming the file and what to do.
+    A state.json without checksums (written before issue 16) is accepted as it is."""
+    def damaged(what: str, why: str) -> InputError:
+        return InputError(f"damaged checkpoint: {why}. Delete the folder {d} and the wave folders after it to "
+                          f"redo those waves from the completion cache, or rerun with --restart", path=str(d / what))
+
+    try:
+        state = json.loads((d / "state.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise damaged("state.json", "the file is missing") from None
+    except (ValueError, UnicodeDecodeError):
+        raise damaged("state.json", "not valid JSON (truncated?)") from None
+    if not isinstance(state, dict) or not {"wave", "answered", "trees"} <= set(state):
+        raise damaged("state.json", "not a wave state")
+    if "checksum" not in state:
+        return state
+    body = {k: v for k, v in state.items() if k != "checksum"}
+    if _state_checksum(body) != state["checksum"]:
+        raise damaged("state.json", "its content does not match its checksum (edited or altered)")
+    for name, sha in body.get("files", {}).items():
+        if not (d / name).is_file():
+            raise damaged(name, "the file is missing")
+        if file_sha256(d / name) != sha:
+            raise damaged(name, "the file does not match its sha256 in state.json (truncated or altered)")
+    return state

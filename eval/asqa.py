@@ -83,9 +83,9 @@ def load_asqa(path: str | Path, split: str = "dev") -> tuple[pl.DataFrame, pl.Da
 
 
 def _read_json(path: Path):
-    if not path.is_file():
-        raise InputError("file not found", path=str(path))
-    text = path.read_text(encoding="utf-8")
+    from clarify.jsonl import read_text
+
+    text = read_text(path)
     if not text.strip():
         raise InputError("file is empty", path=str(path))
     try:

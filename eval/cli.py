@@ -34,7 +34,7 @@ def register(sub) -> None:
     p.add_argument("--gold", type=Path, help="gold file (default: the shipped dev set)")
     p.add_argument("--split", default="dev", help="ASQA split inside the gold file (default dev)")
     p.add_argument("--reader", type=Path, help="SQuAD 2.0 QA model directory for ASQA Disambig-F1 / DR")
-    p.add_argument("--limit", type=int, help="score only the first N predicted questions")
+    p.add_argument("--limit", type=int, help="score only the first N predicted questions (0: all, as for run)")
     p.add_argument("--only-predicted", action="store_true",
                    help="score exactly the predicted questions (default: every gold question; missing = empty)")
     p.add_argument("--canonical-markers", action="store_true",
@@ -58,8 +58,8 @@ def evaluate(args: argparse.Namespace) -> tuple[pl.DataFrame, pl.DataFrame, dict
     from clarify.eval import io
     from clarify.eval.summary import summarize
 
-    if args.limit is not None and args.limit < 1:
-        raise InputError("--limit must be at least 1", field="limit")
+    if args.limit is not None and args.limit < 0:
+        raise InputError("--limit must be >= 0 (0 = every question, as for clarify run)", field="limit")
     pred_path: Path = args.predictions
     run = None
     if pred_path.is_dir():
@@ -92,7 +92,8 @@ def evaluate(args: argparse.Namespace) -> tuple[pl.DataFrame, pl.DataFrame, dict
     if not any(q in known for q in predictions["qid"].to_list()):
         raise InputError(f"none of the predicted ids is in the gold data ({gold_path}), e.g. "
                          f"{predictions['qid'].head(3).to_list()}", path=str(pred_path), field="qid")
-    al = io.align(predictions, gold_qids, targets=targets, only_predicted=args.only_predicted, limit=args.limit)
+    al = io.align(predictions, gold_qids, targets=targets, only_predicted=args.only_predicted,
+                  limit=args.limit or None)
     if al.unknown:
         _warn(f"{len(al.unknown)} predicted id(s) are not in the gold data and were ignored: {al.unknown[:5]}")
     if al.missing:

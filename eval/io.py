@@ -13,25 +13,21 @@ Accepted prediction inputs:
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
 
 from clarify.errors import InputError
-from clarify.jsonl import iter_jsonl
+from clarify.jsonl import iter_jsonl, read_text, record_id
 
 PRED_SCHEMA = {"qid": pl.String, "answer": pl.String}
 ANSWER_FIELDS = ("prediction", "answer", "summary")
 
 
 def _read_text(path: Path) -> str:
-    if not path.is_file():
-        raise InputError("file not found", path=str(path))
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text (byte {exc.start})", path=str(path)) from exc
+    text = read_text(path)  # BOM dropped, non-UTF-8 named by line, like every JSONL reader
     if not text.strip():
         raise InputError("file is empty", path=str(path))
     return text
@@ -49,15 +45,14 @@ def _mapping_to_frame(obj: dict, path: Path) -> pl.DataFrame:
 def _jsonl_to_frame(path: Path) -> pl.DataFrame:
     rows, seen = [], {}
     for line_no, rec in iter_jsonl(path, wording={"bad_json": "bad JSON"}):
-        qid = rec.get("qid", rec.get("id"))
-        if qid is None or isinstance(qid, dict | list):
+        qid = record_id(rec, path, line_no)
+        if qid is None:
             raise InputError("no question id", path=str(path), line=line_no, field="qid")
         fld = next((f for f in ANSWER_FIELDS if f in rec), None)
         if fld is None:
             raise InputError(f"no answer field (one of {list(ANSWER_FIELDS)})", path=str(path), line=line_no)
         if rec[fld] is not None and not isinstance(rec[fld], str):
             raise InputError("the answer must be a string", path=str(path), line=line_no, field=fld)
-        qid = str(qid)
         if qid in seen:
             raise InputError(f"qid '{qid}' given again (first at line {seen[qid]})", path=str(path), line=line_no)
         seen[qid] = line_no
@@ -73,8 +68,9 @@ def read_predictions(path: str | Path) -> pl.DataFrame:
     """
     path = Path(path)
     text = _read_text(path)
+    repeated: list[str] = []
     try:
-        whole = json.loads(text)
+        whole = json.loads(text, object_pairs_hook=lambda pairs: _keep_repeats(pairs, repeated))
     except json.JSONDecodeError as exc:
         # JSON lines when the first line is a JSON object by itself; else one broken JSON document.
         first = next(line for line in text.splitlines() if line.strip())
@@ -90,7 +86,25 @@ def read_predictions(path: str | Path) -> pl.DataFrame:
                          path=str(path), line=1)
     if "qid" in whole or "id" in whole:  # a single JSON line
         return _jsonl_to_frame(path)
+    if repeated:  # json.loads keeps the last of repeated keys: one answer would be dropped silently
+        raise InputError(f"id '{repeated[0]}' is given twice" + (f" (and {len(repeated) - 1} more repeated id(s))"
+                         if len(repeated) > 1 else ""), path=str(path), line=_second_key_line(text, repeated[0]))
     return _mapping_to_frame(whole, path)
+
+
+def _keep_repeats(pairs: list[tuple[str, object]], repeated: list[str]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            repeated.append(key)
+        out[key] = value
+    return out
+
+
+def _second_key_line(text: str, key: str) -> int | None:
+    """The line of the second `"key":` in a JSON text (None when it is spelled with escapes)."""
+    found = list(re.finditer(re.escape(json.dumps(key, ensure_ascii=False)) + r"\s*:", text))
+    return text.count("\n", 0, found[1].start()) + 1 if len(found) > 1 else None
 
 
 @dataclass

@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from clarify.errors import InputError
+from clarify.errors import InputError, need_file
 
 
 def _passive_omp() -> None:
@@ -106,8 +106,7 @@ def read_queries(path: Path):
     import polars as pl
 
     path = Path(path)
-    if not path.is_file():
-        raise InputError("queries file not found", path=str(path))
+    need_file(path, "queries file")
     name = path.name.lower()
     if name.endswith(".parquet"):
         df = pl.read_parquet(path)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import polars as pl
 
-from clarify.errors import InputError
+from clarify.errors import InputError, need_file
 from clarify.jsonl import JsonlProblem, iter_jsonl
 from clarify.schemas import PASSAGES
 
@@ -160,8 +160,7 @@ def load_corpus(paths, *, skip_bad: bool = False) -> CorpusRead:
         raise InputError("no corpus files given")
     col = _Collector(skip_bad)
     for path in paths:
-        if not path.is_file():
-            raise InputError("corpus file not found", path=str(path))
+        need_file(path, "corpus file")
         name = path.name.lower()
         if name.endswith((".jsonl", ".json", ".jsonl.gz", ".json.gz")):
             _read_jsonl(path, col)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import polars as pl
 
-from clarify.errors import InputError
+from clarify.errors import InputError, need_file
 from clarify.index.corpus import load_corpus
 
 FORMAT = "clarify-index"
@@ -85,8 +85,7 @@ def sha256_file(path: Path, bufsize: int = 1 << 20) -> str:
 def _corpus_entries(files: list[Path]) -> list[dict]:
     out = []
     for f in files:
-        if not f.is_file():
-            raise InputError("corpus file not found", path=str(f))
+        need_file(f, "corpus file")
         out.append({"path": str(f.resolve()), "name": f.name, "bytes": f.stat().st_size, "sha256": sha256_file(f)})
     return out
 
@@ -135,14 +134,25 @@ def _differences(manifest: dict, corpus: list[dict], options: BuildOptions) -> l
 
 @contextlib.contextmanager
 def _lock(out: Path):
+    """Exclusive build of `out` (flock on `.NAME.lock` beside it), removed when done. The holder unlinks
+    the file while it holds the lock; a waiter that then gets the lock on the unlinked file sees that
+    the path no longer names its file (another inode, or none) and locks the current one instead."""
     out.parent.mkdir(parents=True, exist_ok=True)
     lock_path = out.parent / f".{out.name}.lock"
-    with open(lock_path, "w") as fh:
+    while True:
+        fh = open(lock_path, "a")
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+            if os.stat(lock_path).st_ino == os.fstat(fh.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        fh.close()
+    try:
+        yield
+    finally:
+        lock_path.unlink(missing_ok=True)
+        fh.close()  # releases the flock
 
 
 def _log(msg: str) -> None:

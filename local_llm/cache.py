@@ -12,7 +12,8 @@ the last transactions on a power cut, never consistency.
 
 Corruption that SQLite cannot see (a row altered on disk, a bad copy) is caught by a checksum:
 each row stores sha256(key + payload); a row whose checksum does not match is counted in
-`corrupt`, treated as a miss, recomputed and overwritten. A file that is not a SQLite database at all
+`corrupt` (and by reason in `corrupt_reasons`), treated as a miss, recomputed and overwritten; a run
+reports the count in summary.json (`cache_recomputed`) and its terminal summary. A file that is not a SQLite database at all
 raises an error naming the path (never silently deleted: it may be someone else's file).
 
 Rows: key, model_id, prompt, params (JSON), payload (JSON: texts, finish_reason, prompt_tokens,
@@ -28,7 +29,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from clarify import faults
@@ -82,8 +83,13 @@ class CacheStats:
     hits: int = 0
     misses: int = 0
     engine_calls: int = 0  # calls of the inner engine's generate
-    corrupt: int = 0  # entries whose checksum failed (recomputed)
+    corrupt: int = 0  # entries whose checksum failed or payload was unreadable (recomputed)
     commits: int = 0  # grouped commits of the step loop
+    corrupt_reasons: dict[str, int] = field(default_factory=dict)  # why, for each corrupt entry
+
+    def note_corrupt(self, reason: str) -> None:
+        self.corrupt += 1
+        self.corrupt_reasons[reason] = self.corrupt_reasons.get(reason, 0) + 1
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -135,12 +141,13 @@ class CachedEngine:
                 f"SELECT key, payload, checksum FROM completions WHERE key IN ({marks})", chunk
             ).fetchall()
             for key, payload, checksum in rows:
+                if checksum != _checksum(key, payload):
+                    self.stats.note_corrupt("checksum mismatch")
+                    continue
                 try:
-                    if checksum != _checksum(key, payload):
-                        raise ValueError("checksum mismatch")
                     found[key] = _completion(payload)
                 except (ValueError, KeyError, TypeError):  # JSONDecodeError is a ValueError
-                    self.stats.corrupt += 1
+                    self.stats.note_corrupt("unreadable payload")
         return found
 
     def _store(self, rows: list[tuple[str, str, GenParams, Completion]]) -> None:

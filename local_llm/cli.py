@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from clarify.errors import InputError
+from clarify.errors import InputError, need_file
 from clarify.jsonl import iter_jsonl
 from clarify.local_llm.models import (
     DEFAULT_MODEL,
@@ -31,9 +31,13 @@ from clarify.local_llm.models import (
 
 def read_prompts(path: str | os.PathLike) -> list[tuple[str, str]]:
     """JSONL file -> [(id, prompt)]. Raises InputError(path, line) on the first bad line."""
+    return [(rid, prompt) for _, rid, prompt in read_prompt_lines(path)]
+
+
+def read_prompt_lines(path: str | os.PathLike) -> list[tuple[int, str, str]]:
+    """JSONL file -> [(line, id, prompt)]. Raises InputError(path, line) on the first bad line."""
     p = Path(path)
-    if not p.is_file():
-        raise InputError("prompts file not found", path=str(p))
+    need_file(p, "prompts file")
     rows: list[tuple[str, str]] = []
     seen: dict[str, int] = {}
     for lineno, obj in iter_jsonl(p, wording={"non_utf8": "not valid UTF-8"}):
@@ -51,7 +55,7 @@ def read_prompts(path: str | os.PathLike) -> list[tuple[str, str]]:
         if rid in seen:
             raise InputError(f"duplicate id {rid!r} (first on line {seen[rid]})", path=str(p), line=lineno, field="id")
         seen[rid] = lineno
-        rows.append((rid, prompt))
+        rows.append((lineno, rid, prompt))
     if not rows:
         raise InputError("no prompts in file", path=str(p))
     return rows
@@ -68,17 +72,33 @@ def write_parquet_atomic(df, out: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def _check_context(model_dir: Path, path, lines: list[tuple[int, str, str]]) -> None:
+    """Every prompt must fit the engine's context: counted with the model's tokenizer, before vLLM loads;
+    the first one too long is named by its line and id (not its position in a batch)."""
+    from clarify.local_llm.vllm_engine import DEFAULT_MAX_MODEL_LEN, prompts_over_context
+
+    over = prompts_over_context(model_dir, [p for _, _, p in lines])
+    if over:
+        (i, n), more = over[0], len(over) - 1
+        line, rid, _ = lines[i]
+        raise InputError(f"prompt '{rid}' has {n} tokens, but the engine's context (max_model_len) is "
+                         f"{DEFAULT_MAX_MODEL_LEN}; shorten it" + (f" ({more} more prompt(s) too long)" if more else ""),
+                         path=str(path), line=line, field="prompt")
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     import polars as pl
     from tqdm import tqdm
 
     from clarify.local_llm.engine import GenParams
 
-    rows = read_prompts(args.prompts)  # all input checked before the model is loaded
+    lines = read_prompt_lines(args.prompts)  # all input checked before the model is loaded
+    rows = [(rid, prompt) for _, rid, prompt in lines]
     if args.batch_size < 1:
         raise InputError("must be >= 1", field="--batch-size")
     out = Path(args.out)
     model_dir = resolve_model(args.model)
+    _check_context(model_dir, args.prompts, lines)
     name = embedded_name_of(model_dir)
     stop = tuple(args.stop) if args.stop else (EMBEDDED[name].default_stop if name else ())
     try:

@@ -44,6 +44,7 @@ from clarify.local_llm.models import (
 )
 
 log = logging.getLogger(__name__)
+DEFAULT_MAX_MODEL_LEN = 4096  # the engine's context unless a config says otherwise ([model] max_model_len)
 
 # When set, every generate call appends "<prompt tokens> <output tokens>" to this file (the test suite
 # counts its real-engine work there, subprocesses included: tests/conftest.py).
@@ -121,7 +122,7 @@ class VLLMEngine:
         self,
         model: str | os.PathLike,
         *,
-        max_model_len: int = 4096,
+        max_model_len: int = DEFAULT_MAX_MODEL_LEN,
         gpu_memory_utilization: float = 0.85,
         tensor_parallel_size: int = 1,
         dtype: str = "auto",
@@ -190,17 +191,7 @@ class VLLMEngine:
 
     # -----------------------------------------------------------------------------------------
     def _token_ids(self, prompt: str) -> list[int]:
-        """The prompt's token ids as the model sees them. Chat models: the prompt is the user message
-        inside the chat template (tokenized here, so no second BOS is added). Base models: the raw
-        text with the tokenizer's special tokens (e.g. Gemma's <bos>)."""
-        if not self.chat:
-            return list(self._tokenizer.encode(prompt))
-        ids = self._tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
-        )
-        if hasattr(ids, "keys"):  # some tokenizers return a BatchEncoding
-            ids = ids["input_ids"]
-        return list(ids)
+        return prompt_token_ids(self._tokenizer, self.chat, prompt)
 
     def _inputs(self, prompts: Sequence[str]) -> list:
         from vllm.inputs import TokensPrompt
@@ -319,6 +310,31 @@ def _completion(out) -> Completion:
 
 _ENGINES: dict[tuple, VLLMEngine] = {}
 _ENGINES_LOCK = threading.Lock()
+
+
+def prompt_token_ids(tokenizer, chat: bool, prompt: str) -> list[int]:
+    """The prompt's token ids as the model sees them. Chat models: the prompt is the user message
+    inside the chat template (tokenized here, so no second BOS is added). Base models: the raw
+    text with the tokenizer's special tokens (e.g. Gemma's <bos>)."""
+    if not chat:
+        return list(tokenizer.encode(prompt))
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                        tokenize=True)
+    if hasattr(ids, "keys"):  # some tokenizers return a BatchEncoding
+        ids = ids["input_ids"]
+    return list(ids)
+
+
+def prompts_over_context(model_dir: Path, prompts: Sequence[str],
+                         max_model_len: int = DEFAULT_MAX_MODEL_LEN) -> list[tuple[int, int]]:
+    """(position, tokens) of each prompt the engine would refuse (tokens >= max_model_len), counted with
+    the model folder's own tokenizer (the one vLLM loads) before any engine is built."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    chat = has_chat_template(model_dir)
+    counts = [len(prompt_token_ids(tokenizer, chat, p)) for p in prompts]
+    return [(i, n) for i, n in enumerate(counts) if n >= max_model_len]
 
 
 def get_engine(model: str | os.PathLike = "smollm2-135m-instruct", **kwargs: Any) -> VLLMEngine:

@@ -31,3 +31,102 @@ def test_kill_point_is_exact(spec, printed, killed):
     proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=60)
     assert len(proc.stdout.split()) == printed
     assert proc.returncode == (-signal.SIGKILL if killed else 0)
+
+
+# --- a run killed at every stage finishes, calls nothing twice and writes what an uninterrupted run
+# writes (issue 16). Scripted engine and the stand-in index in a subprocess: the kill is real (SIGKILL),
+# the model is not. The same property with the real engine: test_toc_real.py (SIGKILL mid-wave).
+
+RUN = """
+import sys
+from clarify.batch import config
+from clarify.batch.pipeline import run
+from clarify.local_llm.engine import request_key
+from clarify.local_llm.scripted import ScriptedEngine
+from tests.test_toc import make_responder
+from tests.toc_fakes import FakeIndex
+
+out, questions, sent = sys.argv[1:4]
+
+class Logged(ScriptedEngine):
+    # every request that reaches the engine, in every session: a request answered twice shows here
+    def generate(self, prompts, params):
+        with open(sent, "a") as fh:
+            fh.writelines(request_key(self.model_id, p, gp) + "\\n" for p, gp in zip(prompts, params))
+        return super().generate(prompts, params)
+
+cfg = config.load(None, {"dataset": "jsonl", "questions": questions, "answer_style": "quoted",
+                         "toc.max_expansions": 3})
+run(cfg, out, engine_factory=lambda c: Logged("scripted", make_responder()), index=FakeIndex(200),
+    progress=False, restart="--restart" in sys.argv)
+"""
+TABLES = ("nodes", "hits", "llm_calls", "answers", "spans", "passages", "scores")
+
+
+def _session(out, questions, sent, kill=None, *extra):
+    import os
+
+    env = {**os.environ, "PYTHONPATH": ":".join(sys.path)}
+    env.pop("CLARIFY_KILL_AT", None)
+    if kill:
+        env["CLARIFY_KILL_AT"] = kill
+    return subprocess.run([sys.executable, "-c", RUN, str(out), str(questions), str(sent), *extra], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory):
+    """Questions file and the tables of one uninterrupted run."""
+    import json
+
+    d = tmp_path_factory.mktemp("clean")
+    q = d / "questions.jsonl"
+    q.write_text("".join(json.dumps({"qid": f"q{i}", "question": t}) + "\n" for i, t in enumerate(
+        ["Who has the highest goals in world football?", "When did the last world cup take place?"])))
+    proc = _session(d / "run", q, d / "sent.txt")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return q, d / "run"
+
+
+@pytest.mark.parametrize("kills", [
+    ["freeze"],                                    # inputs pinned, config not yet
+    ["cache-commit"],                              # completions committed, wave 1 not checkpointed
+    ["wave-tmp:2"],                                # wave 2 complete in its temp folder, not renamed
+    ["wave-done:2"],                               # wave 2 renamed into place
+    ["cache-commit after wave-done:2", "wave-tmp:3"],  # killed twice, in two sessions
+    ["final-tables"],                              # final tables written, summary not
+])
+def test_killed_at_every_stage_finishes_like_an_uninterrupted_run(tmp_path, clean_run, kills):
+    import polars as pl
+
+    q, clean = clean_run
+    out, sent = tmp_path / "run", tmp_path / "sent.txt"
+    for kill in kills:
+        proc = _session(out, q, sent, kill)
+        assert proc.returncode == -signal.SIGKILL, (kill, proc.stderr[-2000:])
+        assert not (out / "summary.json").exists()
+    proc = _session(out, q, sent)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for name in TABLES:
+        a, b = pl.read_parquet(clean / f"{name}.parquet"), pl.read_parquet(out / f"{name}.parquet")
+        assert a.drop("cached", strict=False).equals(b.drop("cached", strict=False)), name
+    keys = sent.read_text().split()
+    assert len(keys) == len(set(keys)) > 0  # no request reached the engine twice, across all sessions
+    assert not list(out.rglob("*.tmp*")) and not list(out.glob(".waves.trash*"))
+
+
+def test_restart_killed_midway_then_plain_rerun(tmp_path, clean_run):
+    import polars as pl
+
+    q, clean = clean_run
+    out, sent = tmp_path / "run", tmp_path / "sent.txt"
+    assert _session(out, q, sent).returncode == 0
+    proc = _session(out, q, sent, "restart-cleared", "--restart")
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    assert not (out / "summary.json").exists() and not (out / "waves").exists()
+    assert _session(out, q, sent).returncode == 0  # no checkpoint left: a fresh start, all from the cache
+    for name in TABLES:
+        a, b = pl.read_parquet(clean / f"{name}.parquet"), pl.read_parquet(out / f"{name}.parquet")
+        assert a.drop("cached", strict=False).equals(b.drop("cached", strict=False)), name
+    keys = sent.read_text().split()
+    assert len(keys) == len(set(keys))

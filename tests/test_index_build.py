@@ -68,6 +68,30 @@ def test_refuses_to_overwrite_foreign_directory(tmp_path, small_corpus):
     with pytest.raises(InputError, match="not a clarify index; refusing"):
         build_index([small_corpus], tmp_path / "mine", dense=False)
     assert (tmp_path / "mine" / "thesis.tex").read_text() == "precious"
+    assert not list(tmp_path.glob(".mine.lock"))  # issue 16: the build lock is not left behind
+
+
+def test_build_lock_serialises_and_leaves_nothing(tmp_path):
+    import threading
+
+    from clarify.index.store import _lock
+
+    order = []
+
+    def hold(name):
+        with _lock(tmp_path / "idx"):
+            order.append(f"{name}+")
+            time.sleep(0.2)
+            order.append(f"{name}-")
+
+    threads = [threading.Thread(target=hold, args=(n,)) for n in "abc"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    pairs = [(order[i], order[i + 1]) for i in range(0, 6, 2)]
+    assert all(a[0] == b[0] and a[1] + b[1] == "+-" for a, b in pairs)  # never two holders at once
+    assert not list(tmp_path.glob(".idx.lock"))
 
 
 def test_bad_corpus_fails_before_indexing(tmp_path):

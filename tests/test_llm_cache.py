@@ -29,7 +29,8 @@ def test_second_identical_run_makes_zero_engine_calls(tmp_path, echo_engine):
     again = CachedEngine(echo_engine, tmp_path / "cache")  # a new process would open the file like this
     out2 = again.generate(prompts, params)
     assert echo_engine.calls == 1  # zero new calls
-    assert again.stats.as_dict() == {"hits": 20, "misses": 0, "engine_calls": 0, "corrupt": 0, "commits": 0}
+    assert again.stats.as_dict() == {"hits": 20, "misses": 0, "engine_calls": 0, "corrupt": 0, "commits": 0,
+                                     "corrupt_reasons": {}}
     assert [c.texts for c in out2] == [c.texts for c in out1]
     assert [c.output_tokens for c in out2] == [c.output_tokens for c in out1]
     assert all(c.cached for c in out2)

@@ -1,0 +1,447 @@
+"""Issue 16: a run that cannot be wedged, a run directory that cannot be corrupted, inputs and configs
+checked before anything loads. Scripted engine and the small stand-in index (fast); the crash and
+resume properties with the real engine are in test_toc_real.py."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+
+from clarify.batch import config
+from clarify.batch.cli import main
+from clarify.batch.pipeline import run
+from clarify.errors import InputError
+from clarify.local_llm.scripted import ScriptedEngine
+from tests.test_toc import make_responder
+from tests.toc_fakes import FakeIndex
+
+# --- one declared config schema -----------------------------------------------------------------------
+
+
+def test_config_schema_names_every_bad_field_at_once(tmp_path):
+    p = tmp_path / "bad.toml"
+    p.write_text('limit = "3"\n[toc]\ntemperature = 5\nverify = "no"\n'
+                 '[model]\nmax_model_len = -1\ngpu_memory_utilization = 0\nstop = "###"\n')
+    with pytest.raises(InputError) as err:
+        config.load(p)
+    msg = str(err.value)
+    assert msg.startswith(f"{p}: 6 bad config fields")
+    for part in ("limit: expected an integer, got str '3'", "toc.temperature: must be in [0, 2], got 5",
+                 "toc.verify: expected a boolean (true or false), got str 'no'",
+                 "model.max_model_len: must be >= 1, got -1", "model.gpu_memory_utilization: must be in (0, 1], got 0",
+                 "model.stop: expected a list of strings, got str '###'"):
+        assert part in msg
+
+
+@pytest.mark.parametrize(("toml", "match"), [
+    ("[toc]\nmax_depth = 2.5\n", r"field 'toc.max_depth'\): expected an integer"),
+    ("[toc]\nmax_depth = true\n", r"field 'toc.max_depth'\): expected an integer, got bool"),
+    ("[toc]\ntemperature = nan\n", r"field 'toc.temperature'\): expected a number"),
+    ("[model]\ngpu_memory_utilization = 1.5\n", r"must be in \(0, 1\], got 1.5"),
+    ("[model]\nstop = [\"a\", 3]\n", r"field 'model.stop'\): expected a list of strings"),
+    ("[model]\ndtype = \"fp8\"\n", r"field 'model.dtype'\): unknown value 'fp8'"),
+    ("toc = 3\n", r"field 'toc'\): must be a table"),
+    ("[retrieval]\npool = 3\n", r"field 'retrieval.pool'\): must be >= retrieval.top_k \(5\), got 3"),
+    ("offset = -1\n", r"field 'offset'\): must be >= 0, got -1"),
+    ("[model]\nmodel = 3\n", r"field 'model.model'\): expected a string, got int 3"),
+])
+def test_config_schema_types_ranges_enums(tmp_path, toml, match):
+    p = tmp_path / "c.toml"
+    p.write_text(toml)
+    with pytest.raises(InputError, match=match):
+        config.load(p)
+
+
+def test_every_rule_names_a_declared_field():
+    import typing
+
+    fields = {f"{s}.{k}" for s, cls in config._SECTIONS.items() for k in typing.get_type_hints(cls)}
+    fields |= {k for k in typing.get_type_hints(config.RunConfig) if k not in config._SECTIONS}
+    assert set(config.RULES) <= fields
+
+
+def test_config_values_take_their_declared_types(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text('[toc]\ntemperature = 1\n[model]\nstop = ["###"]\n')
+    cfg = config.load(p)
+    assert cfg.toc.temperature == 1.0 and isinstance(cfg.toc.temperature, float)
+    assert cfg.model.stop == ("###",)
+    assert config.load(None).toc.verify is True
+
+
+def test_config_overrides_are_checked_too():
+    with pytest.raises(InputError, match=r"field 'limit'\): must be >= 0, got -2"):
+        config.load(None, {"limit": -2})
+    # a table given as a scalar in the file and a dotted override under it: named, not a traceback
+    with pytest.raises(InputError, match=r"field 'toc'\): must be a table"):
+        config.from_dict({"toc": 1})
+
+
+def test_cli_config_directory_and_bad_values_one_line(tmp_path, capsys):
+    assert main(["run", "--config", str(tmp_path), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "is a directory; --config takes a TOML file" in err and "Traceback" not in err
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[toc]\nverify = \"no\"\ntemperature = 9\n")
+    assert main(["run", "--config", str(bad), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "toc.verify" in err and "toc.temperature" in err
+    assert not (tmp_path / "r").exists()  # refused before the run directory is touched
+
+
+# --- inputs checked before freezing, pinned, refused when changed; --restart -------------------------
+
+def _questions(tmp_path, *texts):
+    p = tmp_path / "questions.jsonl"
+    p.write_text("".join(json.dumps({"qid": f"q{i}", "question": t}) + "\n" for i, t in enumerate(texts)))
+    return p
+
+
+QS = ("Who has the highest goals in world football?", "When did the last world cup take place?")
+
+
+def _cfg(questions, **kw):
+    return config.load(None, {"dataset": "jsonl", "questions": str(questions), "answer_style": "free",
+                              "toc.max_expansions": 3, **kw})
+
+
+class _Factory:
+    """Counts the engines built: a check that must happen before the model loads builds none."""
+
+    def __init__(self):
+        self.made = []
+
+    def __call__(self, _cfg):
+        self.made.append(ScriptedEngine("scripted", make_responder()))
+        return self.made[-1]
+
+
+_INDEX = FakeIndex()
+
+
+def _run(cfg, out, factory=None, index=None, **kw):
+    return run(cfg, out, engine_factory=factory or _Factory(), index=index or _INDEX, progress=False, **kw)
+
+
+def test_failed_start_does_not_block_its_run_directory(tmp_path):
+    q = _questions(tmp_path, *QS)
+    out = tmp_path / "r"
+    with pytest.raises(InputError, match="file not found"):
+        _run(_cfg(tmp_path / "typo.jsonl"), out)
+    with pytest.raises(InputError, match="model directory does not exist"):
+        _run(_cfg(q, **{"model.model": str(tmp_path / "no-model")}), out)
+    assert not out.exists()  # nothing frozen by a start that could not begin
+    # a start that got as far as freezing but made no checkpoint (killed while loading) blocks nothing
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps(json.loads(_cfg(q, seed=7).to_json())))
+    assert _run(_cfg(q), out)["n_questions"] == 2
+
+
+def test_changed_questions_file_is_refused_then_restart_starts_over(tmp_path):
+    q = _questions(tmp_path, *QS)
+    out = tmp_path / "r"
+    assert _run(_cfg(q), out, stop_after_wave=1) == {"stopped_after_wave": 1}
+    pinned = json.loads((out / "inputs.json").read_text())
+    assert pinned["questions"]["sha256"] == hashlib.sha256(q.read_bytes()).hexdigest()
+    q.write_text(q.read_text().replace("world football", "world hockey"))
+    with pytest.raises(InputError, match=r"inputs of this run changed.*questions .*questions.jsonl changed \(sha256"):
+        _run(_cfg(q), out)
+    factory = _Factory()
+    summary = _run(_cfg(q), out, factory, restart=True)
+    assert summary["n_questions"] == 2
+    asked = pl.read_parquet(out / "questions.parquet")["question"].to_list()
+    assert asked[0] == "Who has the highest goals in world hockey?"
+    assert "world hockey" in pl.read_parquet(out / "nodes.parquet")["question"][0]
+    # finished: an edited input is refused as well (its summary would disagree with the file)
+    q.write_text(q.read_text() + json.dumps({"qid": "q9", "question": "Who?"}) + "\n")
+    with pytest.raises(InputError, match="changed"):
+        _run(_cfg(q), out)
+
+
+def test_changed_model_folder_is_refused(tmp_path):
+    q = _questions(tmp_path, *QS)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    (model / "model.safetensors").write_bytes(b"\0" * 64)
+    cfg = _cfg(q, **{"model.model": str(model)})
+    _run(cfg, tmp_path / "r", stop_after_wave=1)
+    (model / "model.safetensors").write_bytes(b"\0" * 65)
+    with pytest.raises(InputError, match=r"model .*model changed \(fingerprint"):
+        _run(cfg, tmp_path / "r")
+
+
+def test_changed_index_is_refused(tmp_path):
+    class BuiltIndex(FakeIndex):  # what pins a clarify index: its manifest (index/store.py)
+        def __init__(self, corpus_sha):
+            super().__init__()
+            self.path = tmp_path / "index"
+            self.manifest = {"corpus": [{"name": "passages.jsonl", "sha256": corpus_sha}], "build": {"bm25": True}}
+
+    q = _questions(tmp_path, *QS)
+    _run(_cfg(q), tmp_path / "r", index=BuiltIndex("a" * 64), stop_after_wave=1)
+    assert _run(_cfg(q), tmp_path / "r", index=BuiltIndex("a" * 64), stop_after_wave=2) == {"stopped_after_wave": 2}
+    with pytest.raises(InputError, match=r"index .*index changed \(fingerprint"):
+        _run(_cfg(q), tmp_path / "r", index=BuiltIndex("b" * 64))
+
+
+def test_restart_flag_on_the_command_line():
+    from clarify.batch.cli import build_parser
+
+    assert build_parser().parse_args(["run", "--out", "x", "--restart"]).restart is True
+
+
+# --- one process per run directory ---------------------------------------------------------------------
+
+HOLD = """
+import sys, time
+from clarify.batch.rundir import RunDir
+with RunDir(sys.argv[1]).lock():
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_second_process_on_a_run_directory_is_refused_naming_the_holder(tmp_path):
+    q = _questions(tmp_path, *QS)
+    out = tmp_path / "r"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONPATH=":".join(sys.path)))
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        factory = _Factory()
+        with pytest.raises(InputError, match=rf"in use by pid {holder.pid} on {socket.gethostname()}"):
+            _run(_cfg(q), out, factory)
+        assert not factory.made and not (out / "config.json").exists()
+    finally:
+        holder.kill()  # SIGKILL: the holder never unlocks; the kernel frees its flock
+        holder.wait()
+    assert _run(_cfg(q), out)["n_questions"] == 2  # a dead holder's lock does not block
+
+
+# --- checkpoints: atomic, checksummed, verified before the model loads ---------------------------------
+
+def _stopped_run(tmp_path):
+    q = _questions(tmp_path, *QS)
+    out = tmp_path / "r"
+    _run(_cfg(q), out, stop_after_wave=2)
+    return q, out
+
+
+@pytest.mark.parametrize(("target", "damage", "why"), [
+    ("0001/state.json", lambda p: p.write_bytes(p.read_bytes()[:100]), "not valid JSON"),
+    ("0002/state.json", lambda p: p.write_text(p.read_text().replace("world cup", "world cop")),
+     "does not match its checksum"),
+    ("0002/llm_calls.parquet", lambda p: p.write_bytes(p.read_bytes()[:-40]), "does not match its sha256"),
+    ("0001/hits.parquet", lambda p: p.unlink(), "the file is missing"),
+])
+def test_damaged_checkpoint_is_one_line_before_the_model_loads(tmp_path, target, damage, why):
+    q, out = _stopped_run(tmp_path)
+    damage(out / "waves" / target)
+    factory = _Factory()
+    with pytest.raises(InputError) as err:
+        _run(_cfg(q), out, factory)
+    msg = str(err.value)
+    assert msg.startswith(f"{out / 'waves' / target}: damaged checkpoint") and why in msg and "\n" not in msg
+    assert "--restart" in msg and not factory.made  # no engine built: reported before loading
+
+
+def test_following_the_damage_advice_resumes_from_the_cache(tmp_path):
+    q, out = _stopped_run(tmp_path)
+    full = _run(_cfg(q), tmp_path / "full")
+    (out / "waves" / "0002" / "state.json").write_text("{")
+    shutil.rmtree(out / "waves" / "0002")  # what the message says to do
+    factory = _Factory()
+    resumed = _run(_cfg(q), out, factory)
+    assert resumed["metrics"] == full["metrics"]
+    for name in ("nodes", "answers", "hits"):
+        assert pl.read_parquet(out / f"{name}.parquet").equals(pl.read_parquet(tmp_path / "full" / f"{name}.parquet"))
+
+
+def test_finished_wave_is_never_replaced(tmp_path):
+    from clarify.batch.rundir import RunDir
+
+    _, out = _stopped_run(tmp_path)
+    rd = RunDir(out)
+    with pytest.raises(RuntimeError, match="never replaced"):
+        rd.write_wave(2, {}, [], answered=False)
+    assert (out / "waves" / "0002" / "state.json").exists()
+
+
+def test_damaged_summary_and_config_are_one_line(tmp_path):
+    q = _questions(tmp_path, *QS)
+    out = tmp_path / "r"
+    _run(_cfg(q), out)
+    (out / "summary.json").write_text('{"name": ')
+    with pytest.raises(InputError, match=r"summary.json: damaged .*delete it"):
+        _run(_cfg(q), out)
+    (out / "config.json").write_text("{")
+    with pytest.raises(InputError, match=r"config.json: damaged .*--restart"):
+        _run(_cfg(q), out)
+
+
+# --- corruption repaired silently is still reported ------------------------------------------------------
+
+def test_recomputed_cache_rows_are_reported_in_summary_and_terminal(tmp_path):
+    import io
+    import sqlite3
+
+    from clarify.batch.commands import print_summary
+
+    q = _questions(tmp_path, *QS)
+    out = tmp_path / "r"
+    assert _run(_cfg(q), out)["cache_recomputed"] == {"rows": 0, "reasons": {}}
+    db = sqlite3.connect(out / "cache" / "completions.sqlite")
+    db.execute("UPDATE completions SET payload = replace(payload, 'answer', 'ANSWER') "
+               "WHERE rowid IN (SELECT rowid FROM completions WHERE payload LIKE '%answer%' LIMIT 2)")
+    db.commit()
+    db.close()
+    factory = _Factory()
+    summary = _run(_cfg(q), out, factory, restart=True)
+    assert summary["cache_recomputed"] == {"rows": 2, "reasons": {"checksum mismatch": 2}}
+    assert len(factory.made[0].prompts_seen) == 2  # exactly the damaged rows were asked again
+    assert json.loads((out / "summary.json").read_text())["cache_recomputed"]["rows"] == 2
+    text = io.StringIO()
+    print_summary(summary, out=text)
+    assert "cache rows recomputed        2 (checksum mismatch: 2;" in text.getvalue()
+
+
+# --- smaller items (issue 16 point 7) ----------------------------------------------------------------------
+
+def _asqa_ids(n):
+    from clarify.eval.asqa import load_asqa
+    from clarify.eval.cli import DEFAULT_GOLD
+
+    return load_asqa(DEFAULT_GOLD["asqa"])[0]["qid"].head(n).to_list()
+
+
+def test_eval_predictions_bom_repeated_ids_and_non_utf8_by_line(tmp_path):
+    from clarify.eval.io import read_predictions
+
+    a, b = _asqa_ids(2)
+    p = tmp_path / "p.json"
+    p.write_bytes(b"\xef\xbb\xbf" + json.dumps({a: "x", b: "y"}).encode())  # a BOM, as every other reader takes
+    assert read_predictions(p)["qid"].to_list() == [a, b]
+    p.write_text(f'{{\n "{a}": "first",\n "{b}": "y",\n "{a}": "second"\n}}\n')
+    with pytest.raises(InputError, match=rf"p.json:4: id '{a}' is given twice"):
+        read_predictions(p)
+    p.write_bytes(f'{{\n "{a}": "caf'.encode() + b"\xe9" + b'"\n}\n')
+    with pytest.raises(InputError, match=rf"p.json:2: not UTF-8 \(invalid continuation byte at byte {9 + len(a)} of"):
+        read_predictions(p)
+
+
+def test_eval_limit_zero_means_every_question_as_for_run(tmp_path, capsys):
+    a, b = _asqa_ids(2)
+    p = tmp_path / "p.json"
+    p.write_text(json.dumps({a: "an answer", b: "another"}))
+    args = ["eval", "--dataset", "asqa", "--predictions", str(p), "--only-predicted", "--out", str(tmp_path / "e")]
+    assert main([*args, "--limit", "0"]) == 0
+    assert pl.read_parquet(tmp_path / "e" / "per_question.parquet").height == 2
+    assert main([*args, "--limit", "-1"]) == 2
+    assert "--limit must be >= 0" in capsys.readouterr().err
+
+
+def test_ids_must_be_strings_or_integers(tmp_path):
+    from clarify.batch.pipeline import read_questions_jsonl
+    from clarify.eval.io import read_predictions
+
+    p = tmp_path / "q.jsonl"
+    p.write_text('{"qid": 7, "question": "Who?"}\n{"qid": 1.5, "question": "What?"}\n')
+    with pytest.raises(InputError, match=r"q.jsonl:2 \(field 'qid'\): an id must be a string or an integer, got float"):
+        read_questions_jsonl(p)
+    p.write_text('{"qid": 7, "question": "Who?"}\n')
+    assert read_questions_jsonl(p)["qid"].to_list() == ["7"]
+    p.write_text('{"qid": true, "answer": "x"}\n')
+    with pytest.raises(InputError, match=r"q.jsonl:1 \(field 'qid'\): an id must be a string or an integer, got bool"):
+        read_predictions(p)
+
+
+def test_a_directory_given_as_a_file_is_named_so(tmp_path):
+    from clarify.batch.pipeline import read_questions_jsonl
+    from clarify.eval.asqa import load_asqa
+    from clarify.local_llm.cli import read_prompts
+
+    for reader in (read_questions_jsonl, load_asqa, read_prompts):
+        with pytest.raises(InputError, match="is a directory, not a file"):
+            reader(tmp_path)
+
+
+def test_offset_past_the_end_is_named_so():
+    from clarify.batch.pipeline import load_questions
+
+    with pytest.raises(InputError, match=r"offset 5000 is past the end: .*dev.json has 948 question"):
+        load_questions(config.load(None, {"offset": 5000, "limit": 3}))
+    with pytest.raises(InputError, match="overlap the demo pool"):  # inside the file, still the pool guard
+        load_questions(config.load(None, {"offset": 600, "limit": 3}))
+
+
+@pytest.mark.parametrize("dataset", ["jsonl", "quotesum"])  # searched passages; a question's own sources
+def test_answered_but_unfinalized_run_writes_its_tables_without_a_model(tmp_path, dataset):
+    from clarify.batch.rundir import FINAL_TABLES
+
+    q = _questions(tmp_path, *QS)
+    cfg = _cfg(q) if dataset == "jsonl" else config.load(None, {"dataset": "quotesum", "limit": 2})
+    out = tmp_path / "r"
+    first = _run(cfg, out)
+    tables = {n: pl.read_parquet(out / f"{n}.parquet") for n in FINAL_TABLES}
+    (out / "summary.json").unlink()  # as a crash between the last checkpoint and the summary leaves it
+    for n in FINAL_TABLES:
+        (out / f"{n}.parquet").unlink()
+
+    def no_model(_cfg):
+        raise AssertionError("the model was loaded to write tables")
+
+    again = run(cfg, out, engine_factory=no_model, index=_INDEX, progress=False)
+    timing = ("wall_s_last_session", "wall_s_total", "seconds_last_session", "engine_tokens_per_s")
+    assert {k: v for k, v in again.items() if k not in timing} == {k: v for k, v in first.items() if k not in timing}
+    for n in FINAL_TABLES:
+        assert pl.read_parquet(out / f"{n}.parquet").equals(tables[n]), n
+
+
+def test_generate_refuses_an_over_long_prompt_by_line_before_loading(tmp_path, capsys, monkeypatch):
+    from clarify.local_llm import vllm_engine
+
+    def no_engine(*a, **k):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(vllm_engine, "get_engine", no_engine)
+    p = tmp_path / "prompts.jsonl"
+    p.write_text(json.dumps({"id": "short", "prompt": "Say hi."}) + "\n"
+                 + json.dumps({"id": "long", "prompt": "word " * 5000}) + "\n")
+    assert main(["generate", "--prompts", str(p), "--out", str(tmp_path / "o.parquet")]) == 2
+    err = capsys.readouterr().err
+    assert f"{p}:2 (field 'prompt'): prompt 'long' has 50" in err and "max_model_len) is 4096" in err
+    assert "Traceback" not in err
+
+
+def test_run_directory_from_before_checksums_still_resumes(tmp_path):
+    q, out = _stopped_run(tmp_path)
+    for state_path in (out / "waves").glob("*/state.json"):  # as written before issue 16
+        state = json.loads(state_path.read_text())
+        state_path.write_text(json.dumps({k: state[k] for k in ("wave", "answered", "run_s", "trees")}))
+    (out / "inputs.json").unlink()
+    assert _run(_cfg(q), out)["n_questions"] == 2
+    assert json.loads((out / "inputs.json").read_text())["questions"]["sha256"]  # pinned from now on
+
+
+def test_demo_with_a_damaged_frozen_config_is_one_line(tmp_path, capsys):
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "config.json").write_text('{"limit": ')
+    assert main(["demo", "--out", str(tmp_path / "demo")]) == 2
+    err = capsys.readouterr().err
+    assert "config.json: damaged" in err and "Traceback" not in err
+
+
+def test_out_under_a_file_is_one_line(tmp_path):
+    q = _questions(tmp_path, *QS)
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(InputError, match=r"afile/r: cannot use as a run directory: Not a directory"):
+        _run(_cfg(q), tmp_path / "afile" / "r")
