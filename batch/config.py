@@ -19,6 +19,10 @@ from typing import Any
 
 from clarify.errors import InputError
 
+# What a ToC question costs the engine (prompt + output tokens) on the embedded model and defaults:
+# ~21,500 (bench/results/toc12.json, the demo). The demo's size and a run's ETA are estimated from it.
+TOKENS_PER_QUESTION = 21_500
+
 DATASETS = ("asqa", "quotesum", "jsonl")
 ANSWER_STYLES = ("free", "quoted")
 
