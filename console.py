@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TextIO
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+KEEP_LOGS = 50  # per folder; older logs are deleted when a new one starts
 
 _notes: dict[str, str] = {}  # key -> sentence; a later note of the same key replaces the earlier one
 _warned: Counter[str] = Counter()  # WARNING+ records written to the log, by top-level logger name
@@ -89,7 +90,16 @@ def log_file_for(log_dir: Path, command: str) -> Path:
     except OSError:
         log_dir = home_logs()
         log_dir.mkdir(parents=True, exist_ok=True)
+    _prune(log_dir)
     return log_dir / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+
+
+def _prune(log_dir: Path, keep: int = KEEP_LOGS) -> None:
+    """Keep the newest `keep - 1` logs of a folder (a new one is about to be written)."""
+    logs = sorted(log_dir.glob("*.log"), key=lambda p: p.stat().st_mtime)
+    for old in logs[: max(0, len(logs) - keep + 1)]:
+        with contextlib.suppress(OSError):
+            old.unlink()
 
 
 def _quiet_libraries() -> None:

@@ -114,3 +114,14 @@ def test_run_notes_in_words():
     note_run({"llm_calls": 100, "parse_errors": 5, "prompts_too_long": 0}, RunConfig())
     assert console.notes() == []
     json.dumps(console.notes())
+
+
+def test_old_logs_are_pruned(tmp_path):
+    for i in range(console.KEEP_LOGS + 5):
+        p = tmp_path / f"old-{i:03d}.log"
+        p.write_text("x")
+        os.utime(p, (1000 + i, 1000 + i))
+    new = console.log_file_for(tmp_path, "run")
+    new.write_text("y")
+    kept = sorted(p.name for p in tmp_path.glob("*.log"))
+    assert len(kept) == console.KEEP_LOGS and "old-000.log" not in kept and new.name in kept
