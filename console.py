@@ -204,17 +204,19 @@ def _duration(seconds: float) -> str:
 
 
 @contextlib.contextmanager
-def step(what: str, *, enabled: bool = True) -> Iterator[None]:
-    """One line for a step that has no progress of its own: 'what… 12 s'."""
+def step(what: str, *, enabled: bool = True, timed: bool = True) -> Iterator[None]:
+    """One line for a step: 'what… 12 s' when it draws nothing itself (`timed`), else 'what…' on a line
+    of its own, above the step's own progress bar."""
     if not enabled:
         yield
         return
-    print(f"{what}…", end="", file=sys.stderr, flush=True)
+    print(f"{what}…", end="" if timed else "\n", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     try:
         yield
     finally:
-        print(f" {_duration(time.perf_counter() - t0)}", file=sys.stderr, flush=True)
+        if timed:
+            print(f" {_duration(time.perf_counter() - t0)}", file=sys.stderr, flush=True)
 
 
 class RunProgress:
@@ -229,7 +231,7 @@ class RunProgress:
     def __init__(self, total: int, *, finished: int = 0, wave: int = 1, expected_tokens: int | None = None,
                  enabled: bool = True):
         self.bar = progress(total=total, initial=finished, desc="ToC", disable=not enabled,
-                            bar_format="{desc} {n_fmt}/{total_fmt} questions |{bar:16}| {elapsed}, {postfix}")
+                            bar_format="{desc} {n_fmt}/{total_fmt} questions |{bar:16}| {elapsed}{postfix}")
         self.calls = self.tokens = 0
         self.finished, self.wave, self.expected = finished, wave, expected_tokens
         self.t0 = time.perf_counter()
@@ -250,7 +252,7 @@ class RunProgress:
         elapsed = time.perf_counter() - self.t0
         tps = self.tokens / elapsed if elapsed > 0 else 0.0
         parts = [f"wave {self.wave}", f"{self.calls} LLM calls", f"{tps:,.0f} tok/s"]
-        if self.expected and tps > 0 and self.tokens < self.expected:
+        if self.expected and tps > 0 and self.tokens < self.expected and self.finished < self.bar.total:
             parts.append(f"ETA ~{_duration((self.expected - self.tokens) / tps)}")
         self.bar.set_postfix_str(", ".join(parts))
 

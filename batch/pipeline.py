@@ -203,7 +203,7 @@ def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, pro
     finally:
         display.close()
         report_to(None)
-    with console.step("checking quotes and scoring", enabled=progress):
+    with console.step("checking quotes and scoring", enabled=progress, timed=False):
         summary = finalize(rd, cfg, trees, questions, gold, res, session_start=t_start, stats=stats,
                            prior_s=prior_s)
     note_run(summary, cfg)

@@ -125,3 +125,31 @@ def test_old_logs_are_pruned(tmp_path):
     new.write_text("y")
     kept = sorted(p.name for p in tmp_path.glob("*.log"))
     assert len(kept) == console.KEEP_LOGS and "old-000.log" not in kept and new.name in kept
+
+
+def test_run_shows_one_display_fed_by_the_engine(tmp_path, capsys):
+    """`clarify run`'s display: the engine reports to it while batches run (VLLMEngine.on_progress);
+    the report hook is unset afterwards (the engine is shared in the process)."""
+    from clarify.batch.pipeline import run
+    from clarify.local_llm.scripted import ScriptedEngine
+    from tests.test_toc import _run_cfg, make_responder
+    from tests.toc_fakes import FakeIndex
+
+    class Reporting(ScriptedEngine):
+        on_progress = None
+
+        def generate(self, prompts, params):
+            out = super().generate(prompts, params)
+            hooked.append(self.on_progress is not None)
+            if self.on_progress:
+                self.on_progress(len(out), sum(c.prompt_tokens + c.output_tokens for c in out))
+            return out
+
+    hooked: list[bool] = []
+    engine = Reporting("scripted", make_responder())
+    summary = run(_run_cfg(tmp_path), tmp_path / "r", engine_factory=lambda _c: engine, index=FakeIndex())
+    err = capsys.readouterr().err
+    assert hooked and all(hooked) and engine.on_progress is None
+    assert f"ToC {summary['n_questions']}/{summary['n_questions']} questions" in err
+    assert f"{summary['llm_calls'] - summary['cached_calls']} LLM calls" in err
+    assert "opening the index, the encoder and the engine…" in err and "checking quotes and scoring…" in err
