@@ -55,16 +55,18 @@ def log_path() -> Path | None:
 
 
 def print_notes(out: TextIO | None = None) -> None:
-    """The session's notes in words, the library warnings count and where the log is."""
+    """The session's notes in words, the library warnings count and where the log is (nothing when
+    there is nothing to note)."""
     out = out or sys.stderr
     lines = notes()
     if _warned:
         by = ", ".join(f"{name} {n}" for name, n in _warned.most_common(4))
         lines.append(f"{sum(_warned.values())} library warning(s) are in the log ({by})")
-    if lines:
-        print("\nnotes:", file=out)
-        for line in lines:
-            print(f"  - {line}", file=out)
+    if not lines:  # nothing to say: the log is where `--help` says, no need for a line
+        return
+    print("\nnotes:", file=out)
+    for line in lines:
+        print(f"  - {line}", file=out)
     if _log_path is not None:
         print(f"log: {_log_path}", file=out, flush=True)
 

@@ -153,3 +153,9 @@ def test_run_shows_one_display_fed_by_the_engine(tmp_path, capsys):
     assert f"ToC {summary['n_questions']}/{summary['n_questions']} questions" in err
     assert f"{summary['llm_calls'] - summary['cached_calls']} LLM calls" in err
     assert "opening the index, the encoder and the engine…" in err and "checking quotes and scoring…" in err
+
+
+def test_nothing_to_note_prints_nothing(tmp_path, capsys):
+    with console.session(tmp_path, "quiet"):
+        console.print_notes()
+    assert capsys.readouterr().err == ""
