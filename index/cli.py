@@ -79,7 +79,8 @@ def register(sub) -> None:
     b.add_argument("--nlist", type=int, default=None, help="IVF lists (default ≈ 4·sqrt(n))")
     b.add_argument("--nprobe", type=int, default=None, help="IVF lists searched per query")
     b.add_argument("--hnsw-m", type=int, default=32)
-    b.add_argument("--batch-size", type=int, default=64, help="encoder batch size")
+    b.add_argument("--batch-size", type=int, default=16,
+                   help="encoder batch size (batches are cut by token count; smaller was faster on CPU)")
     b.add_argument("--threads", type=int, default=None, help="Lucene indexing threads")
     b.add_argument("--skip-bad", action="store_true", help="skip bad rows (and count them) instead of failing")
     b.add_argument("--force", action="store_true", help="rebuild when the corpus or settings changed")

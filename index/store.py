@@ -55,7 +55,7 @@ class BuildOptions:
     nprobe: int | None = None  # ivf lists searched per query (default min(nlist, max(16, 2·sqrt(nlist))))
     hnsw_m: int = 32
     skip_bad: bool = False
-    batch_size: int = 64
+    batch_size: int = 16  # encoder batch; batches cut by token count (bench/results/encode.json)
     threads: int | None = None
 
     def __post_init__(self):
