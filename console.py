@@ -205,20 +205,35 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
 
+_open_line: str | None = None  # a timed step's 'what…' waiting for its duration on the same line
+
+
+def say(message: str) -> None:
+    """A line for the user on the terminal (stderr), below an open step line rather than inside it."""
+    global _open_line
+    print(("\n" if _open_line else "") + message, file=sys.stderr, flush=True)
+    if _open_line:
+        _open_line = ""  # the step's line was broken: its duration gets a line of its own
+
+
 @contextlib.contextmanager
 def step(what: str, *, enabled: bool = True, timed: bool = True) -> Iterator[None]:
     """One line for a step: 'what… 12 s' when it draws nothing itself (`timed`), else 'what…' on a line
     of its own, above the step's own progress bar."""
+    global _open_line
     if not enabled:
         yield
         return
     print(f"{what}…", end="" if timed else "\n", file=sys.stderr, flush=True)
+    _open_line = what if timed else None
     t0 = time.perf_counter()
     try:
         yield
     finally:
         if timed:
-            print(f" {_duration(time.perf_counter() - t0)}", file=sys.stderr, flush=True)
+            took = _duration(time.perf_counter() - t0)
+            print(f" {took}" if _open_line else f"{what}… {took}", file=sys.stderr, flush=True)
+        _open_line = None
 
 
 class RunProgress:

@@ -118,7 +118,8 @@ def _overrides(args: argparse.Namespace) -> dict:
     return o
 
 
-def print_summary(summary: dict, out=sys.stdout) -> None:
+def print_summary(summary: dict, out=None) -> None:
+    out = out or sys.stdout  # looked up now: a quiet session (console.session) swaps sys.stdout
     print(f"\n== {summary.get('name')}: {summary.get('n_questions')} {summary.get('dataset')} questions, "
           f"model {summary.get('model')}, {summary.get('answer_style')} answers", file=out)
     for k, v in (summary.get("metrics") or {}).items():

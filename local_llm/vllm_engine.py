@@ -26,7 +26,6 @@ import contextlib
 import functools
 import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -36,6 +35,7 @@ from typing import Any
 
 from tqdm import std as tqdm_std
 
+from clarify import console
 from clarify.local_llm.engine import Completion, GenParams, Request
 from clarify.local_llm.hardware import CoreLock, cpu_facts, parse_cpu_list, resolve_dtype
 from clarify.local_llm.models import (
@@ -163,7 +163,7 @@ class VLLMEngine:
         self.cores = contextlib.nullcontext()  # on CPU: the cores this engine works on, held while it works
         if self.device == "cpu":
             bound = parse_cpu_list(os.environ["VLLM_CPU_OMP_THREADS_BIND"]) or _affinity()
-            self.cores = CoreLock(bound, say=lambda m: print(m, file=sys.stderr, flush=True))
+            self.cores = CoreLock(bound, say=console.say)
         from vllm import LLM
 
         settings: dict[str, Any] = dict(

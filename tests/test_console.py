@@ -159,3 +159,15 @@ def test_nothing_to_note_prints_nothing(tmp_path, capsys):
     with console.session(tmp_path, "quiet"):
         console.print_notes()
     assert capsys.readouterr().err == ""
+
+
+def test_a_message_during_a_step_gets_its_own_line(capsys):
+    with console.step("starting the engine"):
+        console.say("waiting for CPU core 0: a vLLM engine of pid 1 is using it")
+    with console.step("scoring"):
+        pass
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "starting the engine…"
+    assert lines[1].startswith("waiting for CPU core 0")
+    assert lines[2].startswith("starting the engine… ") and lines[2].endswith(" s")
+    assert lines[3].startswith("scoring… ") and len(lines) == 4
