@@ -82,7 +82,12 @@ def threads(args) -> int:
             child_env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "VLLM_CPU_OMP_THREADS_BIND")}
             cmd = [sys.executable, __file__, "--one-arm", "--model", args.model, "--prompts", args.prompts,
                    "--n", str(args.n), "--max-tokens", str(args.max_tokens)]
-            proc = subprocess.run(cmd, env=child_env | env, capture_output=True, text=True)
+            try:
+                proc = subprocess.run(cmd, env=child_env | env, capture_output=True, text=True,
+                                      timeout=args.arm_timeout_s)
+            except subprocess.TimeoutExpired:
+                print(f"{name}: no result within {args.arm_timeout_s:.0f} s (a busy machine?)", file=sys.stderr)
+                return 1
             if proc.returncode != 0:
                 print(f"{name}: failed\n{proc.stderr[-2000:]}", file=sys.stderr)
                 return 1
@@ -124,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arm-budget-s", type=float, default=180, help="skip a dtype arm predicted to take longer")
     ap.add_argument("--threads", action="store_true", help="thread-setting arms instead (see above)")
     ap.add_argument("--repeats", type=int, default=2, help="rounds of the --threads arms")
+    ap.add_argument("--arm-timeout-s", type=float, default=900, help="give up on a --threads arm after this")
     ap.add_argument("--one-arm", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help="default: bench/results/engine.json (engine_threads.json with --threads)")
     args = ap.parse_args(argv)
