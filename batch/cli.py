@@ -1,16 +1,40 @@
-"""`clarify` command line. Each subpackage registers its own subcommands; heavy imports happen
-only when a subcommand runs, so `clarify --help` is instant."""
+"""clarify answers ambiguous questions offline: Tree of Clarifications (Kim et al., EMNLP 2023) on a local
+model served by vLLM, over a local Wikipedia index, with answers quoted from their sources and scored by
+the ASQA and QuoteSum metrics.
+
+start here:
+  clarify doctor                          what is installed and ready on this machine
+  clarify demo                            the whole pipeline on the embedded defaults (minutes)
+
+everyday commands:
+  clarify run --dataset asqa --limit 50 --out runs/asqa50      ToC into a run directory (resumable)
+  clarify run --dataset jsonl --questions my.jsonl --out runs/mine
+  clarify eval --dataset asqa --predictions runs/asqa50       score a run or an official predictions file
+  clarify report runs/asqa50 --out report.html                one self-contained HTML report
+  clarify generate --prompts prompts.jsonl --out out.parquet  plain batch generation
+  clarify index build --corpus passages.jsonl --out DIR       your own passage index
+
+Run `clarify COMMAND --help` for a command's manual: its options, their defaults and where it writes.
+
+Quiet by default: vLLM, torch, Java and library logs and warnings go to a log file (logs/ in the run
+directory, else $CLARIFY_HOME/logs); the terminal shows one progress line per stage and, at the end, the
+warnings that matter in words and the log's path. -v/--verbose shows everything as it happens.
+Generated files live in $CLARIFY_HOME (default ~/.cache/clarify): converted models, the index, logs.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+from pathlib import Path
 
 from clarify.errors import InputError
 
 # (module, function) pairs; each function takes the subparsers object and adds its commands.
+# Heavy imports happen only when a subcommand runs, so `clarify --help` is instant.
 REGISTRARS = [
+    ("clarify.batch.doctor", "register"),
     ("clarify.local_llm.cli", "register"),
     ("clarify.index.cli", "register"),
     ("clarify.eval.cli", "register"),
@@ -18,9 +42,45 @@ REGISTRARS = [
 ]
 
 
+class ManualFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs as written (examples keep their lines); every option's default shown
+    when it has one worth showing (argparse's ArgumentDefaultsHelpFormatter would also print
+    'default: None' and 'default: False')."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        help_text = action.help or ""
+        default = action.default
+        if ("default" in help_text or default in (None, False, argparse.SUPPRESS)
+                or isinstance(action, argparse._HelpAction | argparse._VersionAction)):
+            return help_text
+        return f"{help_text} (default: %(default)s)" if help_text else "default: %(default)s"
+
+
+class Parser(argparse.ArgumentParser):
+    """Every clarify (sub)command parser: manual formatting, and -v/--verbose on each command."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", ManualFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def _add_verbose(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
+    """-v on the top parser and on every leaf command (so `clarify run ... -v` works too)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                _add_verbose(child)
+            if not top:
+                return
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        default=False if top else argparse.SUPPRESS,
+                        help="show library logs, warnings and native output on the terminal as well "
+                             "(they always go to the log file)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="clarify", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="clarify", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     for module, func in REGISTRARS:
         try:
             mod = importlib.import_module(module)
@@ -29,14 +89,31 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         getattr(mod, func)(sub)
+    _add_verbose(parser, top=True)
     return parser
+
+
+def _log_dir(args: argparse.Namespace) -> Path | None:
+    """Where a noisy command's log goes (None: the command loads no heavy library and logs nothing)."""
+    where = getattr(args, "log_dir", None)
+    return where(args) if where else None
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    log_dir = _log_dir(args)
     try:
-        return int(args.func(args) or 0)
+        if log_dir is None:
+            return int(args.func(args) or 0)
+        from clarify import console
+
+        name = "-".join(filter(None, (args.command, getattr(args, "index_command", None),
+                                      getattr(args, "models_command", None))))
+        with console.session(log_dir, name, verbose=args.verbose):
+            rc = int(args.func(args) or 0)
+            console.print_notes()
+        return rc
     except (InputError, FileNotFoundError) as exc:
         # Bad input: one line naming the file/line/field, never a traceback.
         print(f"clarify {args.command}: error: {exc}", file=sys.stderr)

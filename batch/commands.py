@@ -8,30 +8,78 @@ import sys
 import time
 from pathlib import Path
 
+from clarify.batch.config import TOKENS_PER_QUESTION
+
+RUN_EPILOG = """\
+examples:
+  clarify run --dataset asqa --limit 50 --out runs/asqa50
+  clarify run --dataset asqa --limit 50 --out runs/asqa50-gemma --model gemma3-270m
+  clarify run --dataset quotesum --out runs/qs                  answer from QuoteSum's own sources
+  clarify run --dataset jsonl --questions my.jsonl --out runs/mine   JSONL lines {"qid": ..., "question": ...}
+  clarify run --config batch/previous.toml --dataset asqa --limit 20 --out runs/prev
+
+defaults: the paper's settings (batch/config.py; README "Differences from the official code"), the
+embedded model smollm2-135m-instruct and the embedded Wikipedia index in $CLARIFY_HOME.
+
+writes into --out: config.json (frozen), questions.parquet, waves/NNNN/ (one per finished wave), cache/
+(completion cache), the final tables nodes, hits, llm_calls, answers, spans, passages, scores (.parquet),
+summary.json (written last) and logs/ (library logs of each session). Running the same command again
+resumes; on a finished run it makes no model call.
+"""
+
+DEMO_EPILOG = """\
+The main job on the embedded defaults: builds the embedded index if absent, measures the engine's speed
+(a few seconds), answers as many ASQA dev questions as fit ~{budget} minutes of ToC, scores them, prints
+the summary and one answer with its quotes resolved, and writes report.html.
+
+examples:
+  clarify demo
+  clarify demo --limit 20 --out runs/demo20
+
+writes into --out (default runs/demo): a run directory (see `clarify run --help`) and report.html.
+"""
+
+COMPARE_EPILOG = """\
+examples:
+  clarify compare --models smollm2-135m-instruct,gemma3-270m --dataset asqa --limit 20 --out runs/cmp
+  clarify compare --models smollm2-135m-instruct,/models/my-hf-model --dataset quotesum --out runs/cmp-qs
+
+writes into --out: one run directory per model (resumable), search_cache/ (retrieval shared between the
+models), comparison.parquet, comparison.md (printed) and comparison.png.
+"""
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="run Tree of Clarifications over a question set into a run directory")
+    p = sub.add_parser("run", help="run Tree of Clarifications over a question set into a run directory",
+                       description="Tree of Clarifications over a question set, resumable, into a run directory.",
+                       epilog=RUN_EPILOG)
     _run_args(p)
     p.add_argument("--out", required=True, help="run directory (runs/NAME); re-running resumes")
     p.add_argument("--search-cache", help="folder sharing retrieval results between runs (clarify compare)")
     p.add_argument("--restart", action="store_true",
                    help="start this run directory over with the given config and inputs (the completion cache is kept)")
-    p.set_defaults(func=cmd_run)
+    p.set_defaults(func=cmd_run, log_dir=_run_logs)
 
-    p = sub.add_parser("demo", help="the main job on the embedded defaults (index, model, ASQA questions)")
+    p = sub.add_parser("demo", help="the main job on the embedded defaults (index, model, ASQA questions)",
+                       description="The whole pipeline on the embedded defaults, sized to this machine.",
+                       epilog=DEMO_EPILOG.format(budget=f"{DEMO_BUDGET_S / 60:.1f}"))
     p.add_argument("--limit", type=int, default=None,
                    help=f"ASQA dev questions to answer (default: as many as this machine's engine answers in "
-                        f"~{DEMO_BUDGET_S // 60} minutes, {DEMO_MIN_QUESTIONS}..{DEMO_MAX_QUESTIONS}; "
+                        f"~{DEMO_BUDGET_S / 60:.1f} minutes, {DEMO_MIN_QUESTIONS}..{DEMO_MAX_QUESTIONS}; "
                         f"a resumed demo keeps its own)")
-    p.add_argument("--out", default="runs/demo")
-    p.add_argument("--answer-style", choices=["free", "quoted"], default="quoted")
-    p.set_defaults(func=cmd_demo)
+    p.add_argument("--out", default="runs/demo", help="run directory")
+    p.add_argument("--answer-style", choices=["free", "quoted"], default="quoted",
+                   help="quoted: SEMQA answers whose [k span] quotes are checked against the sources")
+    p.set_defaults(func=cmd_demo, log_dir=_run_logs)
 
-    p = sub.add_parser("compare", help="the same questions and index with several models, side by side")
+    p = sub.add_parser("compare", help="the same questions and index with several models, side by side",
+                       description="The same questions over the same index with several models, one run "
+                                   "each (each in its own process), compared in one table.",
+                       epilog=COMPARE_EPILOG)
     p.add_argument("--models", required=True, help="comma-separated model names or directories")
     _run_args(p, with_model=False)
     p.add_argument("--out", required=True, help="comparison directory; one run directory per model inside")
-    p.set_defaults(func=cmd_compare)
+    p.set_defaults(func=cmd_compare, log_dir=_run_logs)
 
     try:
         from clarify.batch.report import register as register_report
@@ -40,19 +88,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     register_report(sub)
 
 
+def _run_logs(args: argparse.Namespace) -> Path:
+    """A run's library logs go into its own directory (console.session)."""
+    return Path(args.out) / "logs"
+
+
 def _run_args(p: argparse.ArgumentParser, *, with_model: bool = True) -> None:
-    p.add_argument("--config", help="TOML config file (flags override it)")
-    p.add_argument("--dataset", choices=["asqa", "quotesum", "jsonl"])
-    p.add_argument("--questions", help="questions file (JSONL {qid, question} for --dataset jsonl)")
-    p.add_argument("--limit", type=int)
-    p.add_argument("--offset", type=int)
+    p.add_argument("--config", help="TOML config file (flags override it); default: the paper's settings")
+    p.add_argument("--dataset", choices=["asqa", "quotesum", "jsonl"], help="question set (default: asqa)")
+    p.add_argument("--questions", help="questions file (JSONL {qid, question} for --dataset jsonl; for asqa "
+                                       "and quotesum the default is the shipped dev set)")
+    p.add_argument("--limit", type=int, help="answer N questions (default 20; 0 = all; ASQA questions 500-947 "
+                                             "are the few-shot demo pool and cannot be answered)")
+    p.add_argument("--offset", type=int, help="skip the first N questions (default 0)")
     p.add_argument("--index", help="index directory (default: the embedded Wikipedia index)")
     if with_model:
-        p.add_argument("--model", help="model directory or embedded model name")
-    p.add_argument("--answer-style", choices=["free", "quoted"])
-    p.add_argument("--seed", type=int)
+        p.add_argument("--model", help="model directory or embedded model name (default: smollm2-135m-instruct)")
+    p.add_argument("--answer-style", choices=["free", "quoted"],
+                   help="free: the official long answer; quoted: SEMQA [k span] answers (default: quoted)")
+    p.add_argument("--seed", type=int, help="sampling seed of the run (default 0)")
     p.add_argument("--no-verify", action="store_true", help="switch off self-verification pruning")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress display")
 
 
 def _overrides(args: argparse.Namespace) -> dict:
@@ -64,7 +120,8 @@ def _overrides(args: argparse.Namespace) -> dict:
     return o
 
 
-def print_summary(summary: dict, out=sys.stdout) -> None:
+def print_summary(summary: dict, out=None) -> None:
+    out = out or sys.stdout  # looked up now: a quiet session (console.session) swaps sys.stdout
     print(f"\n== {summary.get('name')}: {summary.get('n_questions')} {summary.get('dataset')} questions, "
           f"model {summary.get('model')}, {summary.get('answer_style')} answers", file=out)
     for k, v in (summary.get("metrics") or {}).items():
@@ -100,10 +157,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 # The demo is sized to the machine (README "What `make demo` does"): a newcomer on an AVX2-only CPU
-# (~250 tok/s) waits minutes, not hours. Measured on the embedded model and the official defaults: ToC
-# on ASQA costs ~4,400 engine tokens (prompt + output actually computed; identical re-expansion
-# prompts are answered once) per question (runs/demo on an AVX2 CPU: 48,206 tokens, 11 questions).
-DEMO_TOKENS_PER_QUESTION = 4_400
+# (~250 tok/s) waits minutes, not hours, at TOKENS_PER_QUESTION (batch/config.py).
+DEMO_TOKENS_PER_QUESTION = TOKENS_PER_QUESTION
 DEMO_BUDGET_S = 210
 DEMO_MIN_QUESTIONS, DEMO_MAX_QUESTIONS = 3, 20
 
@@ -137,6 +192,7 @@ def probe_speed(engine) -> float:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Build the embedded index if absent, run ToC over ASQA dev questions, score, show one answer."""
+    from clarify import console
     from clarify.batch import config
     from clarify.batch.pipeline import engine_for, run
     from clarify.index import ensure_default_index
@@ -152,8 +208,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     cfg = config.load(None, {"dataset": "asqa", "limit": limit or DEMO_MAX_QUESTIONS,
                              "answer_style": args.answer_style, "index": str(index_dir)})
     if not (Path(args.out) / "summary.json").exists():
-        engine = engine_for(cfg)
-        tps = probe_speed(engine)
+        with console.step("starting the engine and measuring its speed"):
+            engine = engine_for(cfg)
+            tps = probe_speed(engine)
         if limit is None:
             limit = demo_size(tps)
             cfg = config.load(None, {"dataset": "asqa", "limit": limit, "answer_style": args.answer_style,

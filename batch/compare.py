@@ -34,6 +34,15 @@ def _flags(args: argparse.Namespace) -> list[str]:
     return out
 
 
+def _fd_stream(stream):
+    """`stream` when it has a file descriptor (a child process can write to it), else None (inherit)."""
+    try:
+        stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
+    return stream
+
+
 def model_params(model: str) -> int | None:
     """Parameter count read from the model's files (local_llm.models.model_info)."""
     try:
@@ -53,8 +62,12 @@ def compare(models: list[str], args: argparse.Namespace, out: Path) -> pl.DataFr
         run_dir = out / _slug(model)
         cmd = [sys.executable, "-m", "clarify.batch.cli", "run", "--model", model, "--out", str(run_dir),
                "--search-cache", str(out / "search_cache"), *_flags(args)]
+        if getattr(args, "verbose", False):
+            cmd.append("--verbose")
         print(f"== {model}: {' '.join(cmd[3:])}", flush=True)
-        proc = subprocess.run(cmd)
+        # the child's terminal is ours: sys.stdout/sys.stderr, which a quiet session (console.session) keeps
+        # on the terminal while descriptors 1 and 2 go to the log
+        proc = subprocess.run(cmd, stdout=_fd_stream(sys.stdout), stderr=_fd_stream(sys.stderr))
         if proc.returncode != 0:
             raise InputError(f"the run for model {model!r} failed (exit {proc.returncode}); see its output above",
                              path=str(run_dir))

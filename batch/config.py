@@ -22,6 +22,12 @@ from typing import Any
 from clarify.errors import InputError
 from clarify.local_llm.hardware import DTYPES
 
+# What a ToC question costs the engine (prompt + output tokens actually computed: identical re-expansion
+# prompts are answered once under the official default) on the embedded model and defaults: ~4,400
+# (the first 50 ASQA dev questions: 4,275; the demo's 11: 4,382; an AVX2 CPU). The previous behaviour
+# (batch/previous.toml, re-sampling) costs ~17,000. The demo's size and a run's ETA are estimated from it.
+TOKENS_PER_QUESTION = 4_400
+
 DATASETS = ("asqa", "quotesum", "jsonl")
 ANSWER_STYLES = ("free", "quoted")
 SEARCHERS = ("bm25", "dense", "hybrid", "rerank")

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import polars as pl
 
-from clarify import faults, schemas
+from clarify import console, faults, schemas
 from clarify.batch.compare import model_params
-from clarify.batch.config import RunConfig
+from clarify.batch.config import TOKENS_PER_QUESTION, RunConfig
 from clarify.batch.prompts import Passage
 from clarify.batch.rundir import RunDir, file_sha256, write_json
 from clarify.batch.tree import Tree
@@ -199,7 +199,8 @@ def engine_for(cfg: RunConfig):
 
     m = cfg.model
     return get_engine(m.model, max_model_len=m.max_model_len, gpu_memory_utilization=m.gpu_memory_utilization,
-                      tensor_parallel_size=m.tensor_parallel_size, dtype=m.dtype)
+                      tensor_parallel_size=m.tensor_parallel_size, dtype=m.dtype,
+                      progress=False)  # the run shows its own progress (console.RunProgress), not vLLM's
 
 
 # A run's hits: schemas.HITS plus the node and wave that asked, and the query sent.
@@ -251,9 +252,13 @@ def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index
     elif state.answered:  # not finalized (a crash after the last wave): the tables need passages, no model
         res = Resources(engine=None, searcher=None, passages=passage_store(cfg, questions, index), embed=None,
                         demos=None, fixed_passages=fixed_passages(cfg, questions))
-        return finalize(rd, cfg, state.trees, questions, gold, res, session_start=t_start, stats=Recorder(),
-                        prior_s=state.run_s, engine=state.engine)
-    res = open_resources(cfg, questions, rd.cache_dir, engine_factory, index, search_cache)
+        with console.step("checking quotes and scoring", enabled=progress, timed=False):
+            summary = finalize(rd, cfg, state.trees, questions, gold, res, session_start=t_start, stats=Recorder(),
+                               prior_s=state.run_s, engine=state.engine)
+        note_run(summary, cfg)
+        return summary
+    with console.step("opening the index, the encoder and the engine", enabled=progress):
+        res = open_resources(cfg, questions, rd.cache_dir, engine_factory, index, search_cache)
 
     if state is None:
         start, prior_s = 1, 0.0
@@ -262,8 +267,14 @@ def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index
     else:  # prior_s: earlier sessions' seconds up to that checkpoint
         start, trees, prior_s = state.wave + 1, state.trees, state.run_s
 
+    left = sum(not t.done for t in trees)
+    display = console.RunProgress(len(trees), finished=len(trees) - left, wave=start,
+                                  expected_tokens=left * TOKENS_PER_QUESTION, enabled=progress)
+    report_to = _engine_reports_to(res.engine, display.engine_update)
+
     def on_wave(wave: int, rec: Recorder, ts: list[Tree]) -> None:
         done = bool(rec.answers)
+        display.wave_done(wave, len(ts) if done else sum(t.done for t in ts))
         run_s = None if prior_s is None else round(prior_s + time.perf_counter() - t_start, 3)
         rd.write_wave(wave, _tables(rec), ts, answered=done, run_s=run_s, engine=engine_facts(res.engine))
         faults.point(f"wave-done:{wave}")
@@ -271,10 +282,48 @@ def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index
             raise _Stop
 
     try:
-        stats = run_waves(trees, res, cfg, start_wave=start, on_wave=on_wave, progress=progress)
+        stats = run_waves(trees, res, cfg, start_wave=start, on_wave=on_wave, progress=False)
     except _Stop:
         return {"stopped_after_wave": stop_after_wave}
-    return finalize(rd, cfg, trees, questions, gold, res, session_start=t_start, stats=stats, prior_s=prior_s)
+    finally:
+        display.close()
+        report_to(None)
+    with console.step("checking quotes and scoring", enabled=progress, timed=False):
+        summary = finalize(rd, cfg, trees, questions, gold, res, session_start=t_start, stats=stats,
+                           prior_s=prior_s)
+    note_run(summary, cfg)
+    return summary
+
+
+PARSE_ERROR_NOTE = 0.2  # share of calls whose completion did not parse cleanly worth telling the user
+
+
+def _engine_reports_to(engine, callback):
+    """Point the real engine's progress reports (VLLMEngine.on_progress) at `callback`; returns a
+    setter to point them elsewhere (None: back to nothing) when the run is over."""
+    inner = getattr(engine, "engine", engine)
+
+    def point(cb) -> None:
+        if hasattr(inner, "on_progress"):
+            inner.on_progress = cb
+
+    point(callback)
+    return point
+
+
+def note_run(summary: dict, cfg: RunConfig) -> None:
+    """The run's warnings that matter to the user, in words (printed once at the end by the CLI)."""
+    too_long = summary.get("prompts_too_long") or 0
+    if too_long:
+        console.note("too-long", f"{too_long} prompt(s) were longer than the model's context "
+                                 f"(max_model_len {cfg.model.max_model_len}) and were not sent; those nodes got no "
+                                 f"clarification. Raise [model] max_model_len or lower retrieval.top_k.")
+    calls = summary.get("llm_calls") or 0
+    bad = (summary.get("parse_errors") or 0) - too_long
+    if calls and bad / calls > PARSE_ERROR_NOTE:
+        console.note("parse-errors", f"{bad / calls:.0%} of the model's completions ({bad} of {calls}) did not "
+                                     f"parse cleanly (llm_calls.parse_error in the run directory); a larger "
+                                     f"model follows the format better.")
 
 
 class _Stop(Exception):
@@ -331,6 +380,7 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
         "cached_calls": int(calls["cached"].sum()) if calls.height else 0,
         "tokens": {"prompt": int(calls["prompt_tokens"].sum()), "output": int(calls["output_tokens"].sum())},
         "parse_errors": int(calls["parse_error"].is_not_null().sum()),
+        "prompts_too_long": int((calls["finish_reason"] == "prompt_too_long").sum()) if calls.height else 0,
         "waves": len(rd.wave_dirs()),
         "valid_nodes_per_question": valid.height / n_q,
         "max_depth": int(nodes["depth"].max()) if nodes.height else 0,

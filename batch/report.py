@@ -822,7 +822,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     """Add `clarify report RUN_DIR [RUN_DIR...] [--out FILE]` to the CLI subparsers."""
-    p = sub.add_parser("report", help="write one self-contained HTML report for run directories")
+    p = sub.add_parser("report", help="write one self-contained HTML report for run directories",
+                       epilog="examples:\n"
+                              "  clarify report runs/demo                      writes runs/demo/report.html\n"
+                              "  clarify report runs/a runs/b --out ab.html    one section per run + a comparison\n\n"
+                              "The file is self-contained (config, metrics, plots, a tree viewer per question):\n"
+                              "open it in any browser, offline.")
     p.add_argument(
         "run_dirs",
         nargs="+",

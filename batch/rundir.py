@@ -12,6 +12,7 @@ name and renamed), and the completion cache. Resume = skip what exists.
     runs/NAME/cache/                 completion cache (clarify.local_llm.cache)
     runs/NAME/{nodes,hits,llm_calls,answers,spans,passages,scores}.parquet   final tables
     runs/NAME/summary.json           written last: its presence means the run is finished
+    runs/NAME/logs/                  one log file per session: library logs, warnings, native output (console.py)
 
 Every file is written to a temp name, fsynced and renamed (POSIX rename is atomic); nothing is ever
 deleted to make room for its replacement. The config and inputs are binding once a checkpoint exists:

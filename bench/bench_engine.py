@@ -10,6 +10,14 @@ the batched/sequential ratio. The batched run goes first, so any prefix-cache be
 one-at-a-time run: the ratio is, if anything, understated. Writes bench/results/engine.json.
 
     .venv/bin/python bench/bench_engine.py [--model NAME_OR_DIR] [--n 32] [--max-tokens 64]
+
+`--threads` measures instead whether the engine uses the cores it is given (issue 17 item 2: vLLM-CPU
+logs "Reducing Torch threads from 2 to 1" and skips torch.set_num_threads after binding its OpenMP
+threads, vllm/utils/torch_utils.py and vllm/v1/worker/cpu_worker.py): the same batched run in one fresh
+process per thread setting (OMP_NUM_THREADS unset / 1 / all cores, VLLM_CPU_OMP_THREADS_BIND all cores
+/ one core), alternated `--repeats` times; writes bench/results/engine_threads.json.
+
+    .venv/bin/python bench/bench_engine.py --threads [--n 32] [--max-tokens 64] [--repeats 2]
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,6 +41,85 @@ def _rate(comps, seconds: float) -> dict:
             "tokens_per_s": round((prompt + output) / seconds, 1), "output_tokens_per_s": round(output / seconds, 1)}
 
 
+def thread_arms() -> dict[str, dict[str, str]]:
+    """Environment of each thread arm (a fresh process each: OpenMP reads these at start-up)."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    return {
+        "default": {},
+        "OMP_NUM_THREADS=1": {"OMP_NUM_THREADS": "1"},
+        f"OMP_NUM_THREADS={len(cores)}": {"OMP_NUM_THREADS": str(len(cores))},
+        f"bind core {cores[0]} only": {"VLLM_CPU_OMP_THREADS_BIND": str(cores[0])},
+    }
+
+
+def one_arm(args) -> int:
+    """Child of --threads: one batched generate in the resolved dtype; one JSON line on stdout."""
+    import torch
+
+    from clarify.local_llm.engine import GenParams
+    from clarify.local_llm.vllm_engine import get_engine
+
+    prompts = _prompts(args)
+    params = GenParams(temperature=0.0, max_tokens=args.max_tokens)
+    t0 = time.perf_counter()
+    engine = get_engine(args.model, progress=False)
+    load_s = time.perf_counter() - t0
+    engine.generate(["Warm-up: say one word."], [params])
+    t0 = time.perf_counter()
+    out = engine.generate(prompts, [params] * len(prompts))
+    row = {"engine_load_s": round(load_s, 2), "dtype": engine.dtype, "torch_threads": torch.get_num_threads(),
+           **_rate(out, time.perf_counter() - t0)}
+    print(json.dumps(row), flush=True)
+    return 0
+
+
+def threads(args) -> int:
+    """Each thread arm in its own process, alternating, `--repeats` times; best tokens/s per arm."""
+    arms = thread_arms()
+    runs: dict[str, list[dict]] = {name: [] for name in arms}
+    for rep in range(args.repeats):
+        for name, env in arms.items() if rep % 2 == 0 else reversed(arms.items()):
+            child_env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "VLLM_CPU_OMP_THREADS_BIND")}
+            cmd = [sys.executable, __file__, "--one-arm", "--model", args.model, "--prompts", args.prompts,
+                   "--n", str(args.n), "--max-tokens", str(args.max_tokens)]
+            try:
+                proc = subprocess.run(cmd, env=child_env | env, capture_output=True, text=True,
+                                      timeout=args.arm_timeout_s)
+            except subprocess.TimeoutExpired:
+                print(f"{name}: no result within {args.arm_timeout_s:.0f} s (a busy machine?)", file=sys.stderr)
+                return 1
+            if proc.returncode != 0:
+                print(f"{name}: failed\n{proc.stderr[-2000:]}", file=sys.stderr)
+                return 1
+            row = json.loads(proc.stdout.strip().splitlines()[-1])
+            runs[name].append(row)
+            print(f"rep {rep} {name:<24} {row['tokens_per_s']:7.1f} tok/s (torch threads {row['torch_threads']})")
+    best = {name: max(rows, key=lambda r: r["tokens_per_s"]) for name, rows in runs.items()}
+    base = best["default"]["tokens_per_s"]
+    result = {"prompts": args.n, "max_tokens": args.max_tokens, "repeats": args.repeats,
+              "arms": {name: {"env": arms[name], "best": row, "vs_default": round(row["tokens_per_s"] / base, 3),
+                              "runs": runs[name]} for name, row in best.items()},
+              "machine": {"cpus": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2)},
+              "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    out = Path(args.out or ROOT / "bench" / "results" / "engine_threads.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    for name, arm in result["arms"].items():
+        print(f"{name:<24} {arm['best']['tokens_per_s']:7.1f} tok/s = {arm['vs_default']:.2f}x default")
+    print(f"-> {out}")
+    return 0
+
+
+def _prompts(args) -> list[str]:
+    from clarify.local_llm.cli import read_prompts
+
+    rows = read_prompts(args.prompts)
+    prompts = [p for _, p in rows][: args.n]
+    while len(prompts) < args.n:  # a short file is cycled, with a suffix so prompts stay distinct
+        prompts.append(f"{rows[len(prompts) % len(rows)][1]} (#{len(prompts)})")
+    return prompts
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct")
@@ -39,21 +127,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=32)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--arm-budget-s", type=float, default=180, help="skip a dtype arm predicted to take longer")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "engine.json"))
+    ap.add_argument("--threads", action="store_true", help="thread-setting arms instead (see above)")
+    ap.add_argument("--repeats", type=int, default=2, help="rounds of the --threads arms")
+    ap.add_argument("--arm-timeout-s", type=float, default=900, help="give up on a --threads arm after this")
+    ap.add_argument("--one-arm", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=None, help="default: bench/results/engine.json (engine_threads.json with --threads)")
     args = ap.parse_args(argv)
+    if args.one_arm:
+        return one_arm(args)
+    if args.threads:
+        return threads(args)
 
     from tqdm import tqdm
 
-    from clarify.local_llm.cli import read_prompts
     from clarify.local_llm.engine import GenParams
     from clarify.local_llm.hardware import cpu_facts, describe, resolve_dtype
     from clarify.local_llm.models import config_dtype, resolve_model
     from clarify.local_llm.vllm_engine import detect_device, get_engine
 
-    rows = read_prompts(args.prompts)
-    prompts = [p for _, p in rows][: args.n]
-    while len(prompts) < args.n:  # a short file is cycled, with a suffix so prompts stay distinct
-        prompts.append(f"{rows[len(prompts) % len(rows)][1]} (#{len(prompts)})")
+    prompts = _prompts(args)
     params = GenParams(temperature=0.0, max_tokens=args.max_tokens)
     device = detect_device()
     facts = cpu_facts() if device == "cpu" else None
@@ -114,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"cpus": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2), "python": platform.python_version()},
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    out = Path(args.out)
+    out = Path(args.out or ROOT / "bench" / "results" / "engine.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(result, indent=2) + "\n")

@@ -1,5 +1,6 @@
 """`clarify eval`: score predictions (an official prediction file or a clarify run directory).
 
+examples:
     clarify eval --dataset asqa --predictions data/asqa/predictions/flare_replication_dev500.json --limit 500
     clarify eval --dataset quotesum --predictions preds.jsonl
     clarify eval --dataset asqa --predictions runs/my-run --reader /models/roberta-large-squad2

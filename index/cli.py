@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+from clarify.console import home_logs
 from clarify.errors import InputError, need_file
 
 
@@ -31,11 +32,43 @@ def _ks(text: str) -> list[int]:
     return ks
 
 
-def register(sub) -> None:
-    p = sub.add_parser("index", help="build / search the local passage index, measure answer coverage")
-    isub = p.add_subparsers(dest="index_command", required=True)
+BUILD_EPILOG = """\
+examples:
+  clarify index build --default                          the embedded index (what `make demo` builds)
+  clarify index build --corpus passages.jsonl --out indexes/mine
+  clarify index build --corpus a.jsonl b.parquet --out indexes/big --faiss ivf --skip-bad
 
-    b = isub.add_parser("build", help="build an index (BM25 + dense) from passage files")
+writes into --out: manifest.json (corpus checksums, settings, timings), passages.parquet, lucene/ (BM25)
+and dense/ (FAISS index, docid, embeddings.npy). --default builds into
+$CLARIFY_HOME/index/wiki-default. Building again with the same files and settings does nothing; a
+changed corpus or setting is refused unless --force. Logs: $CLARIFY_HOME/logs.
+"""
+
+SEARCH_EPILOG = """\
+examples:
+  clarify index search --query "who won the 2018 world cup" --k 5
+  clarify index search --queries queries.jsonl --retriever bm25 --k 100 --out hits.parquet
+  clarify index search --index /data/lucene-wiki --faiss-index /data/faiss-wiki --encoder /models/enc --query "..."
+
+prints the hits with passage titles, or writes them (.parquet: qid, passage_id, score, rank, retriever) to --out.
+"""
+
+COVERAGE_EPILOG = """\
+Answer coverage AC@k: the share of ASQA short answers found in the top-k passages, per retriever
+(ToC appendix B.1).
+
+example:
+  clarify index coverage --k 5,10,20,100 --retrievers bm25,dense --out coverage.csv
+"""
+
+
+def register(sub) -> None:
+    p = sub.add_parser("index", help="build / search the local passage index, measure answer coverage",
+                       description="The local passage index: BM25 (Pyserini/Lucene) + dense (MiniLM, FAISS).")
+    isub = p.add_subparsers(dest="index_command", required=True, metavar="COMMAND")
+    logs = {"log_dir": home_logs}
+
+    b = isub.add_parser("build", help="build an index (BM25 + dense) from passage files", epilog=BUILD_EPILOG)
     b.add_argument("--corpus", nargs="+", type=Path, help="JSONL {id,title,text} or {id,contents}, Parquet, TSV")
     b.add_argument("--out", type=Path, help="index directory to create")
     b.add_argument("--default", action="store_true", help="build the embedded default index into $CLARIFY_HOME")
@@ -46,13 +79,15 @@ def register(sub) -> None:
     b.add_argument("--nlist", type=int, default=None, help="IVF lists (default ≈ 4·sqrt(n))")
     b.add_argument("--nprobe", type=int, default=None, help="IVF lists searched per query")
     b.add_argument("--hnsw-m", type=int, default=32)
-    b.add_argument("--batch-size", type=int, default=64, help="encoder batch size")
+    b.add_argument("--batch-size", type=int, default=16,
+                   help="encoder batch size (batches are cut by token count; smaller was faster on CPU)")
     b.add_argument("--threads", type=int, default=None, help="Lucene indexing threads")
     b.add_argument("--skip-bad", action="store_true", help="skip bad rows (and count them) instead of failing")
     b.add_argument("--force", action="store_true", help="rebuild when the corpus or settings changed")
-    b.set_defaults(func=cmd_build)
+    b.set_defaults(func=cmd_build, **logs)
 
-    s = isub.add_parser("search", help="search an index with a file of queries (or one --query)")
+    s = isub.add_parser("search", help="search an index with a file of queries (or one --query)",
+                        epilog=SEARCH_EPILOG)
     s.add_argument("--index", type=Path, default=None, help="index dir (default: the embedded default index)")
     s.add_argument("--faiss-index", type=Path, default=None, help="Pyserini FAISS dir to pair with a Lucene --index")
     s.add_argument("--encoder", default=None, help="query encoder dir (for --faiss-index)")
@@ -63,9 +98,10 @@ def register(sub) -> None:
     s.add_argument("--candidates", type=int, default=100, help="per-retriever candidates for hybrid/rerank")
     s.add_argument("--cross-encoder", default=None, help="local CrossEncoder dir for rerank")
     s.add_argument("--out", type=Path, help="write hits here (.parquet); else print them")
-    s.set_defaults(func=cmd_search)
+    s.set_defaults(func=cmd_search, **logs)
 
-    c = isub.add_parser("coverage", help="AC@k of each retriever on ASQA (ToC appendix B.1)")
+    c = isub.add_parser("coverage", help="AC@k of each retriever on ASQA (ToC appendix B.1)",
+                        epilog=COVERAGE_EPILOG)
     c.add_argument("--dataset", choices=["asqa"], default="asqa")
     c.add_argument("--data", type=Path, default=None, help="ASQA json (default: data/asqa/dev.json)")
     c.add_argument("--first", type=int, default=500, help="first N questions (default 500)")
@@ -75,7 +111,7 @@ def register(sub) -> None:
     c.add_argument("--candidates", type=int, default=100)
     c.add_argument("--cross-encoder", default=None)
     c.add_argument("--out", type=Path, help="also write the table (.parquet, .csv or .json)")
-    c.set_defaults(func=cmd_coverage)
+    c.set_defaults(func=cmd_coverage, **logs)
 
 
 def cmd_build(args) -> int:

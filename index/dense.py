@@ -59,6 +59,15 @@ class Encoder:
         get_dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         self.dim = int(get_dim())
 
+    def token_lengths(self, texts: list[str], *, chunk: int = 1024) -> np.ndarray:
+        """Tokens of each text as the encoder sees it (its own preprocessing: special tokens, truncation
+        at max_seq_length)."""
+        lengths = [np.zeros(0, dtype=np.int64)]
+        for start in range(0, len(texts), chunk):
+            mask = self.model.preprocess(list(texts[start : start + chunk]))["attention_mask"]
+            lengths.append(mask.sum(dim=1).cpu().numpy().astype(np.int64))
+        return np.concatenate(lengths)
+
     def encode(self, texts: list[str], *, batch_size: int | None = None, progress: bool = False) -> np.ndarray:
         """texts -> float32 array [len(texts), dim], each row L2-normalised (cosine = inner product)."""
         if len(texts) == 0:
@@ -78,15 +87,25 @@ def passage_texts(passages: pl.DataFrame) -> list[str]:
     return [f"{t}\n{x}" if t else x for t, x in zip(passages["title"].to_list(), passages["text"].to_list())]
 
 
-def encode_to_memmap(encoder: Encoder, passages: pl.DataFrame, path: Path, *, chunk: int = 512) -> np.memmap:
-    """Encode passages [passage_id, title, text] into a float32 .npy memmap, one chunk at a time."""
+def encode_to_memmap(encoder: Encoder, passages: pl.DataFrame, path: Path, *, progress: bool = True) -> np.memmap:
+    """Encode passages [passage_id, title, text] into a float32 .npy memmap (rows in corpus order).
+
+    Batches are cut from the whole corpus ordered by token count, longest first, so a batch pads almost
+    nothing. sentence-transformers sorts each `encode` call by *characters*, a poor proxy for tokens
+    here: on the embedded corpus, batches of 64 cut that way from corpus-order chunks of 512 (the
+    previous build) computed 34% more tokens than the passages hold; batches of 16 cut by token count
+    0.2%. Measured on 1,000 passages: 1.6x faster, the same vectors (padding is masked out) and the
+    same top-10 (bench/bench_encode.py, bench/results/encode.json; README "Measured")."""
     n = passages.height
     emb = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, encoder.dim))
-    with tqdm(total=n, desc="encode passages", unit="psg") as bar:
-        for start in range(0, n, chunk):
-            part = passages.slice(start, chunk)
-            emb[start : start + part.height] = encoder.encode(passage_texts(part))
-            bar.update(part.height)
+    texts = passage_texts(passages)
+    order = np.argsort(-encoder.token_lengths(texts), kind="stable")
+    size = encoder.batch_size
+    with tqdm(total=n, desc="encode passages", unit="psg", disable=not progress) as bar:
+        for start in range(0, n, size):
+            rows = order[start : start + size]
+            emb[rows] = encoder.encode([texts[i] for i in rows], batch_size=size)
+            bar.update(len(rows))
     emb.flush()
     return emb
 
@@ -116,7 +135,7 @@ def build_faiss(embeddings: np.ndarray, kind: str = "flat", *, nlist: int | None
         index.hnsw.efSearch = 128
     else:
         raise InputError(f"unknown FAISS index kind '{kind}' (use one of {FAISS_KINDS})", field="faiss")
-    for start in tqdm(range(0, n, chunk), desc=f"faiss {kind}", unit="chunk"):
+    for start in tqdm(range(0, n, chunk), desc=f"faiss {kind}", unit="chunk", disable=n <= chunk):
         index.add(np.ascontiguousarray(embeddings[start : start + chunk]))
     return index
 

@@ -20,6 +20,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
 import sys
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import polars as pl
 
+from clarify import console
 from clarify.errors import InputError, need_file
 from clarify.index.corpus import load_corpus
 
@@ -53,7 +55,7 @@ class BuildOptions:
     nprobe: int | None = None  # ivf lists searched per query (default min(nlist, max(16, 2·sqrt(nlist))))
     hnsw_m: int = 32
     skip_bad: bool = False
-    batch_size: int = 64
+    batch_size: int = 16  # encoder batch; batches cut by token count (bench/results/encode.json)
     threads: int | None = None
 
     def __post_init__(self):
@@ -155,8 +157,12 @@ def _lock(out: Path):
         fh.close()  # releases the flock
 
 
-def _log(msg: str) -> None:
-    print(f"[clarify index] {msg}", file=sys.stderr, flush=True)
+def _log(msg: str, *, show: bool = True) -> None:
+    """An index build message: on the terminal (stderr) when `show`, else only in the log."""
+    if show:
+        print(f"[clarify index] {msg}", file=sys.stderr, flush=True)
+    else:
+        logging.getLogger("clarify.index").info(msg)
 
 
 # ----------------------------------------------------------------------------------------------- build
@@ -184,7 +190,8 @@ def build_index(corpus, out, *, options: BuildOptions | None = None, force: bool
             if manifest is not None:
                 diffs = _differences(manifest, corpus_entries, options)
                 if not diffs:
-                    _log(f"{out} is up to date ({manifest['passages']['count']} passages); nothing to do")
+                    _log(f"{out} is up to date ({manifest['passages']['count']} passages); nothing to do",
+                         show=False)
                     return out
                 if not force:
                     raise InputError("index was built from a different corpus or with other settings: "
@@ -194,6 +201,8 @@ def build_index(corpus, out, *, options: BuildOptions | None = None, force: bool
             shutil.rmtree(stale, ignore_errors=True)
         tmp = out.parent / f".{out.name}.building-{os.getpid()}"
         tmp.mkdir(parents=True)
+        _log(f"building {out} from {', '.join(f.name for f in files)}"
+             + (" (dense encoding takes minutes on a few CPU cores)" if options.dense else ""))
         try:
             manifest = _build_into(tmp, files, corpus_entries, options)
             manifest["path_built"] = str(out.resolve())
@@ -399,6 +408,10 @@ class LocalIndex:
                 from clarify.index.rerank import DenseCosineScorer
 
                 self._searchers[key] = DenseCosineScorer(self.encoder, self.dense_index, self.passage_lookup)
+                console.note("reranker", "reranking fell back to the dense encoder's cosine (no cross-encoder "
+                                         "configured), which returns the dense ranking; set "
+                                         "CLARIFY_CROSS_ENCODER to a local sentence-transformers CrossEncoder "
+                                         "directory for a real reranker (README \"Retrieval, honestly\").")
         return self._searchers[key]
 
     def verify(self) -> list[str]:
@@ -473,3 +486,14 @@ def ensure_default_index() -> Path:
     return build_index(default_corpus_files(), default_index_dir(), options=BuildOptions(), force=True)
 
 
+
+
+def default_index_status() -> dict:
+    """The embedded index without opening it (for `clarify doctor`): path, whether built, whether it
+    matches the shipped corpus and settings (the differences a rebuild would fix), and its manifest."""
+    path = default_index_dir()
+    manifest = read_manifest(path) if path.is_dir() else None
+    status = {"path": str(path), "built": manifest is not None, "manifest": manifest, "differences": []}
+    if manifest is not None:
+        status["differences"] = _differences(manifest, _corpus_entries(default_corpus_files()), BuildOptions())
+    return status

