@@ -206,3 +206,29 @@ def core_holders(cores: set[int]) -> dict[int, str | None]:
         finally:
             os.close(fd)
     return out
+
+
+# --------------------------------------------------------------------------------------------- CUDA
+# The GPU counterpart of the core lock (issue 17): vLLM reserves `gpu_memory_utilization` x the total
+# memory of each GPU it uses and, when other processes hold too much, fails only after spawning and
+# loading (vllm/v1/worker/utils.py: "Free memory on device ... is less than desired GPU memory
+# utilization"). The same rule, checked before anything loads, fails in one line instead.
+
+
+def check_gpu_memory(utilization: float, devices: int = 1, *, mem_get_info=None) -> None:
+    """Raise EngineBusy when a GPU among the first `devices` has less free memory than
+    `utilization` x its total. `mem_get_info(d) -> (free, total)` bytes; default torch.cuda's."""
+    if mem_get_info is None:
+        import torch
+
+        mem_get_info = torch.cuda.mem_get_info
+    short = []
+    for d in range(devices):
+        free, total = mem_get_info(d)
+        if free < utilization * total:
+            short.append(f"GPU {d}: {free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB, "
+                         f"needs {utilization * total / 2**30:.1f} GiB")
+    if short:
+        raise EngineBusy(f"GPU memory is taken by other processes ({'; '.join(short)}) at "
+                         f"gpu_memory_utilization = {utilization}: wait for them (nvidia-smi names them), "
+                         f"or lower [model] gpu_memory_utilization")

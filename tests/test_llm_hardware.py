@@ -7,7 +7,7 @@ import pytest
 
 from clarify.batch import config
 from clarify.errors import InputError
-from clarify.local_llm.hardware import cpu_facts, resolve_dtype
+from clarify.local_llm.hardware import EngineBusy, check_gpu_memory, cpu_facts, resolve_dtype
 
 
 @pytest.mark.parametrize(("bf16_native", "model_dtype", "expected"), [
@@ -119,3 +119,15 @@ def test_a_second_engines_work_waits_or_refuses(llm_engine):
         lock.mode = "wait"
         holder.kill()
         holder.wait()
+
+
+def test_gpu_memory_taken_by_another_process_is_one_clear_error():
+    gib = 2**30
+    readings = {0: (70 * gib, 80 * gib), 1: (10 * gib, 80 * gib)}  # GPU 1: another process holds 70 GiB
+    check_gpu_memory(0.85, 1, mem_get_info=readings.__getitem__)  # GPU 0 alone: 70 >= 68 GiB, fine
+    with pytest.raises(EngineBusy) as err:
+        check_gpu_memory(0.85, 2, mem_get_info=readings.__getitem__)  # tensor parallel over both
+    msg = str(err.value)
+    assert "GPU 1: 10.0 GiB free of 80.0 GiB, needs 68.0 GiB" in msg and "GPU 0" not in msg
+    assert "gpu_memory_utilization" in msg
+    check_gpu_memory(0.1, 2, mem_get_info=readings.__getitem__)  # a smaller share fits beside it
