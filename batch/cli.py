@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import shutil
 import sys
 from pathlib import Path
 
@@ -99,6 +100,26 @@ def _log_dir(args: argparse.Namespace) -> Path | None:
     return where(args) if where else None
 
 
+def _unmake(log_dir: Path) -> None:
+    """A run refused before its directory was set up leaves no directory behind (nothing is written
+    before every input is checked, README "Command line"): when the only thing in it is the log folder
+    this session made, the logs move to $CLARIFY_HOME/logs and the directory goes."""
+    from clarify import console
+
+    run_dir = log_dir.parent
+    try:
+        if [p.name for p in run_dir.iterdir()] != [log_dir.name]:
+            return
+        home = console.home_logs()
+        home.mkdir(parents=True, exist_ok=True)
+        for f in log_dir.iterdir():
+            shutil.move(str(f), home / f.name)
+        log_dir.rmdir()
+        run_dir.rmdir()
+    except OSError:
+        pass  # the logs stay where they are; never mask the command's own outcome
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -110,9 +131,14 @@ def main(argv: list[str] | None = None) -> int:
 
         name = "-".join(filter(None, (args.command, getattr(args, "index_command", None),
                                       getattr(args, "models_command", None))))
-        with console.session(log_dir, name, verbose=args.verbose):
-            rc = int(args.func(args) or 0)
-            console.print_notes()
+        made = not log_dir.parent.exists()  # a new run directory, made here only to hold the log
+        try:
+            with console.session(log_dir, name, verbose=args.verbose):
+                rc = int(args.func(args) or 0)
+                console.print_notes()
+        finally:
+            if made:
+                _unmake(log_dir)
         return rc
     except (InputError, FileNotFoundError) as exc:
         # Bad input: one line naming the file/line/field, never a traceback.
