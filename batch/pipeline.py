@@ -259,40 +259,42 @@ def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index
         return summary
     with console.step("opening the index, the encoder and the engine", enabled=progress):
         res = open_resources(cfg, questions, rd.cache_dir, engine_factory, index, search_cache)
+    try:  # the completion cache is closed (its WAL folded into the file) when the run stops, not at GC
+        if state is None:
+            start, prior_s = 1, 0.0
+            trees = [Tree.new(q, text, verify=cfg.toc.verify)
+                     for q, text in zip(questions["qid"], questions["question"])]
+        else:  # prior_s: earlier sessions' seconds up to that checkpoint
+            start, trees, prior_s = state.wave + 1, state.trees, state.run_s
 
-    if state is None:
-        start, prior_s = 1, 0.0
-        trees = [Tree.new(q, text, verify=cfg.toc.verify)
-                 for q, text in zip(questions["qid"], questions["question"])]
-    else:  # prior_s: earlier sessions' seconds up to that checkpoint
-        start, trees, prior_s = state.wave + 1, state.trees, state.run_s
+        left = sum(not t.done for t in trees)
+        display = console.RunProgress(len(trees), finished=len(trees) - left, wave=start,
+                                      expected_tokens=left * TOKENS_PER_QUESTION, enabled=progress)
+        report_to = _engine_reports_to(res.engine, display.engine_update)
 
-    left = sum(not t.done for t in trees)
-    display = console.RunProgress(len(trees), finished=len(trees) - left, wave=start,
-                                  expected_tokens=left * TOKENS_PER_QUESTION, enabled=progress)
-    report_to = _engine_reports_to(res.engine, display.engine_update)
+        def on_wave(wave: int, rec: Recorder, ts: list[Tree]) -> None:
+            done = bool(rec.answers)
+            display.wave_done(wave, len(ts) if done else sum(t.done for t in ts))
+            run_s = None if prior_s is None else round(prior_s + time.perf_counter() - t_start, 3)
+            rd.write_wave(wave, _tables(rec), ts, answered=done, run_s=run_s, engine=engine_facts(res.engine))
+            faults.point(f"wave-done:{wave}")
+            if stop_after_wave is not None and wave >= stop_after_wave and not done:
+                raise _Stop
 
-    def on_wave(wave: int, rec: Recorder, ts: list[Tree]) -> None:
-        done = bool(rec.answers)
-        display.wave_done(wave, len(ts) if done else sum(t.done for t in ts))
-        run_s = None if prior_s is None else round(prior_s + time.perf_counter() - t_start, 3)
-        rd.write_wave(wave, _tables(rec), ts, answered=done, run_s=run_s, engine=engine_facts(res.engine))
-        faults.point(f"wave-done:{wave}")
-        if stop_after_wave is not None and wave >= stop_after_wave and not done:
-            raise _Stop
-
-    try:
-        stats = run_waves(trees, res, cfg, start_wave=start, on_wave=on_wave, progress=False)
-    except _Stop:
-        return {"stopped_after_wave": stop_after_wave}
+        try:
+            stats = run_waves(trees, res, cfg, start_wave=start, on_wave=on_wave, progress=False)
+        except _Stop:
+            return {"stopped_after_wave": stop_after_wave}
+        finally:
+            display.close()
+            report_to(None)
+        with console.step("checking quotes and scoring", enabled=progress, timed=False):
+            summary = finalize(rd, cfg, trees, questions, gold, res, session_start=t_start, stats=stats,
+                               prior_s=prior_s)
+        note_run(summary, cfg)
+        return summary
     finally:
-        display.close()
-        report_to(None)
-    with console.step("checking quotes and scoring", enabled=progress, timed=False):
-        summary = finalize(rd, cfg, trees, questions, gold, res, session_start=t_start, stats=stats,
-                           prior_s=prior_s)
-    note_run(summary, cfg)
-    return summary
+        res.engine.close()
 
 
 PARSE_ERROR_NOTE = 0.2  # share of calls whose completion did not parse cleanly worth telling the user
