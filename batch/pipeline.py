@@ -145,7 +145,8 @@ def open_resources(cfg: RunConfig, questions: pl.DataFrame, cache_dir: Path,
 
     if index is None:
         index = open_index(cfg.index or ensure_default_index())
-    passages = passage_store(cfg, questions, index)
+    fixed = fixed_passages(cfg, questions)
+    passages = passage_store(fixed, index)
     embed = index.encoder.encode
     enc_id = getattr(index.encoder, "name", "encoder")
     _, start, stop = parse_pool_spec(cfg.demo_pool)
@@ -166,7 +167,7 @@ def open_resources(cfg: RunConfig, questions: pl.DataFrame, cache_dir: Path,
 
         searcher = CachingSearcher(searcher, search_cache)
     return Resources(engine=engine, searcher=searcher, passages=passages, embed=embed, demos=demos,
-                     quoted_demos=quoted, fixed_passages=fixed_passages(cfg, questions), rerank=rerank)
+                     quoted_demos=quoted, fixed_passages=fixed, rerank=rerank)
 
 
 def fixed_passages(cfg: RunConfig, questions: pl.DataFrame) -> dict[str, list[Passage]]:
@@ -178,9 +179,9 @@ def fixed_passages(cfg: RunConfig, questions: pl.DataFrame) -> dict[str, list[Pa
             for row in questions.iter_rows(named=True)}
 
 
-def passage_store(cfg: RunConfig, questions: pl.DataFrame, index) -> Callable[[list[str]], dict[str, Passage]]:
-    """Passage ids → passages: a question's own sources, else the index's stored text."""
-    given = {p.passage_id: p for ps in fixed_passages(cfg, questions).values() for p in ps}
+def passage_store(fixed: dict[str, list[Passage]], index) -> Callable[[list[str]], dict[str, Passage]]:
+    """Passage ids → passages: a question's own sources (`fixed_passages`), else the index's stored text."""
+    given = {p.passage_id: p for ps in fixed.values() for p in ps}
 
     def passages(ids: list[str]) -> dict[str, Passage]:
         out = {i: given[i] for i in ids if i in given}
@@ -250,8 +251,9 @@ def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index
     if state is None:
         rd.write_table("questions", questions.select(list(schemas.QUESTIONS)))
     elif state.answered:  # not finalized (a crash after the last wave): the tables need passages, no model
-        res = Resources(engine=None, searcher=None, passages=passage_store(cfg, questions, index), embed=None,
-                        demos=None, fixed_passages=fixed_passages(cfg, questions))
+        fixed = fixed_passages(cfg, questions)
+        res = Resources(engine=None, searcher=None, passages=passage_store(fixed, index), embed=None,
+                        demos=None, fixed_passages=fixed)
         with console.step("checking quotes and scoring", enabled=progress, timed=False):
             summary = finalize(rd, cfg, state.trees, questions, gold, res, session_start=t_start, stats=Recorder(),
                                prior_s=state.run_s, engine=state.engine)
