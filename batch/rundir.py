@@ -60,24 +60,23 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def write_parquet(df: pl.DataFrame, path: Path) -> None:
-    """Atomic write: temp file in the same folder, fsync, rename."""
+def _write_atomic(path: Path, write) -> None:
+    """Atomic write: `write(tmp)` into a temp file in the same folder, fsync, rename, fsync the folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    df.write_parquet(tmp)
+    write(tmp)
     _fsync(tmp)
     os.replace(tmp, path)
     _fsync(path.parent)
+
+
+def write_parquet(df: pl.DataFrame, path: Path) -> None:
+    _write_atomic(path, df.write_parquet)
 
 
 def write_json(obj: object, path: Path) -> None:
-    """Atomic write: temp file in the same folder, fsync, rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str), encoding="utf-8")
-    _fsync(tmp)
-    os.replace(tmp, path)
-    _fsync(path.parent)
+    _write_atomic(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str),
+                                                   encoding="utf-8"))
 
 
 def file_sha256(path: Path) -> str:
