@@ -237,20 +237,20 @@ def step(what: str, *, enabled: bool = True, timed: bool = True) -> Iterator[Non
 
 
 class RunProgress:
-    """The one display of a ToC run: trees finished of total, wave, LLM calls, tokens/s and an ETA.
+    """The one display of a ToC run: trees finished of total, requests in flight, LLM calls, tokens/s and
+    an ETA.
 
     The engine reports finished requests and processed tokens (`engine_update`, called by
-    VLLMEngine.on_progress while a batch runs); the run reports finished trees after each wave. The ETA
-    is from tokens: `expected_tokens` (what the unfinished questions are expected to cost) minus the
-    tokens processed so far, at this session's speed — trees mostly finish together near the end, so
-    their count alone would give no ETA until then."""
+    VLLMEngine.on_progress while it steps); the scheduler reports each finished tree and the requests
+    it has in the engine (`tree_done`). The ETA is from tokens: `expected_tokens` (what the unfinished
+    questions are expected to cost) minus the tokens processed so far, at this session's speed — tree
+    counts alone give no ETA until the first trees finish."""
 
-    def __init__(self, total: int, *, finished: int = 0, wave: int = 1, expected_tokens: int | None = None,
-                 enabled: bool = True):
+    def __init__(self, total: int, *, finished: int = 0, expected_tokens: int | None = None, enabled: bool = True):
         self.bar = progress(total=total, initial=finished, desc="ToC", disable=not enabled,
                             bar_format="{desc} {n_fmt}/{total_fmt} questions |{bar:16}| {elapsed}{postfix}")
-        self.calls = self.tokens = 0
-        self.finished, self.wave, self.expected = finished, wave, expected_tokens
+        self.calls = self.tokens = self.running = 0
+        self.finished, self.expected = finished, expected_tokens
         self.t0 = time.perf_counter()
         self._show()
 
@@ -259,16 +259,17 @@ class RunProgress:
         self.tokens += tokens
         self._show()
 
-    def wave_done(self, wave: int, finished: int) -> None:
-        self.wave = wave + 1
-        self.bar.update(finished - self.finished)
-        self.finished = finished
+    def tree_done(self, running: int = 0) -> None:
+        """One more tree finished; `running`: requests the run has in the engine now."""
+        self.running = running
+        self.finished += 1
+        self.bar.update(1)
         self._show()
 
     def _show(self) -> None:
         elapsed = time.perf_counter() - self.t0
         tps = self.tokens / elapsed if elapsed > 0 else 0.0
-        parts = [f"wave {self.wave}", f"{self.calls} LLM calls", f"{tps:,.0f} tok/s"]
+        parts = [f"{self.running} in flight", f"{self.calls} LLM calls", f"{tps:,.0f} tok/s"]
         if self.expected and tps > 0 and self.tokens < self.expected and self.finished < self.bar.total:
             parts.append(f"ETA ~{_duration((self.expected - self.tokens) / tps)}")
         self.bar.set_postfix_str(", ".join(parts))

@@ -1,16 +1,16 @@
 """Named fault points, so crash tests kill a process at an exact state instead of racing a timer.
 
 Code calls `point(name)` at places where a crash matters (after a batch of completions is committed to
-the cache, after a wave's checkpoint is written). A test sets `CLARIFY_KILL_AT` in the environment of
+the cache, after a part of finished trees is written). A test sets `CLARIFY_KILL_AT` in the environment of
 the process it starts; that process SIGKILLs itself when the named point is reached:
 
     CLARIFY_KILL_AT="cache-commit"                    the first cache commit
-    CLARIFY_KILL_AT="cache-commit after wave-done:1"  the first cache commit once wave 1 is checkpointed
+    CLARIFY_KILL_AT="cache-commit after part-done:1"  the first cache commit once part 1 is written
 
 Points: `cache-commit` (local_llm/cache.py), `freeze` (inputs.json written, config.json not yet),
-`wave-tmp:N` (wave N complete in its temp folder, not renamed), `wave-done:N` (renamed),
+`part-tmp:N` (part N complete in its temp folder, not renamed), `part-done:N` (renamed),
 `final-tables` (final tables written, summary.json not yet), `restart-cleared` (`--restart` moved the
-waves away, the tables not yet removed). tests/test_faults.py kills a run at each of them.
+parts away, the tables not yet removed). tests/test_faults.py kills a run at each of them.
 
 A verdict never depends on machine speed. Unset (always, outside tests), `point` costs one dict lookup.
 """

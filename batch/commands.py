@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from clarify.batch.config import TOKENS_PER_QUESTION
+from clarify.batch.config import PART_TREES, TOKENS_PER_QUESTION
 
 RUN_EPILOG = """\
 examples:
@@ -21,7 +21,11 @@ examples:
 defaults: the paper's settings (batch/config.py; README "Differences from the official code"), the
 embedded model smollm2-135m-instruct and the embedded Wikipedia index in $CLARIFY_HOME.
 
-writes into --out: config.json (frozen), questions.parquet, waves/NNNN/ (one per finished wave), cache/
+scheduler: continuous (default: vLLM's step loop, every tree advances the moment its own request returns),
+waves (all trees in lockstep, one generate per wave) or sequential (one question at a time, as the official
+code); all three give identical tables, so a run may be resumed under another.
+
+writes into --out: config.json (frozen), questions.parquet, parts/NNNN/ (finished trees), cache/
 (completion cache), the final tables nodes, hits, llm_calls, answers, spans, passages, scores (.parquet),
 summary.json (written last) and logs/ (library logs of each session). Running the same command again
 resumes; on a finished run it makes no model call.
@@ -56,6 +60,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     _run_args(p)
     p.add_argument("--out", required=True, help="run directory (runs/NAME); re-running resumes")
     p.add_argument("--search-cache", help="folder sharing retrieval results between runs (clarify compare)")
+    p.add_argument("--part-trees", type=int, default=PART_TREES, metavar="N",
+                   help=f"finished trees per checkpoint part (default {PART_TREES}; a part is also written "
+                        f"every minute)")
     p.add_argument("--restart", action="store_true",
                    help="start this run directory over with the given config and inputs (the completion cache is kept)")
     p.set_defaults(func=cmd_run, log_dir=_run_logs)
@@ -109,12 +116,14 @@ def _run_args(p: argparse.ArgumentParser, *, with_model: bool = True) -> None:
     p.add_argument("--seed", type=int, help="sampling seed of the run (default 0)")
     p.add_argument("--no-verify", action="store_true", help="switch off self-verification pruning")
     p.add_argument("--no-progress", action="store_true", help="no progress display")
+    p.add_argument("--scheduler", choices=["continuous", "waves", "sequential"],
+                   help="how trees are driven; never changes results (default: continuous)")
 
 
 def _overrides(args: argparse.Namespace) -> dict:
     o = {"dataset": args.dataset, "questions": args.questions, "limit": args.limit, "offset": args.offset,
          "index": args.index, "answer_style": args.answer_style, "seed": args.seed,
-         "model.model": getattr(args, "model", None)}
+         "model.model": getattr(args, "model", None), "scheduler": args.scheduler}
     if args.no_verify:
         o["toc.verify"] = False
     return o
@@ -142,6 +151,13 @@ def print_summary(summary: dict, out=None) -> None:
           + (f", {total} in all sessions" if total is not None else ""), file=out)
     if summary.get("engine_tokens_per_s"):
         print(f"  {'engine tokens/s':<28} {summary['engine_tokens_per_s']} (prompt + output, this session)", file=out)
+    use = summary.get("engine_usage_last_session") or {}
+    if use.get("engine_steps"):
+        cached = use.get("prefix_cached_share")
+        print(f"  {'engine (' + str(summary.get('scheduler')) + ')':<28} {use['engine_steps']} steps, running batch "
+              f"mean {use['running_mean']} (p10/p50/p90 {use['running_p10']}/{use['running_p50']}/"
+              f"{use['running_p90']})" + (f", prefix cache {cached:.0%} of prompt tokens" if cached is not None
+                                          else ""), file=out)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -150,7 +166,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = config.load(args.config, _overrides(args))
     summary = run(cfg, args.out, progress=not args.no_progress, restart=args.restart,
-                  search_cache=Path(args.search_cache) if args.search_cache else None)
+                  search_cache=Path(args.search_cache) if args.search_cache else None, part_trees=args.part_trees)
     print_summary(summary)
     print(f"run directory: {args.out}")
     return 0

@@ -27,9 +27,14 @@ from clarify.local_llm.hardware import DTYPES
 # (the first 50 ASQA dev questions: 4,275; the demo's 11: 4,382; an AVX2 CPU). The previous behaviour
 # (batch/previous.toml, re-sampling) costs ~17,000. The demo's size and a run's ETA are estimated from it.
 TOKENS_PER_QUESTION = 4_400
+PART_TREES = 64  # finished trees per checkpoint part (batch/rundir.py), unless a minute passes first
 
 DATASETS = ("asqa", "quotesum", "jsonl")
 ANSWER_STYLES = ("free", "quoted")
+# How trees are driven (batch/scheduler.py). It never changes results: tables are identical under each,
+# so it is the one setting a run may change when resumed (RunDir.freeze ignores RESULT_FREE).
+SCHEDULERS = ("continuous", "waves", "sequential")
+RESULT_FREE = ("scheduler",)
 SEARCHERS = ("bm25", "dense", "hybrid", "rerank")
 
 
@@ -113,6 +118,7 @@ class RunConfig:
     answer_style: str = "quoted"
     index: str = ""  # index directory; empty = the embedded default index
     demo_pool: str = "asqa:dev[500:]"  # no ASQA train split here: demos come from dev questions 500..947
+    scheduler: str = "continuous"  # SCHEDULERS; recorded, never changes results
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     toc: TocConfig = field(default_factory=TocConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -164,6 +170,7 @@ POSITIVE = Rule(lo=1)
 RULES: dict[str, Rule] = {
     "dataset": Rule(choices=DATASETS),
     "answer_style": Rule(choices=ANSWER_STYLES),
+    "scheduler": Rule(choices=SCHEDULERS),
     "offset": Rule(lo=0),
     "limit": Rule(lo=0),  # 0 = every question
     "retrieval.candidates": POSITIVE,

@@ -1,4 +1,5 @@
-"""`clarify run`: questions → trees (waves) → answers → quote check → scores, in a run directory.
+"""`clarify run`: questions → trees (a scheduler: batch/scheduler.py) → answers → quote check → scores,
+in a run directory.
 
 Heavy resources (index, encoder, vLLM) are opened only when there is work left, so a finished run
 re-run makes zero model calls, opens no model and rewrites nothing.
@@ -16,11 +17,12 @@ import polars as pl
 
 from clarify import console, faults, schemas
 from clarify.batch.compare import model_params
-from clarify.batch.config import TOKENS_PER_QUESTION, RunConfig
+from clarify.batch.config import PART_TREES, RESULT_FREE, TOKENS_PER_QUESTION, RunConfig
+from clarify.batch.program import Resources, TreeRows
 from clarify.batch.prompts import Passage
 from clarify.batch.rundir import RunDir, file_sha256, write_json
+from clarify.batch.scheduler import DRIVERS, SchedStats
 from clarify.batch.tree import Tree
-from clarify.batch.waves import Recorder, Resources, run_waves
 from clarify.errors import InputError
 from clarify.jsonl import iter_jsonl, record_id
 
@@ -209,12 +211,16 @@ WAVE_HITS = {"qid": pl.String, "node_id": pl.String, "wave": pl.Int32, "query": 
              "passage_id": pl.String, "score": pl.Float64, "rank": pl.Int32, "retriever": pl.String}
 
 
-def _tables(rec: Recorder) -> dict[str, pl.DataFrame]:
-    calls = pl.DataFrame(rec.llm_calls, schema=schemas.LLM_CALLS) if rec.llm_calls else schemas.empty("llm_calls")
-    hits = pl.DataFrame(rec.hits, schema=WAVE_HITS)
-    ans_schema = {"qid": pl.String, "answer": pl.String, "passage_ids": pl.List(pl.String), "style": pl.String}
-    answers = pl.DataFrame(rec.answers, schema=ans_schema) if rec.answers else pl.DataFrame(schema=ans_schema)
-    return {"llm_calls": calls, "hits": hits, "answers": answers}
+# A tree's answer as its program writes it (before the quote check): the parts' answers table.
+ANSWER_ROWS = {"qid": pl.String, "answer": pl.String, "passage_ids": pl.List(pl.String), "style": pl.String}
+
+
+def _tables(rows: list[TreeRows]) -> dict[str, pl.DataFrame]:
+    calls = [r for t in rows for r in t.llm_calls]
+    hits = [r for t in rows for r in t.hits]
+    answers = [r for t in rows for r in t.answers]
+    return {"llm_calls": pl.DataFrame(calls, schema=schemas.LLM_CALLS) if calls else schemas.empty("llm_calls"),
+            "hits": pl.DataFrame(hits, schema=WAVE_HITS), "answers": pl.DataFrame(answers, schema=ANSWER_ROWS)}
 
 
 def nodes_table(trees: list[Tree]) -> pl.DataFrame:
@@ -225,78 +231,165 @@ def nodes_table(trees: list[Tree]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schemas.NODES)
 
 
+PART_S = 60.0  # seconds between parts while trees finish
+
+
 def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, progress: bool = True,
-        stop_after_wave: int | None = None, search_cache: Path | None = None, restart: bool = False) -> dict:
+        stop_after_parts: int | None = None, part_trees: int = PART_TREES, search_cache: Path | None = None,
+        restart: bool = False) -> dict:
     """Run (or resume, or just report) the configured job in run directory `out`; returns the summary.
 
     Every input is checked before the run directory is touched, the directory is locked for this
     process, and checkpoints are verified before the model loads. restart: start over (the completion
-    cache is kept)."""
+    cache is kept). part_trees: finished trees per part; stop_after_parts: stop once that many parts
+    exist (tests of resume)."""
     rd = RunDir(out)
     questions, gold = load_questions(cfg)
     index, inputs = check_inputs(cfg, index=index, engine_factory=engine_factory)
     with rd.lock():
         if restart:
             rd.clear()
-        rd.freeze(json.loads(cfg.to_json()), inputs)
+        rd.freeze(frozen_config(cfg), inputs, ignore=RESULT_FREE)
         if rd.finished:
             return rd.summary()
-        return _run_locked(rd, cfg, questions, gold, index, engine_factory, progress, stop_after_wave, search_cache)
+        return _run_locked(rd, cfg, questions, gold, index, engine_factory, progress, stop_after_parts,
+                           part_trees, search_cache)
+
+
+def frozen_config(cfg: RunConfig) -> dict:
+    """config.json: every setting, the scheduler included (it never changes results, so a run may resume
+    under another one: RunDir.freeze ignores it)."""
+    return json.loads(cfg.to_json())
+
+
+class _Parts:
+    """Finished trees waiting to be written, flushed as a part every `every` trees or PART_S seconds."""
+
+    def __init__(self, rd: RunDir, every: int, run_s, engine, commit):
+        self.rd, self.every, self.run_s, self.engine, self.commit = rd, every, run_s, engine, commit
+        self.trees: list[Tree] = []
+        self.rows: list[TreeRows] = []
+        self.last = time.monotonic()
+        self.written = len(rd.part_dirs())
+
+    def add(self, tree: Tree, rows: TreeRows) -> bool:
+        """Keep a finished tree; True when a part was written."""
+        self.trees.append(tree)
+        self.rows.append(rows)
+        if len(self.trees) >= self.every or time.monotonic() - self.last >= PART_S:
+            return self.flush()
+        return False
+
+    def flush(self) -> bool:
+        if not self.trees:
+            return False
+        # the completion cache first: a part never holds a completion the cache could lose, so a run killed
+        # after any part redoes no call made before it
+        self.commit()
+        n = self.rd.write_part(_tables(self.rows), self.trees, run_s=self.run_s(), engine=self.engine())
+        faults.point(f"part-done:{n}")
+        self.trees, self.rows, self.last, self.written = [], [], time.monotonic(), n
+        return True
 
 
 def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index, engine_factory, progress: bool,
-                stop_after_wave: int | None, search_cache: Path | None) -> dict:
+                stop_after_parts: int | None, part_trees: int, search_cache: Path | None) -> dict:
     t_start = time.perf_counter()
     state = rd.load_state()  # verified: a damaged checkpoint is reported before any model loads
     if state is None:
         rd.write_table("questions", questions.select(list(schemas.QUESTIONS)))
-    elif state.answered:  # not finalized (a crash after the last wave): the tables need passages, no model
+    finished = {t.qid: t for t in state.trees} if state else {}
+    prior_s = state.run_s if state else 0.0  # earlier sessions' seconds up to their last part
+    if len(finished) == questions.height:  # every tree written (a crash before the final tables): no model
         fixed = fixed_passages(cfg, questions)
         res = Resources(engine=None, searcher=None, passages=passage_store(fixed, index), embed=None,
                         demos=None, fixed_passages=fixed)
+        trees = [finished[q] for q in questions["qid"]]
         with console.step("checking quotes and scoring", enabled=progress, timed=False):
-            summary = finalize(rd, cfg, state.trees, questions, gold, res, session_start=t_start, stats=Recorder(),
-                               prior_s=state.run_s, engine=state.engine)
+            summary = finalize(rd, cfg, trees, questions, gold, res, session_start=t_start, stats=SchedStats(),
+                               prior_s=prior_s, engine=state.engine)
         note_run(summary, cfg)
         return summary
     with console.step("opening the index, the encoder and the engine", enabled=progress):
         res = open_resources(cfg, questions, rd.cache_dir, engine_factory, index, search_cache)
     try:  # the completion cache is closed (its WAL folded into the file) when the run stops, not at GC
-        if state is None:
-            start, prior_s = 1, 0.0
-            trees = [Tree.new(q, text, verify=cfg.toc.verify)
-                     for q, text in zip(questions["qid"], questions["question"])]
-        else:  # prior_s: earlier sessions' seconds up to that checkpoint
-            start, trees, prior_s = state.wave + 1, state.trees, state.run_s
-
-        left = sum(not t.done for t in trees)
-        display = console.RunProgress(len(trees), finished=len(trees) - left, wave=start,
-                                      expected_tokens=left * TOKENS_PER_QUESTION, enabled=progress)
+        # unfinished trees start over: replayed against the completion cache, they cost no model call up
+        # to where the run stopped (seeds and keys depend only on the tree's own requests)
+        trees = [finished.get(q) or Tree.new(q, text, verify=cfg.toc.verify)
+                 for q, text in zip(questions["qid"], questions["question"])]
+        todo = [t for t in trees if t.qid not in finished]
+        display = console.RunProgress(len(trees), finished=len(finished),
+                                      expected_tokens=len(todo) * TOKENS_PER_QUESTION, enabled=progress)
         report_to = _engine_reports_to(res.engine, display.engine_update)
+        before = engine_usage_start(res.engine)
 
-        def on_wave(wave: int, rec: Recorder, ts: list[Tree]) -> None:
-            done = bool(rec.answers)
-            display.wave_done(wave, len(ts) if done else sum(t.done for t in ts))
-            run_s = None if prior_s is None else round(prior_s + time.perf_counter() - t_start, 3)
-            rd.write_wave(wave, _tables(rec), ts, answered=done, run_s=run_s, engine=engine_facts(res.engine))
-            faults.point(f"wave-done:{wave}")
-            if stop_after_wave is not None and wave >= stop_after_wave and not done:
+        def run_s() -> float | None:
+            return None if prior_s is None else round(prior_s + time.perf_counter() - t_start, 3)
+
+        parts = _Parts(rd, part_trees, run_s, lambda: engine_facts(res.engine),
+                       getattr(res.engine, "flush", lambda: None))
+
+        def on_tree(tree: Tree, rows: TreeRows) -> None:
+            display.tree_done(running=_in_flight(res.engine))
+            if parts.add(tree, rows) and stop_after_parts is not None and parts.written >= stop_after_parts:
                 raise _Stop
 
         try:
-            stats = run_waves(trees, res, cfg, start_wave=start, on_wave=on_wave, progress=False)
+            stats = DRIVERS[cfg.scheduler](todo, res, cfg, on_tree)
+            parts.flush()
         except _Stop:
-            return {"stopped_after_wave": stop_after_wave}
+            return {"stopped_after_parts": stop_after_parts}
         finally:
             display.close()
             report_to(None)
         with console.step("checking quotes and scoring", enabled=progress, timed=False):
             summary = finalize(rd, cfg, trees, questions, gold, res, session_start=t_start, stats=stats,
-                               prior_s=prior_s)
+                               prior_s=prior_s, usage=engine_usage(res.engine, before, stats))
         note_run(summary, cfg)
         return summary
     finally:
         res.engine.close()
+
+
+def _in_flight(engine) -> int:
+    pending = getattr(engine, "pending", None)
+    return int(pending()) if callable(pending) else 0
+
+
+def engine_usage_start(engine) -> dict:
+    """The real engine's counters now (VLLMEngine.stats), to take this session's share at the end."""
+    inner = getattr(engine, "engine", engine)
+    st = getattr(inner, "stats", None)
+    if st is None or not hasattr(st, "running"):
+        return {}
+    return {"steps": st.steps, "running": len(st.running), "prompt_tokens": st.prompt_tokens,
+            "cached_prompt_tokens": st.cached_prompt_tokens}
+
+
+def engine_usage(engine, before: dict, stats: SchedStats) -> dict:
+    """This session's engine work (issue 13): engine steps, the running batch at each step (mean,
+    p10/p50/p90), the share of prompt tokens served from vLLM's prefix cache, tokens per second of
+    generation, and what the scheduler did."""
+    out: dict = {"generate_calls": stats.generate_calls, "scheduler_steps": stats.steps}
+    inner = getattr(engine, "engine", engine)
+    st = getattr(inner, "stats", None)
+    if before and st is not None:
+        running = st.running[before["running"]:]
+        prompt = st.prompt_tokens - before["prompt_tokens"]
+        out.update({
+            "engine_steps": st.steps - before["steps"],
+            "running_mean": round(float(sum(running) / len(running)), 2) if running else None,
+            **{f"running_p{q}": (float(_percentile(running, q)) if running else None) for q in (10, 50, 90)},
+            "prefix_cached_share": round((st.cached_prompt_tokens - before["cached_prompt_tokens"]) / prompt, 4)
+            if prompt else None,
+        })
+    return out
+
+
+def _percentile(values: list[int], q: int) -> float:
+    import numpy as np
+
+    return round(float(np.percentile(np.asarray(values, dtype=np.float64), q)), 1)
 
 
 PARSE_ERROR_NOTE = 0.2  # share of calls whose completion did not parse cleanly worth telling the user
@@ -331,21 +424,27 @@ def note_run(summary: dict, cfg: RunConfig) -> None:
 
 
 class _Stop(Exception):
-    """Raised by the checkpoint hook to stop after a given wave (tests of resume)."""
+    """Raised by the checkpoint hook to stop after a given part (tests of resume)."""
 
 
 def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFrame, gold, res: Resources,
-             *, session_start: float, stats: Recorder, prior_s: float | None, engine: dict | None = None) -> dict:
+             *, session_start: float, stats: SchedStats, prior_s: float | None, engine: dict | None = None,
+             usage: dict | None = None) -> dict:
     """Final tables, quote check, scores and summary.json (written last).
 
     session_start: perf_counter at this session's start. prior_s: the run's seconds before this session
     (the `run_s` of the checkpoint it resumed from; 0 for a fresh run, None when unknown). engine: the
-    engine facts of the checkpoint, when this session loaded no engine."""
+    engine facts of the checkpoint, when this session loaded no engine. usage: this session's engine work
+    (`engine_usage`)."""
     from clarify.batch.quotes import check_answers, quote_fidelity
 
-    calls = rd.wave_table("llm_calls", schemas.LLM_CALLS)
-    hits = rd.wave_table("hits", WAVE_HITS)  # typed even when no wave retrieved (QuoteSum mode)
-    answers = rd.wave_table("answers")
+    # rows in question order, each tree's in the order its program made them: the same tables whichever
+    # scheduler ran and however the trees were split into parts
+    order = pl.DataFrame({"qid": questions["qid"]}).with_row_index("_q")
+    calls, hits, answers = (rd.part_table(name, schema).join(order, on="qid", how="left", maintain_order="left")
+                            .sort("_q", maintain_order=True).drop("_q")
+                            for name, schema in (("llm_calls", schemas.LLM_CALLS), ("hits", WAVE_HITS),
+                                                 ("answers", ANSWER_ROWS)))
     nodes = nodes_table(trees)
     passage_ids = list(dict.fromkeys(hits["passage_id"].to_list() if hits.height else [])
                        | dict.fromkeys(p for ps in answers["passage_ids"].to_list() for p in ps))
@@ -385,7 +484,9 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
         "tokens": {"prompt": int(calls["prompt_tokens"].sum()), "output": int(calls["output_tokens"].sum())},
         "parse_errors": int(calls["parse_error"].is_not_null().sum()),
         "prompts_too_long": int((calls["finish_reason"] == "prompt_too_long").sum()) if calls.height else 0,
-        "waves": len(rd.wave_dirs()),
+        "scheduler": cfg.scheduler,
+        "parts": len(rd.part_dirs()),
+        "engine_usage_last_session": usage,
         "valid_nodes_per_question": valid.height / n_q,
         "max_depth": int(nodes["depth"].max()) if nodes.height else 0,
         "node_status": dict(nodes.group_by("status").len().iter_rows()),

@@ -1,14 +1,15 @@
-"""Run directories: a frozen config, one Parquet file per finished stage or wave (written to a temp
-name and renamed), and the completion cache. Resume = skip what exists.
+"""Run directories: a frozen config, finished trees in parts (written to a temp name and renamed), the
+final tables and the completion cache. Resume = keep the finished trees, replay the others against the
+completion cache (no engine call up to where the run stopped: batch/scheduler.py).
 
     runs/NAME/.lock                  flock held by the one process working here; holds its pid and host
     runs/NAME/config.json            frozen effective config (a different config for the same name is an error)
     runs/NAME/inputs.json            what the run reads, pinned with the config: the questions file's
                                      sha256, the model's and the index's fingerprints
     runs/NAME/questions.parquet
-    runs/NAME/waves/0001/            one folder per finished wave, renamed into place when complete:
-        llm_calls.parquet hits.parquet answers.parquet state.json (every tree, JSON; the sha256 of
-        each Parquet file and a checksum of itself, verified on resume)
+    runs/NAME/parts/0001/            finished trees, appended as they finish (a part is renamed into place
+        when complete): llm_calls.parquet hits.parquet answers.parquet state.json (those trees, JSON; the
+        sha256 of each Parquet file and a checksum of itself, verified on resume)
     runs/NAME/cache/                 completion cache (clarify.local_llm.cache)
     runs/NAME/{nodes,hits,llm_calls,answers,spans,passages,scores}.parquet   final tables
     runs/NAME/summary.json           written last: its presence means the run is finished
@@ -42,12 +43,11 @@ FINAL_TABLES = ("nodes", "hits", "llm_calls", "answers", "spans", "passages", "s
 
 
 class Checkpoint(NamedTuple):
-    """The last finished wave's state (`RunDir.load_state`)."""
+    """What the parts written so far hold (`RunDir.load_state`)."""
 
-    wave: int
-    answered: bool  # the final answers are written: only the final tables are left
-    trees: list[Tree]
-    run_s: float | None  # the run's seconds up to this checkpoint (None: written without it)
+    parts: int
+    trees: list[Tree]  # the finished trees, in the order they were written
+    run_s: float | None  # the run's seconds up to the last part (None: unknown)
     engine: dict | None  # the engine's facts (device, dtype) when a real engine ran
 
 
@@ -159,20 +159,24 @@ class RunDir:
             os.close(fd)  # releases the flock
 
     def has_checkpoint(self) -> bool:
-        return self.finished or bool(self.wave_dirs())
+        return self.finished or bool(self.part_dirs()) or (self.path / "waves").exists()
 
-    def freeze(self, config: dict, inputs: dict) -> None:
+    def freeze(self, config: dict, inputs: dict, ignore: tuple[str, ...] = ()) -> None:
         """Pin config.json and inputs.json. Once a checkpoint exists they are binding: another config or
         a changed input is refused, naming the difference. Before that (a failed start) they are
-        simply rewritten."""
+        simply rewritten. `ignore`: top-level settings that never change results (the scheduler): a
+        resumed run may change them, and config.json records the latest."""
         cfg_path, in_path = self.path / "config.json", self.path / "inputs.json"
         if cfg_path.exists() and self.has_checkpoint():
             restart = "use a new --out, or rerun with --restart to start over (the completion cache is kept)"
             old = read_json(cfg_path, f"restore it, or {restart}")
-            diffs = _diff(old, config)
+            diffs = _diff({k: v for k, v in old.items() if k not in ignore},
+                          {k: v for k, v in config.items() if k not in ignore})
             if diffs:
                 raise InputError("this run directory was made with another config; use the same settings, or "
                                  f"{restart}. Differences: " + "; ".join(diffs), path=str(cfg_path))
+            if old != config:  # only settings in `ignore` differ: record the latest
+                write_json(config, cfg_path)
             if in_path.exists():
                 changed = input_changes(read_json(in_path, f"restore it, or {restart}"), inputs)
                 if changed:
@@ -191,12 +195,12 @@ class RunDir:
         first and the wave folders are renamed away in one step, so a crash midway leaves a directory
         that resumes or restarts again, never a mix."""
         (self.path / "summary.json").unlink(missing_ok=True)
-        waves = self.path / "waves"
-        if waves.exists():
-            trash = self.path / f".waves.trash{os.getpid()}"
-            os.replace(waves, trash)
-            faults.point("restart-cleared")
-            shutil.rmtree(trash)
+        for name in ("parts", "waves"):  # waves/: checkpoints of clarify before issue 13
+            if (self.path / name).exists():
+                trash = self.path / f".{name}.trash{os.getpid()}"
+                os.replace(self.path / name, trash)
+                faults.point("restart-cleared")
+                shutil.rmtree(trash)
         for name in (*FINAL_TABLES, "questions"):
             (self.path / f"{name}.parquet").unlink(missing_ok=True)
         for name in ("inputs.json", "config.json"):
@@ -215,25 +219,26 @@ class RunDir:
         write_parquet(df, path)
         return path
 
-    # -- waves -----------------------------------------------------------------------------------
-    def wave_dirs(self) -> list[Path]:
-        root = self.path / "waves"
+    # -- parts: finished trees -------------------------------------------------------------------
+    def part_dirs(self) -> list[Path]:
+        root = self.path / "parts"
         if not root.exists():
             return []
         return sorted(p for p in root.iterdir() if p.is_dir() and p.name.isdigit())
 
-    def write_wave(self, wave: int, tables: dict[str, pl.DataFrame], trees: list[Tree], answered: bool,
-                   run_s: float | None = None, engine: dict | None = None) -> None:
-        """All of a wave's rows and every tree's state, made visible at once by renaming the folder.
-        state.json holds the sha256 of each table and a checksum of itself (verified by `load_state`).
+    def write_part(self, tables: dict[str, pl.DataFrame], trees: list[Tree], run_s: float | None = None,
+                   engine: dict | None = None) -> int:
+        """Finished trees and all their rows, made visible at once by renaming the folder; returns the
+        part's number. state.json holds the sha256 of each table and a checksum of itself (verified by
+        `load_state`). Nothing already written is rewritten: a run of N trees writes each tree once.
 
-        run_s: the run's wall seconds up to this checkpoint, summed over the sessions that got it here
-        (a resumed session starts from the last checkpoint's run_s; time lost to a crash is not counted).
+        run_s: the run's wall seconds up to this part, summed over the sessions that got it here (a
+        resumed session starts from the last part's run_s; time lost to a crash is not counted).
         engine: the engine's facts (device, dtype), for a session that finalizes without loading it."""
-        final = self.path / "waves" / f"{wave:04d}"
-        if final.exists():  # resume starts after the last wave and the lock keeps others out
-            raise RuntimeError(f"{final} exists already; a finished wave is never replaced")
-        tmp = self.path / "waves" / f".{wave:04d}.tmp{os.getpid()}"
+        dirs = self.part_dirs()
+        n = int(dirs[-1].name) + 1 if dirs else 1
+        final = self.path / "parts" / f"{n:04d}"
+        tmp = self.path / "parts" / f".{n:04d}.tmp{os.getpid()}"
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
@@ -242,32 +247,37 @@ class RunDir:
             df.write_parquet(tmp / f"{name}.parquet")
             _fsync(tmp / f"{name}.parquet")
             files[f"{name}.parquet"] = file_sha256(tmp / f"{name}.parquet")
-        body = {"wave": wave, "answered": answered, "run_s": run_s, "trees": [t.to_dict() for t in trees],
-                "files": files, "engine": engine}
+        body = {"part": n, "run_s": run_s, "trees": [t.to_dict() for t in trees], "files": files, "engine": engine}
         (tmp / "state.json").write_text(json.dumps({**body, "checksum": _state_checksum(body)}), encoding="utf-8")
         _fsync(tmp / "state.json")
         _fsync(tmp)
-        faults.point(f"wave-tmp:{wave}")
+        faults.point(f"part-tmp:{n}")
         os.replace(tmp, final)  # a folder renamed onto a name that does not exist: atomic
         _fsync(final.parent)
+        return n
 
     def load_state(self) -> Checkpoint | None:
-        """The last finished wave's checkpoint, or None for a fresh run. Every wave folder is verified first (`verify_wave`): a damaged one
-        raises InputError in one line. Half-written temp folders are removed (the caller holds the lock)."""
-        for pattern, root in ((".*.tmp*", self.path / "waves"), (".waves.trash*", self.path)):
+        """The finished trees of every part, or None for a fresh run. Every part is verified first
+        (`verify_part`): a damaged one raises InputError in one line. Half-written temp folders are removed
+        (the caller holds the lock)."""
+        if (self.path / "waves").exists():
+            raise InputError("this run directory was written by an older clarify (wave checkpoints); rerun with "
+                             "--restart: the completion cache is kept, so the work done replays without model "
+                             "calls", path=str(self.path / "waves"))
+        for pattern, root in ((".*.tmp*", self.path / "parts"), (".*.trash*", self.path)):
             for p in root.glob(pattern) if root.exists() else []:
                 shutil.rmtree(p, ignore_errors=True)
-        dirs = self.wave_dirs()
+        dirs = self.part_dirs()
         if not dirs:
             return None
-        state = {}
+        trees, state = [], {}
         for d in dirs:
-            state = verify_wave(d)
-        return Checkpoint(state["wave"], state["answered"], [Tree.from_dict(t) for t in state["trees"]],
-                          state.get("run_s"), state.get("engine"))
+            state = verify_part(d)
+            trees += [Tree.from_dict(t) for t in state["trees"]]
+        return Checkpoint(len(dirs), trees, state.get("run_s"), state.get("engine"))
 
-    def wave_table(self, name: str, schema: dict | None = None) -> pl.DataFrame:
-        frames = [pl.read_parquet(d / f"{name}.parquet") for d in self.wave_dirs()
+    def part_table(self, name: str, schema: dict | None = None) -> pl.DataFrame:
+        frames = [pl.read_parquet(d / f"{name}.parquet") for d in self.part_dirs()
                   if (d / f"{name}.parquet").exists()]
         frames = [f for f in frames if f.height]
         if not frames:
@@ -275,13 +285,12 @@ class RunDir:
         return pl.concat(frames, how="diagonal_relaxed")
 
 
-def verify_wave(d: Path) -> dict:
-    """A wave folder's state, after checking state.json against its checksum and each table against
-    its sha256. Damage (a truncated file, a hand edit) raises InputError naming the file and what to do.
-    A state.json without checksums (written before issue 16) is accepted as it is."""
+def verify_part(d: Path) -> dict:
+    """A part's state, after checking state.json against its checksum and each table against its sha256.
+    Damage (a truncated file, a hand edit) raises InputError naming the file and what to do."""
     def damaged(what: str, why: str) -> InputError:
-        return InputError(f"damaged checkpoint: {why}. Delete the folder {d} and the wave folders after it to "
-                          f"redo those waves from the completion cache, or rerun with --restart", path=str(d / what))
+        return InputError(f"damaged checkpoint: {why}. Delete the folder {d} to redo its trees from the "
+                          f"completion cache, or rerun with --restart", path=str(d / what))
 
     try:
         state = json.loads((d / "state.json").read_text(encoding="utf-8"))
@@ -289,10 +298,8 @@ def verify_wave(d: Path) -> dict:
         raise damaged("state.json", "the file is missing") from None
     except (ValueError, UnicodeDecodeError):
         raise damaged("state.json", "not valid JSON (truncated?)") from None
-    if not isinstance(state, dict) or not {"wave", "answered", "trees"} <= set(state):
-        raise damaged("state.json", "not a wave state")
-    if "checksum" not in state:
-        return state
+    if not isinstance(state, dict) or not {"part", "trees", "checksum"} <= set(state):
+        raise damaged("state.json", "not a part's state")
     body = {k: v for k, v in state.items() if k != "checksum"}
     if _state_checksum(body) != state["checksum"]:
         raise damaged("state.json", "its content does not match its checksum (edited or altered)")

@@ -211,6 +211,10 @@ class DenseSearcher:
             scores, rows = self.dense.index.search(qv, k_eff) if k_eff > 0 else (np.zeros((len(qv), 0)), np.zeros((len(qv), 0), dtype=np.int64))
             for srow, rrow in zip(scores, rows):
                 keep = rrow >= 0
-                all_pids.append([self.dense.docids[r] for r in rrow[keep]])
-                all_scores.append(srow[keep].tolist())
+                srow, rrow = srow[keep], rrow[keep]
+                # Rounded scores, ties by index row: the query vector moves in the last bits with the batch
+                # it was encoded in, and the ranking must not (issue 13; same rule as batch/program.py).
+                order = np.lexsort((rrow, -np.round(srow.astype(np.float64), 5)))
+                all_pids.append([self.dense.docids[r] for r in rrow[order]])
+                all_scores.append(srow[order].tolist())
         return hits_frame(qids, all_pids, all_scores, self.retriever)

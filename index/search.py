@@ -155,7 +155,10 @@ class RerankSearcher:
         out_p, out_s = [], []
         for ids, sc in zip(cand_ids, scores):
             sc = np.asarray(sc, dtype=np.float64)
-            order = sorted(range(len(ids)), key=lambda i: (-sc[i], i))[: int(k)]  # ties keep fused order
+            # Scores rounded to 5 decimals before sorting, ties in fused order: the cross-encoder's floats
+            # move in the last bits with the batch a query is scored in, and a ranking must not (issue 13).
+            r = np.round(sc, 5)
+            order = sorted(range(len(ids)), key=lambda i: (-r[i], i))[: int(k)]
             out_p.append([ids[i] for i in order])
             out_s.append([float(sc[i]) for i in order])
         return _restore(hits_frame(pos_ids, out_p, out_s, self.retriever), posmap)

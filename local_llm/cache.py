@@ -22,6 +22,7 @@ output_tokens), checksum, created (unix time).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -202,6 +203,9 @@ class CachedEngine:
         with self._lock:
             keys = [request_key(self.model_id, r.prompt, r.params) for r in requests]
             found = self._lookup(keys)
+            # returned but not yet committed: already answered in this session, so a hit as well
+            wanted = set(keys)
+            found.update({k: dataclasses.replace(c, cached=True) for k, _, _, c in self._unsaved if k in wanted})
             fresh: list[Request] = []
             for r, k in zip(requests, keys):
                 if k in found:
@@ -234,6 +238,13 @@ class CachedEngine:
 
     def pending(self) -> int:
         return len(self._ready) + sum(len(v) for v in self._waiting.values())
+
+    def cancel(self) -> None:
+        """Drop everything in flight (a stopped run): the inner engine aborts its requests; completions
+        already returned stay queued for the next commit."""
+        with self._lock:
+            self._ready, self._waiting, self._asked = [], {}, {}
+            self._stepper.cancel()
 
     def flush(self) -> None:
         """Commit every completion returned so far (one transaction)."""

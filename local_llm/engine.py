@@ -92,6 +92,8 @@ class StepEngine(Protocol):
 
     def pending(self) -> int: ...
 
+    def cancel(self) -> None: ...
+
 
 class BatchStepper:
     """A StepEngine over any batch Engine: each `step()` sends everything submitted since the last one
@@ -114,6 +116,9 @@ class BatchStepper:
 
     def pending(self) -> int:
         return len(self._queue)
+
+    def cancel(self) -> None:
+        self._queue = []
 
 
 def as_step_engine(engine: Engine) -> StepEngine:

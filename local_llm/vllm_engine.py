@@ -24,7 +24,6 @@ Everything set through the environment uses `setdefault`, so a user's own value 
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import threading
@@ -48,7 +47,8 @@ from clarify.local_llm.models import (
 )
 
 log = logging.getLogger(__name__)
-DEFAULT_MAX_MODEL_LEN = 4096  # the engine's context unless a config says otherwise ([model] max_model_len)
+DEFAULT_MAX_MODEL_LEN = 4096
+CAPACITY_TOKENS = 2048  # KV-cache tokens one ToC request needs, for `capacity()`  # the engine's context unless a config says otherwise ([model] max_model_len)
 
 # When set, every generate call appends "<prompt tokens> <output tokens>" to this file (the test suite
 # counts its real-engine work there, subprocesses included: tests/conftest.py).
@@ -160,6 +160,7 @@ class VLLMEngine:
         self.stats = EngineStats()
         self._lock = threading.Lock()  # vLLM's LLM is not safe to drive from two threads at once
         self._in_flight = 0  # requests submitted through `submit` and not yet returned by `step`
+        self._live: set[str] = set()  # their ids (for `cancel`)
 
         configure_environment(self.device, kv_cache_gib)
         self.cores = contextlib.nullcontext()  # on CPU: the cores this engine works on, held while it works
@@ -203,26 +204,11 @@ class VLLMEngine:
     def _token_ids(self, prompt: str) -> list[int]:
         return prompt_token_ids(self._tokenizer, self.chat, prompt)
 
-    def _inputs(self, prompts: Sequence[str]) -> list:
-        from vllm.inputs import TokensPrompt
-
-        out = []
-        for i, p in enumerate(prompts):
-            ids = self._token_ids(p)
-            if len(ids) >= self.max_model_len:
-                # vLLM would reject the whole batch; say which prompt is at fault instead.
-                raise ValueError(
-                    f"prompt {i} has {len(ids)} tokens, but max_model_len is {self.max_model_len} "
-                    f"(raise max_model_len up to the model's context, or shorten the prompt)"
-                )
-            out.append(TokensPrompt(prompt_token_ids=ids))
-        return out
-
     @staticmethod
     def sampling_params(params: GenParams):
         """GenParams -> vllm.SamplingParams (the version-specific bit lives here only)."""
         from vllm import SamplingParams
-        from vllm.sampling_params import StructuredOutputsParams
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         kw: dict[str, Any] = dict(
             n=params.n,
@@ -234,30 +220,35 @@ class VLLMEngine:
         )
         if params.choices is not None:
             kw["structured_outputs"] = StructuredOutputsParams(choice=list(params.choices))
-        return SamplingParams(**kw)
+        sp = SamplingParams(**kw)
+        # Only the finished output, with all n samples, as vLLM's own offline loop asks for
+        # (vllm/entrypoints/common/offline.py `_add_request`): no per-step partial outputs to build.
+        sp.output_kind = RequestOutputKind.FINAL_ONLY
+        return sp
 
     def generate(self, prompts: Sequence[str], params: Sequence[GenParams]) -> list[Completion]:
-        """One vLLM `generate` call for the whole batch; results in input order."""
+        """The whole batch through the engine's step loop (what vLLM's `LLM.generate` does:
+        vllm/entrypoints/common/offline.py `_run_engine`), so every driver's steps and running batch are
+        counted the same way; results in input order."""
         if len(prompts) != len(params):
             raise ValueError(f"{len(prompts)} prompts but {len(params)} params")
         if not prompts:
             return []
-        inputs = self._inputs(prompts)
-        sampling = [self.sampling_params(p) for p in params]
-        with self._lock, self.cores:
-            t0 = time.perf_counter()
-            outputs = self._llm.generate(inputs, sampling, use_tqdm=self._tqdm(len(prompts)))
-            elapsed = time.perf_counter() - t0
-        completions = [_completion(out) for out in outputs]
-        self._account(completions, elapsed)
+        if self._in_flight:
+            raise RuntimeError("generate() while step-loop requests are in flight: use one way at a time")
+        requests = [Request(str(i), p, gp) for i, (p, gp) in enumerate(zip(prompts, params))]
+        bar = tqdm_std.tqdm(total=len(prompts), desc="Processed prompts",
+                            disable=not self.progress or self.on_progress is not None or len(prompts) < 2)
+        got: dict[str, Completion] = {}
+        with self._lock:
+            self.submit(requests)
+            while len(got) < len(requests):
+                done = self.step()
+                got.update(done)
+                bar.update(len(done))
+        bar.close()
         self.stats.calls += 1
-        return completions
-
-    def _tqdm(self, n_prompts: int):
-        """vLLM's `use_tqdm`: a bar drawn nowhere that reports to `on_progress`, else vLLM's own bar."""
-        if self.on_progress is not None:
-            return functools.partial(_RelayBar, on_progress=self.on_progress)
-        return self.progress and n_prompts > 1
+        return [got[r.rid] for r in requests]
 
     def _account(self, completions: list[Completion], elapsed: float) -> None:
         s = self.stats
@@ -279,14 +270,19 @@ class VLLMEngine:
         from vllm.inputs import TokensPrompt
 
         engine = self._llm.llm_engine
+        ids = []
+        for r in requests:  # every request checked before any goes in: vLLM would reject a batch with one
+            ids.append(self._token_ids(r.prompt))
+            if len(ids[-1]) >= self.max_model_len:
+                raise ValueError(f"prompt {r.rid} has {len(ids[-1])} tokens, but max_model_len is "
+                                 f"{self.max_model_len} (raise max_model_len up to the model's context, or "
+                                 f"shorten the prompt)")
         if requests and not self._in_flight:
             self.cores.__enter__()  # held until the step loop has nothing in flight
-        for r in requests:
-            ids = self._token_ids(r.prompt)
-            if len(ids) >= self.max_model_len:
-                raise ValueError(f"request {r.rid} has {len(ids)} tokens, but max_model_len is {self.max_model_len}")
-            engine.add_request(r.rid, TokensPrompt(prompt_token_ids=ids), self.sampling_params(r.params),
+        for r, tokens in zip(requests, ids):
+            engine.add_request(r.rid, TokensPrompt(prompt_token_ids=tokens), self.sampling_params(r.params),
                                priority=r.priority)
+            self._live.add(r.rid)
             self._in_flight += 1
 
     def step(self) -> list[tuple[str, Completion]]:
@@ -298,6 +294,7 @@ class VLLMEngine:
         outputs = self._llm.llm_engine.step()
         elapsed = time.perf_counter() - t0
         done = [(out.request_id, _completion(out)) for out in outputs if out.finished]
+        self._live.difference_update(rid for rid, _ in done)
         self._in_flight -= len(done)
         if not self._in_flight:
             self.cores.__exit__(None, None, None)
@@ -311,30 +308,28 @@ class VLLMEngine:
     def pending(self) -> int:
         return self._in_flight
 
+    def cancel(self) -> None:
+        """Abort every request in flight (a stopped or failed run); the engine is free again."""
+        if self._live:
+            self._llm.llm_engine.abort_request(list(self._live))
+            self._live.clear()
+        if self._in_flight:
+            self._in_flight = 0
+            self.cores.__exit__(None, None, None)
+
+    def capacity(self) -> int:
+        """Requests the engine runs at once: the scheduler's max_num_seqs, bounded by the KV cache's
+        tokens over CAPACITY_TOKENS (a ToC prompt with five demos and five passages plus its output)."""
+        cfg = self._llm.llm_engine.vllm_config
+        seqs = int(cfg.scheduler_config.max_num_seqs)
+        blocks = cfg.cache_config.num_gpu_blocks
+        if not blocks:
+            return seqs
+        return max(1, min(seqs, int(blocks) * int(cfg.cache_config.block_size) // CAPACITY_TOKENS))
+
     def count_tokens(self, prompt: str) -> int:
         """Prompt length in tokens as the engine will see it (template included for chat models)."""
         return len(self._token_ids(prompt))
-
-
-class _RelayBar(tqdm_std.tqdm):
-    """vLLM's progress bar drawn nowhere: each finished request is passed to `on_progress(requests, 0)`,
-    so clarify's own display moves instead of a nested bar. vLLM's `use_tqdm` may be a callable that
-    makes the bar (vllm/entrypoints/common/offline.py `_run_engine`); it is also used to iterate while
-    rendering prompts, which does not call `update`."""
-
-    def __init__(self, *args, on_progress: Callable[[int, int], None], **kwargs):
-        self._on_progress = on_progress
-        self._sink = open(os.devnull, "w")  # noqa: SIM115 - closed with the bar
-        super().__init__(*args, file=self._sink, **kwargs)
-
-    def update(self, n=1):
-        shown = super().update(n)
-        self._on_progress(int(n), 0)
-        return shown
-
-    def close(self):
-        super().close()
-        self._sink.close()
 
 
 def _completion(out) -> Completion:

@@ -77,28 +77,14 @@ def test_session_restores_logging_and_records_a_failure(tmp_path):
 
 
 def test_run_progress_reports_calls_tokens_and_an_eta():
-    shown = console.RunProgress(4, finished=1, wave=2, expected_tokens=3000, enabled=False)
+    shown = console.RunProgress(4, finished=1, expected_tokens=3000, enabled=False)
     shown.engine_update(3, 0)
     shown.engine_update(0, 1500)
     post = shown.bar.postfix
-    assert "wave 2" in post and "3 LLM calls" in post and "tok/s" in post and "ETA" in post
-    shown.wave_done(2, finished=3)
-    assert shown.finished == 3 and "wave 3" in shown.bar.postfix
+    assert "0 in flight" in post and "3 LLM calls" in post and "tok/s" in post and "ETA" in post
+    shown.tree_done(running=7)
+    assert shown.finished == 2 and "7 in flight" in shown.bar.postfix
     shown.close()
-
-
-def test_relay_bar_moves_clarify_display_instead_of_drawing():
-    from clarify.local_llm.vllm_engine import _RelayBar
-
-    got = []
-    bar = _RelayBar(total=3, desc="Processed prompts", on_progress=lambda n, t: got.append((n, t)))
-    bar.update(2)
-    bar.postfix = "est. speed input: 1.00 toks/s"  # what vLLM's _run_engine sets
-    assert bar.format_dict["elapsed"] >= 0
-    bar.close()
-    assert got == [(2, 0)]
-    assert list(_RelayBar(["a", "b"], on_progress=lambda n, t: got.append(n))) == ["a", "b"]  # rendering
-    assert got == [(2, 0)]
 
 
 def test_run_notes_in_words():

@@ -11,7 +11,7 @@ import pytest
 
 SCRIPT = """
 from clarify import faults
-for name in ["cache-commit", "wave-done:1", "cache-commit", "cache-commit"]:
+for name in ["cache-commit", "part-done:1", "cache-commit", "cache-commit"]:
     print(name, flush=True)
     faults.point(name)
 print("end", flush=True)
@@ -21,8 +21,8 @@ print("end", flush=True)
 @pytest.mark.parametrize(("spec", "printed", "killed"), [
     (None, 5, False),                                     # unarmed: nothing happens
     ("cache-commit", 1, True),                            # the first commit
-    ("cache-commit after wave-done:1", 3, True),          # the first commit once wave 1 is done
-    ("cache-commit after wave-done:2", 5, False),         # never reached
+    ("cache-commit after part-done:1", 3, True),          # the first commit once part 1 is written
+    ("cache-commit after part-done:2", 5, False),         # never reached
 ])
 def test_kill_point_is_exact(spec, printed, killed):
     env = {"PYTHONPATH": ":".join(sys.path)}
@@ -35,7 +35,7 @@ def test_kill_point_is_exact(spec, printed, killed):
 
 # --- a run killed at every stage finishes, calls nothing twice and writes what an uninterrupted run
 # writes (issue 16). Scripted engine and the stand-in index in a subprocess: the kill is real (SIGKILL),
-# the model is not. The same property with the real engine: test_toc_real.py (SIGKILL mid-wave).
+# the model is not. The same property with the real engine: test_toc_real.py (SIGKILL mid-run).
 
 RUN = """
 import sys
@@ -58,7 +58,7 @@ class Logged(ScriptedEngine):
 cfg = config.load(None, {"dataset": "jsonl", "questions": questions, "answer_style": "quoted",
                          "toc.max_expansions": 3})
 run(cfg, out, engine_factory=lambda c: Logged("scripted", make_responder()), index=FakeIndex(200),
-    progress=False, restart="--restart" in sys.argv)
+    progress=False, restart="--restart" in sys.argv, part_trees=1)
 """
 TABLES = ("nodes", "hits", "llm_calls", "answers", "spans", "passages", "scores")
 
@@ -90,10 +90,10 @@ def clean_run(tmp_path_factory):
 
 @pytest.mark.parametrize("kills", [
     ["freeze"],                                    # inputs pinned, config not yet
-    ["cache-commit"],                              # completions committed, wave 1 not checkpointed
-    ["wave-tmp:2"],                                # wave 2 complete in its temp folder, not renamed
-    ["wave-done:2"],                               # wave 2 renamed into place
-    ["cache-commit after wave-done:2", "wave-tmp:3"],  # killed twice, in two sessions
+    ["cache-commit"],                              # completions committed, no tree written
+    ["part-tmp:1"],                                # the first finished tree in its temp folder, not renamed
+    ["part-done:1"],                               # part 1 renamed into place
+    ["cache-commit after part-done:1", "part-tmp:2"],  # killed twice, in two sessions
     ["final-tables"],                              # final tables written, summary not
 ])
 def test_killed_at_every_stage_finishes_like_an_uninterrupted_run(tmp_path, clean_run, kills):
@@ -112,7 +112,7 @@ def test_killed_at_every_stage_finishes_like_an_uninterrupted_run(tmp_path, clea
         assert a.drop("cached", strict=False).equals(b.drop("cached", strict=False)), name
     keys = sent.read_text().split()
     assert len(keys) == len(set(keys)) > 0  # no request reached the engine twice, across all sessions
-    assert not list(out.rglob("*.tmp*")) and not list(out.glob(".waves.trash*"))
+    assert not list(out.rglob("*.tmp*")) and not list(out.glob(".parts.trash*"))
 
 
 def test_restart_killed_midway_then_plain_rerun(tmp_path, clean_run):
@@ -123,7 +123,7 @@ def test_restart_killed_midway_then_plain_rerun(tmp_path, clean_run):
     assert _session(out, q, sent).returncode == 0
     proc = _session(out, q, sent, "restart-cleared", "--restart")
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
-    assert not (out / "summary.json").exists() and not (out / "waves").exists()
+    assert not (out / "summary.json").exists() and not (out / "parts").exists()
     assert _session(out, q, sent).returncode == 0  # no checkpoint left: a fresh start, all from the cache
     for name in TABLES:
         a, b = pl.read_parquet(clean / f"{name}.parquet"), pl.read_parquet(out / f"{name}.parquet")

@@ -148,7 +148,7 @@ def test_failed_start_does_not_block_its_run_directory(tmp_path):
 def test_changed_questions_file_is_refused_then_restart_starts_over(tmp_path):
     q = _questions(tmp_path, *QS)
     out = tmp_path / "r"
-    assert _run(_cfg(q), out, stop_after_wave=1) == {"stopped_after_wave": 1}
+    assert _run(_cfg(q), out, stop_after_parts=1, part_trees=1) == {"stopped_after_parts": 1}
     pinned = json.loads((out / "inputs.json").read_text())
     assert pinned["questions"]["sha256"] == hashlib.sha256(q.read_bytes()).hexdigest()
     q.write_text(q.read_text().replace("world football", "world hockey"))
@@ -173,7 +173,7 @@ def test_changed_model_folder_is_refused(tmp_path):
     (model / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
     (model / "model.safetensors").write_bytes(b"\0" * 64)
     cfg = _cfg(q, **{"model.model": str(model)})
-    _run(cfg, tmp_path / "r", stop_after_wave=1)
+    _run(cfg, tmp_path / "r", stop_after_parts=1, part_trees=1)
     (model / "model.safetensors").write_bytes(b"\0" * 65)
     with pytest.raises(InputError, match=r"model .*model changed \(fingerprint"):
         _run(cfg, tmp_path / "r")
@@ -187,8 +187,9 @@ def test_changed_index_is_refused(tmp_path):
             self.manifest = {"corpus": [{"name": "passages.jsonl", "sha256": corpus_sha}], "build": {"bm25": True}}
 
     q = _questions(tmp_path, *QS)
-    _run(_cfg(q), tmp_path / "r", index=BuiltIndex("a" * 64), stop_after_wave=1)
-    assert _run(_cfg(q), tmp_path / "r", index=BuiltIndex("a" * 64), stop_after_wave=2) == {"stopped_after_wave": 2}
+    _run(_cfg(q), tmp_path / "r", index=BuiltIndex("a" * 64), stop_after_parts=1, part_trees=1)
+    assert _run(_cfg(q), tmp_path / "r", index=BuiltIndex("a" * 64), stop_after_parts=2, part_trees=1) == {
+        "stopped_after_parts": 2}
     with pytest.raises(InputError, match=r"index .*index changed \(fingerprint"):
         _run(_cfg(q), tmp_path / "r", index=BuiltIndex("b" * 64))
 
@@ -232,33 +233,33 @@ def test_second_process_on_a_run_directory_is_refused_naming_the_holder(tmp_path
 def _stopped_run(tmp_path):
     q = _questions(tmp_path, *QS)
     out = tmp_path / "r"
-    _run(_cfg(q), out, stop_after_wave=2)
+    _run(_cfg(q), out, stop_after_parts=2, part_trees=1)  # both trees written, the final tables not
     return q, out
 
 
 @pytest.mark.parametrize(("target", "damage", "why"), [
     ("0001/state.json", lambda p: p.write_bytes(p.read_bytes()[:100]), "not valid JSON"),
-    ("0002/state.json", lambda p: p.write_text(p.read_text().replace("world cup", "world cop")),
+    ("0002/state.json", lambda p: p.write_text(p.read_text().replace('"qid": "q', '"qid": "Q')),
      "does not match its checksum"),
     ("0002/llm_calls.parquet", lambda p: p.write_bytes(p.read_bytes()[:-40]), "does not match its sha256"),
     ("0001/hits.parquet", lambda p: p.unlink(), "the file is missing"),
 ])
 def test_damaged_checkpoint_is_one_line_before_the_model_loads(tmp_path, target, damage, why):
     q, out = _stopped_run(tmp_path)
-    damage(out / "waves" / target)
+    damage(out / "parts" / target)
     factory = _Factory()
     with pytest.raises(InputError) as err:
         _run(_cfg(q), out, factory)
     msg = str(err.value)
-    assert msg.startswith(f"{out / 'waves' / target}: damaged checkpoint") and why in msg and "\n" not in msg
+    assert msg.startswith(f"{out / 'parts' / target}: damaged checkpoint") and why in msg and "\n" not in msg
     assert "--restart" in msg and not factory.made  # no engine built: reported before loading
 
 
 def test_following_the_damage_advice_resumes_from_the_cache(tmp_path):
     q, out = _stopped_run(tmp_path)
     full = _run(_cfg(q), tmp_path / "full")
-    (out / "waves" / "0002" / "state.json").write_text("{")
-    shutil.rmtree(out / "waves" / "0002")  # what the message says to do
+    (out / "parts" / "0002" / "state.json").write_text("{")
+    shutil.rmtree(out / "parts" / "0002")  # what the message says to do
     factory = _Factory()
     resumed = _run(_cfg(q), out, factory)
     assert resumed["metrics"] == full["metrics"]
@@ -266,14 +267,13 @@ def test_following_the_damage_advice_resumes_from_the_cache(tmp_path):
         assert pl.read_parquet(out / f"{name}.parquet").equals(pl.read_parquet(tmp_path / "full" / f"{name}.parquet"))
 
 
-def test_finished_wave_is_never_replaced(tmp_path):
+def test_parts_are_appended_never_replaced(tmp_path):
     from clarify.batch.rundir import RunDir
 
     _, out = _stopped_run(tmp_path)
-    rd = RunDir(out)
-    with pytest.raises(RuntimeError, match="never replaced"):
-        rd.write_wave(2, {}, [], answered=False)
-    assert (out / "waves" / "0002" / "state.json").exists()
+    before = (out / "parts" / "0002" / "state.json").read_bytes()
+    assert RunDir(out).write_part({}, []) == 3
+    assert (out / "parts" / "0002" / "state.json").read_bytes() == before
 
 
 def test_damaged_summary_and_config_are_one_line(tmp_path):
@@ -400,7 +400,8 @@ def test_answered_but_unfinalized_run_writes_its_tables_without_a_model(tmp_path
         raise AssertionError("the model was loaded to write tables")
 
     again = run(cfg, out, engine_factory=no_model, index=_INDEX, progress=False)
-    timing = ("wall_s_last_session", "wall_s_total", "seconds_last_session", "engine_tokens_per_s")
+    timing = ("wall_s_last_session", "wall_s_total", "seconds_last_session", "engine_tokens_per_s",
+              "engine_usage_last_session")
     assert {k: v for k, v in again.items() if k not in timing} == {k: v for k, v in first.items() if k not in timing}
     for n in FINAL_TABLES:
         assert pl.read_parquet(out / f"{n}.parquet").equals(tables[n]), n
@@ -422,14 +423,17 @@ def test_generate_refuses_an_over_long_prompt_by_line_before_loading(tmp_path, c
     assert "Traceback" not in err
 
 
-def test_run_directory_from_before_checksums_still_resumes(tmp_path):
-    q, out = _stopped_run(tmp_path)
-    for state_path in (out / "waves").glob("*/state.json"):  # as written before issue 16
-        state = json.loads(state_path.read_text())
-        state_path.write_text(json.dumps({k: state[k] for k in ("wave", "answered", "run_s", "trees")}))
-    (out / "inputs.json").unlink()
-    assert _run(_cfg(q), out)["n_questions"] == 2
-    assert json.loads((out / "inputs.json").read_text())["questions"]["sha256"]  # pinned from now on
+def test_wave_checkpoints_of_older_clarify_say_restart_and_restart_finishes(tmp_path):
+    q = _questions(tmp_path, *QS)
+    out = tmp_path / "r"
+    _run(_cfg(q), out, stop_after_parts=1, part_trees=1)
+    (out / "parts").rename(out / "waves")  # what clarify wrote before issue 13
+    factory = _Factory()
+    with pytest.raises(InputError, match=r"waves: this run directory was written by an older clarify.*--restart"):
+        _run(_cfg(q), out, factory)
+    assert not factory.made
+    assert _run(_cfg(q), out, factory, restart=True)["n_questions"] == 2
+    assert not (out / "waves").exists()
 
 
 def test_demo_with_a_damaged_frozen_config_is_one_line(tmp_path, capsys):

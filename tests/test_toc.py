@@ -15,8 +15,9 @@ import pytest
 from clarify.batch import config
 from clarify.batch.parse import parse_disambiguations, parse_verdict
 from clarify.batch.pipeline import nodes_table, read_questions_jsonl, run
+from clarify.batch.program import Resources
+from clarify.batch.scheduler import SCHEDULERS, drive
 from clarify.batch.tree import Tree
-from clarify.batch.waves import Recorder, Resources, run_sequential, run_waves
 from clarify.errors import InputError
 from clarify.local_llm.scripted import ScriptedEngine
 from tests.toc_fakes import FakeIndex
@@ -127,7 +128,7 @@ def test_bfs_limits_depth_and_max_nodes():
     cfg = _cfg()
     eng = ScriptedEngine("scripted", make_responder(verdict="True", fanout=2))
     trees = _trees()
-    rec = run_waves(trees, _resources(eng), cfg, progress=False)
+    rec = drive("waves", trees, _resources(eng), cfg)
     for t in trees:
         # breadth first (run_toc.py:214 pops the queue's front): the root, its children in order, then
         # the grandchildren; two children per expansion reach 10 valid nodes after five expansions
@@ -145,7 +146,7 @@ def test_depth_limit_stops_expansion():
     cfg = _cfg(max_depth=1, max_nodes=50)
     eng = ScriptedEngine("scripted", make_responder(verdict="True", fanout=2))
     trees = _trees()
-    run_waves(trees, _resources(eng), cfg, progress=False)
+    drive("waves", trees, _resources(eng), cfg)
     for t in trees:
         assert max(n.depth for n in t.nodes) == 1
         # only the root is ever expanded: once per restart (max_restarts=3 → 1 + 2 restarts... until limits)
@@ -156,7 +157,7 @@ def test_all_pruned_then_pruning_undone():
     cfg = _cfg()
     eng = ScriptedEngine("scripted", make_responder(verdict="False"))
     trees = _trees()
-    rec = run_waves(trees, _resources(eng), cfg, progress=False)
+    rec = drive("waves", trees, _resources(eng), cfg)
     for t in trees:
         statuses = [n.status for n in t.nodes]
         assert "pruned" in statuses
@@ -170,7 +171,7 @@ def test_restarts_from_root_when_queue_empties():
     cfg = _cfg(max_depth=1, max_nodes=100, max_expansions=100)
     eng = ScriptedEngine("scripted", make_responder(verdict="True", fanout=1))
     trees = _trees()
-    run_waves(trees, _resources(eng), cfg, progress=False)
+    drive("waves", trees, _resources(eng), cfg)
     for t in trees:
         # depth-1 children are never expanded (depth limit), so every expansion is the root, each time
         # after a restart: the loop ends when restarts reach max_restarts
@@ -182,7 +183,7 @@ def test_garbage_output_never_crashes_and_is_recorded():
     cfg = _cfg()
     eng = LooseEngine("scripted", make_responder(verdict="Maybe", garbage=True))
     trees = _trees()
-    rec = run_waves(trees, _resources(eng), cfg, progress=False)
+    rec = drive("waves", trees, _resources(eng), cfg)
     calls = pl.DataFrame(rec.llm_calls)
     errs = calls.filter(pl.col("parse_error").is_not_null())
     assert errs.height > 0
@@ -190,27 +191,29 @@ def test_garbage_output_never_crashes_and_is_recorded():
     assert len(rec.answers) == len(QUESTIONS)
 
 
-def _strip_wave(calls: list[dict]) -> pl.DataFrame:
-    df = pl.DataFrame(calls)
-    # the answer step's wave number differs by construction (global vs per question); all else must match
-    return df.drop("wave", "cached").sort("call_id", "qid", "node_id")
+def _calls(calls: list[dict]) -> pl.DataFrame:
+    # `cached` says whether THIS run computed a row; everything else must match row for row
+    return pl.DataFrame(calls).drop("cached")
 
 
 @pytest.mark.parametrize("responder", [make_responder(), make_responder(verdict="False"),
                                        make_responder(garbage=True, verdict="Maybe")])
-def test_waves_equal_per_question_loop(tmp_path, responder):
+def test_every_scheduler_equals_the_per_question_loop(tmp_path, responder):
     cfg = _cfg()
-    batched = LooseEngine("scripted", responder)
-    t1 = _trees()
-    rec1 = run_waves(t1, _resources(batched), cfg, progress=False)
-    seq = LooseEngine("scripted", responder)
-    t2 = _trees()
-    rec2 = run_sequential(t2, _resources(seq), cfg)
-    assert nodes_table(t1).equals(nodes_table(t2))
-    assert pl.DataFrame(rec1.answers).sort("qid").equals(pl.DataFrame(rec2.answers).sort("qid"))
-    assert _strip_wave(rec1.llm_calls).equals(_strip_wave(rec2.llm_calls))
-    # batching: the wave scheduler made ~2 generate calls per wave, the loop one per step per question
-    assert batched.calls < seq.calls / 2
+    got = {}
+    for name in SCHEDULERS:
+        engine = LooseEngine("scripted", responder)
+        trees = _trees()
+        got[name] = (engine, trees, drive(name, trees, _resources(engine), cfg))
+    _, seq_trees, seq = got["sequential"]
+    for name in ("waves", "continuous"):
+        _, trees, rec = got[name]
+        assert nodes_table(trees).equals(nodes_table(seq_trees)), name
+        assert pl.DataFrame(rec.answers).equals(pl.DataFrame(seq.answers)), name
+        assert pl.DataFrame(rec.hits).equals(pl.DataFrame(seq.hits)), name
+        assert _calls(rec.llm_calls).equals(_calls(seq.llm_calls)), name
+    # batching: waves made one generate call per wave, the loop one per request of each question
+    assert got["waves"][0].calls < got["sequential"][0].calls / 2
 
 
 def _run_cfg(tmp_path, **kw):
@@ -230,9 +233,9 @@ def test_run_dir_resume_and_rerun_makes_zero_calls(tmp_path):
 
     full = run(cfg, tmp_path / "full", engine_factory=factory, index=index, progress=False)
     out = tmp_path / "resumed"
-    assert run(cfg, out, engine_factory=factory, index=index, progress=False, stop_after_wave=2) == {
-        "stopped_after_wave": 2}
-    assert len(list((out / "waves").iterdir())) == 2 and not (out / "summary.json").exists()
+    assert run(cfg, out, engine_factory=factory, index=index, progress=False, stop_after_parts=2,
+               part_trees=1) == {"stopped_after_parts": 2}
+    assert len(list((out / "parts").iterdir())) == 2 and not (out / "summary.json").exists()
     resumed = run(cfg, out, engine_factory=factory, index=index, progress=False)
     for name in ("nodes", "answers", "hits"):
         a = pl.read_parquet(tmp_path / "full" / f"{name}.parquet")
@@ -313,18 +316,17 @@ def test_config_errors_name_the_field(tmp_path):
         load_questions(config.load(None, {"offset": 490, "limit": 20}))
 
 
-def test_recorder_tables_follow_schemas():
+def test_part_tables_follow_schemas():
     from clarify import schemas
     from clarify.batch.pipeline import _tables
+    from clarify.batch.program import TreeRows
 
     eng = ScriptedEngine("scripted", make_responder())
     trees = _trees()[:2]
-    rec = Recorder()
-    got = run_waves(trees, _resources(eng), _cfg(max_expansions=2), progress=False,
-                    on_wave=lambda w, r, ts: rec.llm_calls.extend(r.llm_calls))
-    schemas.check(_tables(Recorder(llm_calls=rec.llm_calls))["llm_calls"], "llm_calls")
+    got = drive("continuous", trees, _resources(eng), _cfg(max_expansions=2))
+    schemas.check(_tables([TreeRows(llm_calls=got.llm_calls)])["llm_calls"], "llm_calls")
     schemas.check(nodes_table(trees), "nodes")
-    assert got.tokens >= 0
+    assert got.tokens > 0 and got.stats.trees == 2
 
 
 # --- bugs found in the fidelity read (issue 12) ------------------------------------------------------
@@ -344,7 +346,7 @@ def test_no_passages_shown_does_not_crash_verification():
     res = _resources(ScriptedEngine("scripted", make_responder(verdict="True")))
     res.searcher = _NoHits()
     trees = _trees()[:1]
-    rec = run_waves(trees, res, _cfg(max_expansions=2), progress=False)
+    rec = drive("continuous", trees, res, _cfg(max_expansions=2))
     verify = [c for c in rec.llm_calls if c["step"] == "verify"]
     assert verify and all("Context:" in c["prompt"] for c in verify)
     assert all(n.evidence_passage_id is None for n in trees[0].nodes)
@@ -352,8 +354,7 @@ def test_no_passages_shown_does_not_crash_verification():
 
 
 def test_fits_counts_exactly_when_characters_underestimate_tokens():
-    from clarify.batch.waves import _fits
-    from clarify.local_llm.engine import GenParams
+    from clarify.batch.scheduler import Resolver, SchedStats
 
     class ByteTokens:  # byte-level BPE at worst: one token per UTF-8 byte
         max_model_len = 2048
@@ -362,7 +363,8 @@ def test_fits_counts_exactly_when_characters_underestimate_tokens():
             return len(prompt.encode("utf-8"))
 
     prompts = ["日本語" * 400, "plain text " * 100]  # 1200 characters but 3600 tokens; 1100 and 1100
-    assert _fits(ByteTokens(), prompts, [GenParams(max_tokens=64)] * 2) == [False, True]
+    res = Resources(engine=ByteTokens(), searcher=None, passages=None, embed=None, demos=None)
+    assert Resolver(res, SchedStats()).fits(prompts, [64, 64]) == [False, True]
 
 
 def _pair(q, *answers):
@@ -410,12 +412,12 @@ def test_previous_preset_restores_every_switch():
         config.load(None, {"toc.evidence": "best"})
 
 
-def test_previous_preset_runs_waves_equal_loop():
+def test_previous_preset_runs_continuous_equal_loop():
     from pathlib import Path
 
     cfg = config.load(Path(config.__file__).with_name("previous.toml"), {"answer_style": "free"})
     t1, t2 = _trees(), _trees()
-    rec1 = run_waves(t1, _resources(LooseEngine("s", make_responder())), cfg, progress=False)
-    rec2 = run_sequential(t2, _resources(LooseEngine("s", make_responder())), cfg)
+    rec1 = drive("continuous", t1, _resources(LooseEngine("s", make_responder())), cfg)
+    rec2 = drive("sequential", t2, _resources(LooseEngine("s", make_responder())), cfg)
     assert nodes_table(t1).equals(nodes_table(t2))
-    assert _strip_wave(rec1.llm_calls).equals(_strip_wave(rec2.llm_calls))
+    assert _calls(rec1.llm_calls).equals(_calls(rec2.llm_calls))

@@ -23,9 +23,10 @@ import pytest
 from clarify.batch import config
 from clarify.batch.demos import KnnPool
 from clarify.batch.parse import Disambiguation
+from clarify.batch.program import Resources
 from clarify.batch.prompts import Demo, Passage
+from clarify.batch.scheduler import SCHEDULERS, drive
 from clarify.batch.tree import Tree
-from clarify.batch.waves import Resources, run_sequential, run_waves
 from clarify.local_llm.cache import CachedEngine
 from clarify.local_llm.scripted import ScriptedEngine
 from tests.toc_fakes import HashEncoder
@@ -121,11 +122,10 @@ def _cfg(**overrides):
                               "toc.answer_passages": 2, **overrides})
 
 
-def _run(tmp_path, question, runner=run_waves, **overrides):
+def _run(tmp_path, question, scheduler="continuous", **overrides):
     script = Script()
     tree = Tree.new("q", question, verify=True)
-    kw = {"progress": False} if runner is run_waves else {}
-    rec = runner([tree], _resources(tmp_path, script), _cfg(**overrides), **kw)
+    rec = drive(scheduler, [tree], _resources(tmp_path, script), _cfg(**overrides))
     return tree, rec, script
 
 
@@ -178,9 +178,9 @@ ORDER_Q1 = ["0", "0.1", "0.3", "0", "0.1", "0.3", "0", "0.1", "0.3", "0", "0.1",
             "0.3.7"]
 
 
-@pytest.mark.parametrize("runner", [run_waves, run_sequential])
-def test_golden_q1_matches_official_tree(tmp_path, runner):
-    tree, rec, script = _run(tmp_path, R1, runner)
+@pytest.mark.parametrize("scheduler", SCHEDULERS)
+def test_golden_q1_matches_official_tree(tmp_path, scheduler):
+    tree, rec, script = _run(tmp_path, R1, scheduler)
     assert _statuses(tree) == EXPECTED_Q1
     # valid_qas order (:247 add_nodes appends), the answer gets the first max_nodes of them (:256)
     assert tree.valid == ["0.1", "0.3", "0.1.7", "0.1.8", "0.3.7", "0.3.8", "0.1.7.1", "0.1.7.2", "0.1.8.1",
@@ -225,8 +225,7 @@ def test_golden_q1_restart_resample_switch(tmp_path):
     orig = dict(CLARIFY)
     try:
         CLARIFY.update(CLARIFY_ALL)
-        rec = run_waves([tree], _resources(tmp_path, script), _cfg(**{"toc.restart_resample": True}),
-                        progress=False)
+        rec = drive("continuous", [tree], _resources(tmp_path, script), _cfg(**{"toc.restart_resample": True}))
     finally:
         CLARIFY.update(orig)
     clarify = [c for c in rec.llm_calls if c["step"] == "clarify"]

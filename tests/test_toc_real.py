@@ -17,8 +17,8 @@ import pytest
 from clarify import schemas
 from clarify.batch import config
 from clarify.batch.pipeline import load_questions, nodes_table, open_resources, run
+from clarify.batch.scheduler import drive
 from clarify.batch.tree import Tree
-from clarify.batch.waves import run_sequential, run_waves
 
 pytestmark = pytest.mark.integration
 
@@ -26,93 +26,105 @@ SMALL = {"toc.max_expansions": 3, "toc.clarify_max_tokens": 96, "toc.answer_max_
          "toc.n_demos": 3}
 
 
-class CountingEngine:
-    """Wraps the real engine to count generate calls and prompts (the engine itself is untouched)."""
-
-    def __init__(self, inner):
-        self.inner, self.model_id = inner, inner.model_id
-        self.calls, self.prompts = 0, 0
-
-    def generate(self, prompts, params):
-        self.calls += 1
-        self.prompts += len(prompts)
-        return self.inner.generate(prompts, params)
-
-
-def test_real_waves_batch_and_equal_per_question_loop(tmp_path, default_local_index, llm_engine):
+def test_real_schedulers_build_identical_tables_from_one_cache(tmp_path, default_local_index, llm_engine):
+    """The continuous driver on vLLM's own step loop, then waves and the per-question loop replayed from
+    its completion cache: zero engine work, identical trees and rows (issue 13)."""
     cfg = config.load(None, {"limit": 3, "answer_style": "free", **SMALL})
     questions, _ = load_questions(cfg)
-    counting = CountingEngine(llm_engine)
-    res = open_resources(cfg, questions, tmp_path / "cache", engine_factory=lambda c: counting, index=default_local_index)
-    trees = [Tree.new(q, text) for q, text in zip(questions["qid"], questions["question"])]
-    rec = run_waves(trees, res, cfg, progress=False)
-    calls = pl.DataFrame(rec.llm_calls)
-    waves = calls.filter(pl.col("step") == "clarify")["wave"].n_unique()
-    # every step of every question in one generate per wave and step: ≤ 2 per wave + 1 for the answers
-    assert counting.calls <= 2 * waves + 1
+    stats = llm_engine.stats
+    steps, prompts, running = stats.steps, stats.prompts, len(stats.running)
+
+    def trees():
+        return [Tree.new(q, text) for q, text in zip(questions["qid"], questions["question"])]
+
+    def resources():
+        return open_resources(cfg, questions, tmp_path / "cache", engine_factory=lambda c: llm_engine,
+                              index=default_local_index)
+
+    res = resources()
+    cont_trees = trees()
+    cont = drive("continuous", cont_trees, res, cfg)
+    res.engine.flush()
+    calls = pl.DataFrame(cont.llm_calls)
+    # through the step loop, requests of several trees and steps ran together
+    assert cont.stats.steps > 0 and stats.steps - steps >= cont.stats.steps and cont.stats.generate_calls == 0
+    assert max(stats.running[running:]) > 1
     # a byte-identical request (a re-expansion after a restart with nothing exhausted since, siblings'
     # identical verifications) is computed once: the cache answers the repeats (dsp's cache, officially)
-    assert counting.prompts == calls.filter(~pl.col("cached"))["call_id"].n_unique()
-    assert calls.height > counting.calls
+    assert stats.prompts - prompts == calls.filter(~pl.col("cached"))["call_id"].n_unique()
     assert (calls.filter(pl.col("step") == "clarify")["completion"].str.len_chars() > 0).all()
-    assert len(rec.answers) == 3 and all(a["answer"] for a in rec.answers)
+    assert len(cont.answers) == 3 and all(a["answer"] for a in cont.answers)
 
-    # the per-question loop, same engine and cache: identical trees and answers, all from the cache
-    seq_trees = [Tree.new(q, text) for q, text in zip(questions["qid"], questions["question"])]
-    res2 = open_resources(cfg, questions, tmp_path / "cache", engine_factory=lambda c: counting, index=default_local_index)
-    before = counting.prompts
-    rec2 = run_sequential(seq_trees, res2, cfg)
-    assert counting.prompts == before  # zero model calls: every completion came from the cache
-    assert nodes_table(trees).equals(nodes_table(seq_trees))
-    assert pl.DataFrame(rec.answers).sort("qid").equals(pl.DataFrame(rec2.answers).sort("qid"))
-    assert res2.engine.stats.hits == len(rec2.llm_calls) and res2.engine.stats.engine_calls == 0
+    for name in ("waves", "sequential"):
+        before = stats.prompts
+        res2 = resources()
+        replay_trees = trees()
+        rec = drive(name, replay_trees, res2, cfg)
+        assert stats.prompts == before, name  # zero model calls: every completion came from the cache
+        assert res2.engine.stats.hits == len(rec.llm_calls) and res2.engine.stats.engine_calls == 0
+        assert nodes_table(replay_trees).equals(nodes_table(cont_trees)), name
+        assert pl.DataFrame(rec.answers).equals(pl.DataFrame(cont.answers)), name
+        assert pl.DataFrame(rec.hits).equals(pl.DataFrame(cont.hits)), name
+        assert pl.DataFrame(rec.llm_calls).drop("cached").equals(calls.drop("cached")), name
 
 
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "clarify.batch.cli", *args]
 
 
+def _cache_keys(cache_dir: Path) -> set[str]:
+    import sqlite3
+
+    with sqlite3.connect(f"file:{cache_dir / 'completions.sqlite'}?mode=ro", uri=True, timeout=5) as con:
+        return {k for (k,) in con.execute("SELECT key FROM completions")}
+
+
 def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path, default_index):
-    """A real `clarify run` is SIGKILLed after its first wave; the same command finishes it. Then an
-    uninterrupted run over the same completions (its cache seeded from the killed run's) must write
-    exactly the same tables: nothing lost, nothing duplicated."""
+    """A real continuous `clarify run` is SIGKILLed after its first part; the same command finishes it,
+    recomputing no completion the killed session had committed. Then an uninterrupted run over the same
+    completions (its cache seeded from the killed run's) must write exactly the same tables."""
     # every expansion a new request (toc.restart_resample): with the default, a small model's fruitless
-    # root is re-expanded from the cache, and the kill below waits for a wave that reaches the engine
+    # root is re-expanded from the cache, and the kill below waits for a commit that follows engine work
     flags = ["--dataset", "asqa", "--limit", "3", "--answer-style", "free", "--index", str(default_index),
-             "--config", str(_small_toml(tmp_path, "restart_resample = true\n")), "--no-progress"]
+             "--config", str(_small_toml(tmp_path, "restart_resample = true\n")), "--no-progress",
+             "--part-trees", "1"]
     killed = tmp_path / "killed"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    # The run kills itself at an exact state (clarify/faults.py): in the middle of wave 2, right after its
-    # first batch of completions reached the cache, before the wave's checkpoint exists. No timing race.
-    kill_env = dict(env, CLARIFY_KILL_AT="cache-commit after wave-done:1")
+    # The run kills itself at an exact state (clarify/faults.py): one tree written as part 1, right after the
+    # next group of completions reached the cache, the other trees in flight. No timing race.
+    kill_env = dict(env, CLARIFY_KILL_AT="cache-commit after part-done:1")
     proc = subprocess.run(_cli("run", *flags, "--out", str(killed)), env=kill_env, capture_output=True,
                           timeout=900)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
-    assert (killed / "waves" / "0001").exists() and not (killed / "waves" / "0002").exists()
+    assert (killed / "parts" / "0001").exists() and not (killed / "parts" / "0002").exists()
     assert not (killed / "summary.json").exists()
-    waves_before = {p.name: p.stat().st_mtime_ns for p in (killed / "waves").iterdir() if p.name.isdigit()}
-    cached_before = _cache_rows(killed / "cache")
+    part_mtime = (killed / "parts" / "0001").stat().st_mtime_ns
+    committed = _cache_keys(killed / "cache")
 
     subprocess.run(_cli("run", *flags, "--out", str(killed)), env=env, check=True, capture_output=True)
     summary = json.loads((killed / "summary.json").read_text())
-    # finished waves were kept as they were; the killed wave was redone from the cache where it could be
-    assert all((killed / "waves" / name).stat().st_mtime_ns == m for name, m in waves_before.items())
-    assert summary["waves"] > len(waves_before)
-    assert summary["cached_calls"] >= cached_before - sum(
-        pl.read_parquet(killed / "waves" / n / "llm_calls.parquet").height for n in waves_before) > 0
-    # total wall time = the killed session's finished waves + the whole resumed session
-    first_s = json.loads((killed / "waves" / max(waves_before) / "state.json").read_text())["run_s"]
+    assert (killed / "parts" / "0001").stat().st_mtime_ns == part_mtime  # a written part is never rewritten
+    assert summary["parts"] == 3
+    # the unfinished trees replayed from the cache: no completion committed before the kill was computed again
+    calls = pl.read_parquet(killed / "llm_calls.parquet")
+    first = set(pl.read_parquet(killed / "parts" / "0001" / "llm_calls.parquet")["qid"])
+    replayed = calls.filter(~pl.col("qid").is_in(list(first)))
+    assert not set(replayed.filter(~pl.col("cached"))["call_id"]) & committed
+    assert replayed["cached"].any()
+    # total wall time = the killed session up to its part + the whole resumed session
+    first_s = json.loads((killed / "parts" / "0001" / "state.json").read_text())["run_s"]
     assert first_s > 0
     assert summary["wall_s_total"] == pytest.approx(first_s + summary["wall_s_last_session"], abs=0.02)
 
     clean = tmp_path / "clean"
     clean.mkdir()
     subprocess.run(["cp", "-r", str(killed / "cache"), str(clean / "cache")], check=True)
-    subprocess.run(_cli("run", *flags, "--out", str(clean)), env=env, check=True, capture_output=True)
+    subprocess.run(_cli("run", *flags, "--scheduler", "waves", "--out", str(clean)), env=env, check=True,
+                   capture_output=True)
     for name in ("nodes", "hits", "answers", "spans", "passages", "scores"):
         a, b = pl.read_parquet(killed / f"{name}.parquet"), pl.read_parquet(clean / f"{name}.parquet")
         assert a.equals(b), name
-    a = pl.read_parquet(killed / "llm_calls.parquet").drop("cached")
+    a = calls.drop("cached")
     b = pl.read_parquet(clean / "llm_calls.parquet").drop("cached")
     assert a.equals(b)
     # no call recorded twice (two nodes may send one identical request, e.g. same-answer verifications)
@@ -120,19 +132,6 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path, default_inde
     clean_summary = json.loads((clean / "summary.json").read_text())
     assert clean_summary["cached_calls"] == b.height
     assert clean_summary["wall_s_total"] == pytest.approx(clean_summary["wall_s_last_session"], abs=0.02)
-
-
-def _cache_rows(cache_dir: Path) -> int:
-    import sqlite3
-
-    db = cache_dir / "completions.sqlite"
-    if not db.exists():
-        return 0
-    try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as con:
-            return con.execute("SELECT COUNT(*) FROM completions").fetchone()[0]
-    except sqlite3.OperationalError:  # table not created yet
-        return 0
 
 
 def _small_toml(tmp_path: Path, extra: str = "") -> Path:

@@ -1,0 +1,388 @@
+"""One question's Tree of Clarifications as a program: what it needs, asked for one request at a time.
+
+`tree_program(tree, res, cfg, rows)` is a generator. It walks the official loop (gankim/tree-of-clarifications
+`run_toc.py` main loop, stepped by `Tree`, batch/tree.py) and, wherever it needs the outside world, it
+yields a request and receives the result:
+
+    Search(queries, k)          → per query [(passage_id, score)] best first, and the retriever's name
+    Rerank(queries, ids, k)     → per query its candidates reranked, top k [(passage_id, score)]
+    Embed(texts)                → {text: vector}
+    Generate(step, nodes, prompts, params) → [Completion] in order
+
+Everything else (passage lookup, demo selection, parsing, the tree's bookkeeping) is local and pure. The
+tree's state depends only on the results it receives, and every result depends only on the request
+(seeds and cache keys are functions of the question, node, expansion count or prompt; ranking scores
+are rounded before sorting), so the drivers of batch/scheduler.py — one question at a time, waves, or
+the continuous step loop — only differ in how many requests they resolve together and build identical
+tables from the same completions (DESIGN §4, tests/test_scheduler.py).
+
+The program records its own rows (`TreeRows`: LLM calls, hits, the answer) in the order it makes them,
+so a tree's rows never depend on which other trees ran beside it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from clarify.batch.config import RunConfig
+from clarify.batch.demos import KnnPool
+from clarify.batch.parse import (
+    Disambiguation,
+    clean_long_answer,
+    da_text,
+    parse_disambiguations,
+    parse_verdict,
+)
+from clarify.batch.prompts import (
+    Demo,
+    Passage,
+    answer_prompt,
+    clarify_prompt,
+    quoted_answer_prompt,
+    verify_prompt,
+)
+from clarify.batch.tree import ROOT, Node, Tree, has_answer
+from clarify.eval.normalize import token_f1
+from clarify.local_llm.engine import Completion, Engine, GenParams, request_key
+
+Embed = Callable[[list[str]], np.ndarray]
+# The configured reranker (index.search.PairScorer.score): per query, one score per candidate passage id.
+RerankFn = Callable[[list[str], list[list[str]]], list[np.ndarray]]
+
+# The clarification's long answer is not used (ToC appendix): stop before it to save tokens.
+CLARIFY_STOP = ("\nAnswer:", "\n---", "\nQuestion:")
+ANSWER_STOP = ("\n---", "\nQuestion:", "\nContext:", "\nSources:")
+TOO_LONG = "prompt longer than the model's context: not sent"
+
+
+@dataclass
+class Resources:
+    """What the programs need, passed in (never looked up from a global)."""
+
+    engine: Engine
+    searcher: object | None  # clarify.index Searcher: search(DataFrame[qid, query], k) -> hits
+    passages: Callable[[list[str]], dict[str, Passage]]  # passage ids → passages
+    embed: Embed
+    demos: KnnPool | None  # clarification demos
+    quoted_demos: KnnPool | None = None  # SEMQA demos
+    fixed_passages: dict[str, list[Passage]] = field(default_factory=dict)  # qid → given sources (QuoteSum)
+    rerank: RerankFn | None = None  # None: the dense encoder's cosine over "title | text"
+
+
+# -- requests ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Search:
+    """Search the index for each query, top k. Result: ([[(passage_id, score)], ...], retriever name)."""
+
+    queries: tuple[str, ...]
+    k: int
+
+
+@dataclass(frozen=True)
+class Rerank:
+    """Rank each query's candidates by the configured reranker, top k. Result: [[(passage_id, score)], ...]."""
+
+    queries: tuple[str, ...]
+    candidates: tuple[tuple[str, ...], ...]
+    k: int
+
+
+@dataclass(frozen=True)
+class EmbedTexts:
+    """Dense vectors of the texts. Result: {text: vector}."""
+
+    texts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Generate:
+    """Completions of the prompts (one per node). Result: [Completion] in order; a prompt that does not
+    fit the model's context comes back with finish_reason "prompt_too_long" and is never sent."""
+
+    step: str  # clarify | verify | answer
+    node_ids: tuple[str, ...]
+    prompts: tuple[str, ...]
+    params: tuple[GenParams, ...]
+    priority: int = 0  # lower = sooner (batch/scheduler.py continuous driver)
+
+
+Request = Search | Rerank | EmbedTexts | Generate
+Program = Generator[Request, Any, None]
+
+
+@dataclass
+class TreeRows:
+    """A tree's rows, in the order its program made them; `tokens`: prompt + output tokens of its
+    completions that the engine computed in this session (not cache hits)."""
+
+    llm_calls: list[dict] = field(default_factory=list)
+    hits: list[dict] = field(default_factory=list)
+    answers: list[dict] = field(default_factory=list)
+    tokens: int = 0
+
+
+# -- the pure helpers ---------------------------------------------------------------------------------
+def seed_for(base: int, *parts: object) -> int:
+    """A per-request seed that depends only on the request's identity, never on batch composition."""
+    h = hashlib.sha256("|".join(map(str, (base, *parts))).encode()).digest()
+    return int.from_bytes(h[:4], "little") & 0x7FFFFFFF
+
+
+def clarify_seed(cfg: RunConfig, t: Tree, n: Node, prompt: str) -> int:
+    """The clarification's sampling seed. By default (toc.restart_resample = False) it is a function of
+    the prompt alone, so a byte-identical prompt — a node re-expanded after a restart with nothing
+    exhausted or removed since, or two nodes asking the same question — is the same request and the
+    completion cache answers it with the same completion, as dsp's request cache does for the official
+    run (run_toc.py:221, temperature 0.7); a different prompt is an independent sample. With the switch
+    on, the seed depends on the node and the expansion count instead, so every expansion samples anew."""
+    if cfg.toc.restart_resample:
+        return seed_for(cfg.seed, t.qid, n.node_id, t.n_expansions, "clarify")
+    return seed_for(cfg.seed, hashlib.sha256(prompt.encode("utf-8")).hexdigest(), "clarify")
+
+
+def rank_by_scores(ids: Sequence[str], scores: Sequence[float], k: int) -> list[tuple[str, float]]:
+    """toc/retrieval/combine.py:3-8 rerank: best first, top k. Scores are rounded to 5 decimals and ties
+    keep the given order (stable), so a ranking never depends on float noise between batches."""
+    r = np.round(np.asarray(scores, dtype=np.float64), 5)
+    order = sorted(range(len(ids)), key=lambda i: (-r[i], i))[:k]
+    return [(ids[i], float(scores[i])) for i in order]
+
+
+def passage_string(p: Passage) -> str:
+    """A passage as the official code sees it: dsp's retriever returns `long_text`, "title | text"
+    (dsp/primitives/search.py:10), and answers are matched against all of it."""
+    return f"{p.title} | {p.text}"
+
+
+def exhausted_by(pairs: list[Disambiguation], ctx: list[str], store: dict[str, Passage], removal: str) -> list[str]:
+    """Shown passages that hold an answer of this expansion, to be skipped from now on.
+    removal = "official": run_toc.py:110-123 remove_dup_psgs — a passage of the shown context that
+    contains a whole DA string (`disambig['answer']`, unsplit), matched against "title | text"
+    (dsp.passage_has_answers, dsp/primitives/demonstrate.py:129-134). "shown": any single answer, text only."""
+    if removal == "official":
+        found = [da_text(p.answers) for p in pairs]
+        return [p for p in ctx if has_answer(passage_string(store[p]), found)]
+    found = [a for p in pairs for a in p.answers]
+    return [p for p in ctx if has_answer(store[p].text, found)]
+
+
+def removed_by(pairs: list[Disambiguation], shown: list[Demo], pool: Sequence[Demo], removal: str) -> list[str]:
+    """Demos whose answer this expansion found, to be left out from now on (dsp F1 > 0.8).
+    removal = "official": run_toc.py:94-108 remove_dup_demos — over every demo still in `cur_demos`
+    (the whole pool: `cur_demos = train.copy()`, run_toc.py:191), each demo DA (its first short answer,
+    toc/utils.py:18) against the whole DA strings found. "shown": only the demos in this prompt,
+    against each single answer."""
+    if removal == "official":
+        found = [da_text(p.answers) for p in pairs]
+        return [d.demo_id for d in pool if any(token_f1(b, da_text(dp.answers)) > 0.8 for dp in d.pairs for b in found)]
+    found = [a for p in pairs for a in p.answers]
+    return [d.demo_id for d in shown if any(token_f1(b, a) > 0.8 for dp in d.pairs for a in dp.answers for b in found)]
+
+
+def answer_passages(t: Tree, store: dict[str, Passage], n_nodes: int, n_passages: int) -> list[str]:
+    """toc.answer_passages_from = "nodes" (clarify's choice; toc/tree.py:49-70 select_passages is never
+    called by run_toc.py): up to `n_passages` passages, for each valid node in BFS order the first passage
+    the tree has shown that contains its answer; then the question's own top passages to fill up."""
+    picked: list[str] = []
+    for node in t.valid_nodes()[:n_nodes]:
+        for pid in t.seen_passages:
+            if pid not in picked and has_answer(store[pid].text, node.answers):
+                picked.append(pid)
+                break
+        if len(picked) >= n_passages:
+            break
+    for pid in t.root_passages + t.seen_passages:
+        if len(picked) >= n_passages:
+            break
+        if pid not in picked:
+            picked.append(pid)
+    return picked[:n_passages]
+
+
+def _pair(n: Node) -> Disambiguation:
+    return Disambiguation(n.question, tuple(n.answers))
+
+
+# Priorities of the continuous driver (lower = sooner): work that shortens the critical path first.
+# A verification unblocks its tree's next expansion, a clarification starts one, an answer ends a tree.
+PRIORITY = {"verify": 0, "clarify": 1, "answer": 2}
+
+
+def _priority(step: str, t: Tree, cfg: RunConfig) -> int:
+    """Step first; then trees with more expansions ahead of them (fewer done) sooner."""
+    return PRIORITY[step] * 1000 + min(t.n_expansions, cfg.toc.max_expansions + 1)
+
+
+# -- the program -------------------------------------------------------------------------------------
+def tree_program(t: Tree, res: Resources, cfg: RunConfig, rows: TreeRows) -> Program:
+    """A whole tree: expand node after node until the official loop stops, then the final answer.
+    `wave` in the rows is the tree's own round: 1 for its first expansion, the round after its last
+    expansion for its answer — the same under every driver."""
+    if t.qid in res.fixed_passages:  # QuoteSum: the question's own sources, no tree (DESIGN §4)
+        t.done = True
+    wave = 0
+    while (node := t.next_node(cfg.toc)) is not None:
+        wave += 1
+        yield from expand(t, node, res, cfg, wave, rows)
+    yield from answer(t, res, cfg, wave + 1, rows)
+
+
+def _record(res: Resources, rows: TreeRows, t: Tree, req: Generate, wave: int,
+            comps: Sequence[Completion]) -> list[dict]:
+    out = []
+    for node_id, prompt, p, c in zip(req.node_ids, req.prompts, req.params, comps):
+        if not c.cached:  # tokens the engine really processed in this session
+            rows.tokens += c.prompt_tokens + c.output_tokens
+        out.append({
+            "call_id": request_key(res.engine.model_id, prompt, p), "step": req.step, "qid": t.qid,
+            "node_id": node_id, "wave": wave, "model": res.engine.model_id, "prompt": prompt,
+            "completion": c.text, "finish_reason": c.finish_reason, "prompt_tokens": c.prompt_tokens,
+            "output_tokens": c.output_tokens, "cached": c.cached,
+            "parse_error": TOO_LONG if c.finish_reason == "prompt_too_long" else None,
+        })
+    rows.llm_calls.extend(out)
+    return out
+
+
+def node_passages(t: Tree, n: Node, cfg: RunConfig) -> Generator[Request, Any, tuple[list[tuple[str, float]], str]]:
+    """The top_k passages (id, score) shown to the node's clarification, and the retriever's name.
+
+    retrieval.node_passages = "pool" (official): the question is searched once, run_toc.py:198-199
+    (`retrieve_passages` → dsp.retrieve(question, k=top_k_docs), toc/rac.py:5), and every node — the root
+    too — reranks that pool minus the exhausted passages by its own question, run_toc.py:219 → :61-64.
+    "search": every node searches the index with its own question and skips exhausted passages."""
+    r = cfg.retrieval
+    gone = set(t.exhausted_passages)
+    if r.node_passages == "pool":
+        if not t.searched:
+            (found,), _ = yield Search((t.question,), r.pool)
+            t.root_passages, t.searched = [pid for pid, _ in found], True
+        cands = tuple(p for p in t.root_passages if p not in gone)
+        (ranked,) = yield Rerank((n.question,), (cands,), r.top_k)
+        return ranked, "rerank"
+    (ranked,), retriever = yield Search((n.question,), r.pool)
+    if n.node_id == ROOT and not t.searched:
+        t.root_passages, t.searched = [pid for pid, _ in ranked], True
+    return [(pid, s) for pid, s in ranked if pid not in gone][: r.top_k], retriever
+
+
+def expand(t: Tree, n: Node, res: Resources, cfg: RunConfig, wave: int, rows: TreeRows) -> Program:
+    """One expansion of node `n`: retrieve, clarify, dedup, verify (run_toc.py:215-249)."""
+    toc = cfg.toc
+    # 1. Retrieval.
+    used, retriever = yield from node_passages(t, n, cfg)
+    ctx = [pid for pid, _ in used]
+    t.note_passages(ctx)  # run_toc.py:220 toc.slt_psgs += qd_example.context
+    # scores as ranked: rounded (rank_by_scores), so the table does not carry float noise that depends on
+    # the batch a query was scored in
+    rows.hits.extend({"qid": t.qid, "node_id": n.node_id, "wave": wave, "query": n.question,
+                      "passage_id": pid, "score": round(float(s), 5), "rank": k, "retriever": retriever}
+                     for k, (pid, s) in enumerate(used, 1))
+    store = res.passages(ctx) if ctx else {}
+
+    # 2. Clarification with kNN demos for the node's question (run_toc.py:219 get_example → knn).
+    vecs = yield EmbedTexts((n.question,))
+    (demos,) = res.demos.select(vecs[n.question][None, :], [n.question], toc.n_demos, [t.removed_demos])
+    prompt = clarify_prompt(n.question, [store[p] for p in ctx], demos)
+    params = GenParams(temperature=toc.temperature, max_tokens=toc.clarify_max_tokens,
+                       stop=CLARIFY_STOP + cfg.model.stop, seed=clarify_seed(cfg, t, n, prompt))
+    req = Generate("clarify", (n.node_id,), (prompt,), (params,), _priority("clarify", t, cfg))
+    comps = yield req
+    (call,) = _record(res, rows, t, req, wave, comps)
+    parsed = parse_disambiguations(comps[0].text, comps[0].finish_reason)
+    call["parse_error"] = call["parse_error"] or parsed.error
+    children = t.add_candidates(n, parsed.pairs, wave, toc.duplicates)
+    if toc.verify and parsed.pairs:
+        # run_toc.py:229-231 (only with --verify, pruning or not): with every parsed pair (before
+        # pruning), drop found answers' passages and demos so re-expansions look elsewhere. (With no
+        # pair the official remove_dup_demos raises on `max()` of nothing; here nothing is removed.)
+        t.exhausted_passages.extend(p for p in exhausted_by(parsed.pairs, ctx, store, toc.removal)
+                                    if p not in t.exhausted_passages)
+        t.removed_demos.extend(d for d in removed_by(parsed.pairs, demos, res.demos.items, toc.removal)
+                               if d not in t.removed_demos)
+
+    # 3. Self-verification of the pending children (toc/pruning.py:27-41), one request for all of them.
+    pending = [c for c in children if c.status == "pending"]
+    verdicts: dict[str, tuple[bool, str | None, str | None]] = {}
+    if pending:
+        evidence = yield from _evidence(t, pending, res, toc.evidence)
+        req = Generate("verify", tuple(c.node_id for c in pending),
+                       tuple(verify_prompt(ev, t.question, "; ".join(c.answers)) for c, ev in zip(pending, evidence)),
+                       tuple(GenParams(temperature=0.0, max_tokens=toc.verify_max_tokens, choices=("True", "False"))
+                             for _ in pending), _priority("verify", t, cfg))
+        comps = yield req
+        for c, ev, comp, call in zip(pending, evidence, comps, _record(res, rows, t, req, wave, comps)):
+            keep, err = parse_verdict(comp.text)
+            call["parse_error"] = call["parse_error"] or err
+            verdicts[c.node_id] = (keep, comp.text.strip(), ev.passage_id if ev else None)
+    t.settle(children, verdicts, toc)
+
+
+def _evidence(t: Tree, pending: list[Node], res: Resources, mode: str) -> Generator[Request, Any, list[Passage | None]]:
+    """The context of each verification: one passage the tree has shown (None when it has shown none).
+
+    toc/pruning.py:17-25 get_evidence means: among the shown passages (deduplicated `slt_psgs`), those
+    containing the answer (all of them if none does), the reranker's top-1 for the DQ. As published it
+    calls `passage_has_answers(passage, cur_qa['answer'])` with a string: the "answers" are its single
+    characters, which normalise to nothing and match every passage, so the filter is a no-op.
+    mode "filter": the intended filter (each `;`-separated answer, as toc/tree.py:55 splits them, against
+    "title | text"), scored by the reranker; "official": no filter, reranker top-1 of all shown passages;
+    "filter-embed": the filter against the text, scored by the dense encoder's cosine (before issue 12)."""
+    store = res.passages(list(t.seen_passages)) if t.seen_passages else {}
+    pools = []
+    for c in pending:
+        if mode == "official":
+            pools.append(list(t.seen_passages))
+            continue
+        text = (lambda p: store[p].text) if mode == "filter-embed" else (lambda p: passage_string(store[p]))
+        pos = [p for p in t.seen_passages if has_answer(text(p), c.answers)]
+        pools.append(pos or list(t.seen_passages))
+    if mode == "filter-embed":
+        texts = tuple(dict.fromkeys([c.question for c in pending] + [store[p].text for pool in pools for p in pool]))
+        vecs = yield EmbedTexts(texts)
+        best = [rank_by_scores(pool, [float(vecs[c.question] @ vecs[store[p].text]) for p in pool], 1)
+                for c, pool in zip(pending, pools)]
+    else:
+        best = yield Rerank(tuple(c.question for c in pending), tuple(tuple(p) for p in pools), 1)
+    return [store[b[0][0]] if b else None for b in best]
+
+
+def answer(t: Tree, res: Resources, cfg: RunConfig, wave: int, rows: TreeRows) -> Program:
+    """The tree's final long-form answer, at temperature 0 (run_toc.py:253-262)."""
+    toc = cfg.toc
+    if t.qid in res.fixed_passages:
+        ctx = res.fixed_passages[t.qid]
+    else:
+        if toc.answer_passages_from == "pool":
+            # run_toc.py:259 get_example(args, cur_demos, tree_ins, all_passages, ...): the question's whole
+            # retrieved pool (exhaustion not applied) reranked by the question, top --top_k_reranked
+            (top,) = yield Rerank((t.question,), (tuple(t.root_passages),), toc.answer_passages)
+            picked = [pid for pid, _ in top]
+        else:
+            ids = list(dict.fromkeys(t.root_passages + t.seen_passages))
+            picked = answer_passages(t, res.passages(ids) if ids else {}, toc.answer_nodes, toc.answer_passages)
+        store = res.passages(picked) if picked else {}
+        ctx = [store[p] for p in picked]
+    pairs = [_pair(n) for n in t.valid_nodes()[: toc.answer_nodes]]
+    vecs = yield EmbedTexts((t.question,))
+    qmat = vecs[t.question][None, :]
+    if cfg.answer_style == "quoted":
+        (demos,) = res.quoted_demos.select(qmat, [t.question], 2, [[t.qid]])
+        prompt = quoted_answer_prompt(t.question, pairs, ctx, demos)
+    else:
+        (demos,) = res.demos.select(qmat, [t.question], toc.n_demos, [t.removed_demos])
+        prompt = answer_prompt(t.question, pairs, ctx, demos)
+    params = GenParams(temperature=0.0, max_tokens=toc.answer_max_tokens, stop=ANSWER_STOP + cfg.model.stop)
+    req = Generate("answer", (ROOT,), (prompt,), (params,), _priority("answer", t, cfg))
+    comps = yield req
+    (call,) = _record(res, rows, t, req, wave, comps)
+    text = clean_long_answer(comps[0].text)
+    if not text:
+        call["parse_error"] = call["parse_error"] or "empty answer"
+    rows.answers.append({"qid": t.qid, "answer": text, "passage_ids": [p.passage_id for p in ctx],
+                         "style": cfg.answer_style})
