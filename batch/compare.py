@@ -25,7 +25,7 @@ def _slug(model: str) -> str:
 
 def _flags(args: argparse.Namespace) -> list[str]:
     out = []
-    for flag in ("config", "dataset", "questions", "limit", "offset", "index", "answer_style", "seed"):
+    for flag in ("config", "dataset", "questions", "limit", "offset", "index", "answer_style", "seed", "scheduler"):
         v = getattr(args, flag, None)
         if v is not None:
             out += [f"--{flag.replace('_', '-')}", str(v)]
@@ -74,7 +74,7 @@ def compare(models: list[str], args: argparse.Namespace, out: Path) -> pl.DataFr
         summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
         row = {"model": model, "params": model_params(model), "run_dir": str(run_dir),
                "n_questions": summary["n_questions"],
-               # all sessions' finished waves + finalize (older runs: the session that finished the run)
+               # all sessions up to their last checkpoint + finalize (older runs: the session that finished)
                "wall_s": summary.get("wall_s_total") or summary["wall_s_last_session"],
                "llm_calls_per_question": summary["llm_calls_per_question"],
                "prompt_tokens": summary["tokens"]["prompt"], "output_tokens": summary["tokens"]["output"],

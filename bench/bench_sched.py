@@ -31,9 +31,11 @@ import polars as pl
 
 
 def critical_path(calls: pl.DataFrame) -> int:
-    """The longest tree's chain of dependent decode steps: per tree, the sum over its model requests (one
-    per wave and step; a request's prompts run side by side) of the longest completion."""
-    per_request = calls.group_by("qid", "wave", "step").agg(pl.col("output_tokens").max())
+    """The longest tree's chain of dependent engine steps: per tree, the sum over its model requests that
+    reached the engine (one per wave and step; a request's prompts run side by side; a cache hit costs
+    no step) of the longest completion in tokens (one step each; the prefill step makes the first)."""
+    computed = calls.filter(~pl.col("cached"))
+    per_request = computed.group_by("qid", "wave", "step").agg(pl.col("output_tokens").max())
     return int(per_request.group_by("qid").agg(pl.col("output_tokens").sum())["output_tokens"].max())
 
 
