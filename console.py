@@ -254,9 +254,12 @@ class RunProgress:
         self.t0 = time.perf_counter()
         self._show()
 
-    def engine_update(self, requests: int, tokens: int) -> None:
+    def engine_update(self, requests: int, tokens: int, running: int | None = None) -> None:
+        """Requests finished and tokens processed since the last update; `running`: requests in flight."""
         self.calls += requests
         self.tokens += tokens
+        if running is not None:
+            self.running = running
         self._show()
 
     def tree_done(self, running: int = 0) -> None:

@@ -320,7 +320,8 @@ def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index
         todo = [t for t in trees if t.qid not in finished]
         display = console.RunProgress(len(trees), finished=len(finished),
                                       expected_tokens=len(todo) * TOKENS_PER_QUESTION, enabled=progress)
-        report_to = _engine_reports_to(res.engine, display.engine_update)
+        report_to = _engine_reports_to(
+            res.engine, lambda requests, tokens: display.engine_update(requests, tokens, _in_flight(res.engine)))
         before = engine_usage_start(res.engine)
 
         def run_s() -> float | None:

@@ -300,7 +300,7 @@ class VLLMEngine:
             self.cores.__exit__(None, None, None)
         self.stats.steps += 1
         self.stats.running.append(running)
-        if done and self.on_progress is not None:
+        if self.on_progress is not None:  # every step, so a display shows what is in flight
             self.on_progress(len(done), 0)
         self._account([c for _, c in done], elapsed)
         return done

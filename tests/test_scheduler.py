@@ -104,3 +104,33 @@ def test_scheduler_is_recorded_but_a_run_resumes_under_another(tmp_path):
     for name in ("nodes", "hits", "answers", "scores"):
         assert pl.read_parquet(out / f"{name}.parquet").equals(pl.read_parquet(tmp_path / "full" / f"{name}.parquet"))
     assert summary["metrics"] == full["metrics"]
+
+
+def test_rerank_order_ignores_float_noise_from_the_batch():
+    """index/search.py: scores are rounded before sorting, ties keep the fused order, so a cross-encoder's
+    last-bit noise (it depends on the batch a query is scored in) never reorders passages."""
+    import numpy as np
+
+    from clarify.index.search import RerankSearcher
+
+    class Fused:
+        candidates = 3
+
+        def fused(self, queries, depth):
+            return pl.DataFrame({"qid": [q for q in queries["qid"] for _ in range(3)],
+                                 "passage_id": ["a", "b", "c"] * queries.height})
+
+    class Noisy:
+        name = "noisy"
+
+        def __init__(self, noise):
+            self.noise = noise
+
+        def score(self, queries, ids):
+            return [np.array([0.5, 0.5 + self.noise, 0.25]) for _ in queries]
+
+    q = pl.DataFrame({"qid": ["q"], "query": ["who?"]})
+    orders = [RerankSearcher(Fused(), Noisy(n)).search(q, k=3)["passage_id"].to_list() for n in (0.0, 1e-9, -1e-9)]
+    assert orders == [["a", "b", "c"]] * 3
+    # a real difference still counts
+    assert RerankSearcher(Fused(), Noisy(1e-3)).search(q, k=3)["passage_id"].to_list() == ["b", "a", "c"]

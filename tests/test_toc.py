@@ -1,4 +1,4 @@
-"""Tree of Clarifications: parsing, tree bookkeeping, the wave scheduler vs the per-question loop,
+"""Tree of Clarifications: parsing, tree bookkeeping, the schedulers vs the per-question loop,
 run directories and resume — with a scripted engine and a small stand-in index (fast).
 The same properties with the real vLLM engine and the real index are in test_toc_real.py."""
 
