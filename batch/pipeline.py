@@ -249,17 +249,12 @@ def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, pro
     with rd.lock():
         if restart:
             rd.clear()
-        rd.freeze(frozen_config(cfg), inputs, ignore=RESULT_FREE)
+        # the scheduler is recorded but never changes results: a run may resume under another one
+        rd.freeze(json.loads(cfg.to_json()), inputs, ignore=RESULT_FREE)
         if rd.finished:
             return rd.summary()
         return _run_locked(rd, cfg, questions, gold, index, engine_factory, progress, stop_after_parts,
                            part_trees, search_cache)
-
-
-def frozen_config(cfg: RunConfig) -> dict:
-    """config.json: every setting, the scheduler included (it never changes results, so a run may resume
-    under another one: RunDir.freeze ignores it)."""
-    return json.loads(cfg.to_json())
 
 
 class _Parts:

@@ -47,8 +47,8 @@ from clarify.local_llm.models import (
 )
 
 log = logging.getLogger(__name__)
-DEFAULT_MAX_MODEL_LEN = 4096
-CAPACITY_TOKENS = 2048  # KV-cache tokens one ToC request needs, for `capacity()`  # the engine's context unless a config says otherwise ([model] max_model_len)
+DEFAULT_MAX_MODEL_LEN = 4096  # the engine's context unless a config says otherwise ([model] max_model_len)
+CAPACITY_TOKENS = 2048  # KV-cache tokens one ToC request needs, for `capacity()`
 
 # When set, every generate call appends "<prompt tokens> <output tokens>" to this file (the test suite
 # counts its real-engine work there, subprocesses included: tests/conftest.py).
@@ -57,7 +57,7 @@ TOKENS_LOG = "CLARIFY_ENGINE_TOKENS_LOG"
 
 @dataclass
 class EngineStats:
-    """Running totals over the engine's life. `seconds` is wall time inside `generate`."""
+    """Running totals over the engine's life. `seconds` is wall time inside engine steps."""
 
     calls: int = 0  # generate calls
     steps: int = 0  # engine steps driven through `step()`
@@ -159,8 +159,7 @@ class VLLMEngine:
         self.max_model_len = max_model_len
         self.stats = EngineStats()
         self._lock = threading.Lock()  # vLLM's LLM is not safe to drive from two threads at once
-        self._in_flight = 0  # requests submitted through `submit` and not yet returned by `step`
-        self._live: set[str] = set()  # their ids (for `cancel`)
+        self._live: set[str] = set()  # ids of requests submitted and not yet returned by `step`
 
         configure_environment(self.device, kv_cache_gib)
         self.cores = contextlib.nullcontext()  # on CPU: the cores this engine works on, held while it works
@@ -234,7 +233,7 @@ class VLLMEngine:
             raise ValueError(f"{len(prompts)} prompts but {len(params)} params")
         if not prompts:
             return []
-        if self._in_flight:
+        if self._live:
             raise RuntimeError("generate() while step-loop requests are in flight: use one way at a time")
         requests = [Request(str(i), p, gp) for i, (p, gp) in enumerate(zip(prompts, params))]
         bar = tqdm_std.tqdm(total=len(prompts), desc="Processed prompts",
@@ -277,17 +276,16 @@ class VLLMEngine:
                 raise ValueError(f"prompt {r.rid} has {len(ids[-1])} tokens, but max_model_len is "
                                  f"{self.max_model_len} (raise max_model_len up to the model's context, or "
                                  f"shorten the prompt)")
-        if requests and not self._in_flight:
+        if requests and not self._live:
             self.cores.__enter__()  # held until the step loop has nothing in flight
         for r, tokens in zip(requests, ids):
             engine.add_request(r.rid, TokensPrompt(prompt_token_ids=tokens), self.sampling_params(r.params),
                                priority=r.priority)
             self._live.add(r.rid)
-            self._in_flight += 1
 
     def step(self) -> list[tuple[str, Completion]]:
         """One engine step (a scheduled batch of prefill/decode work); the requests it finished."""
-        if not self._in_flight:
+        if not self._live:
             return []
         running = self._llm.llm_engine.get_num_unfinished_requests()
         t0 = time.perf_counter()
@@ -295,8 +293,7 @@ class VLLMEngine:
         elapsed = time.perf_counter() - t0
         done = [(out.request_id, _completion(out)) for out in outputs if out.finished]
         self._live.difference_update(rid for rid, _ in done)
-        self._in_flight -= len(done)
-        if not self._in_flight:
+        if not self._live:
             self.cores.__exit__(None, None, None)
         self.stats.steps += 1
         self.stats.running.append(running)
@@ -306,15 +303,13 @@ class VLLMEngine:
         return done
 
     def pending(self) -> int:
-        return self._in_flight
+        return len(self._live)
 
     def cancel(self) -> None:
         """Abort every request in flight (a stopped or failed run); the engine is free again."""
         if self._live:
             self._llm.llm_engine.abort_request(list(self._live))
             self._live.clear()
-        if self._in_flight:
-            self._in_flight = 0
             self.cores.__exit__(None, None, None)
 
     def capacity(self) -> int:
