@@ -28,6 +28,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from clarify import console
@@ -201,8 +202,7 @@ def build_index(corpus, out, *, options: BuildOptions | None = None, force: bool
             shutil.rmtree(stale, ignore_errors=True)
         tmp = out.parent / f".{out.name}.building-{os.getpid()}"
         tmp.mkdir(parents=True)
-        _log(f"building {out} from {', '.join(f.name for f in files)}"
-             + (" (dense encoding takes minutes on a few CPU cores)" if options.dense else ""))
+        _log(f"building {out} from {', '.join(f.name for f in files)}")
         try:
             manifest = _build_into(tmp, files, corpus_entries, options)
             manifest["path_built"] = str(out.resolve())
@@ -259,7 +259,10 @@ def _build_into(tmp: Path, files: list[Path], corpus_entries: list[dict], option
         dense_dir.mkdir()
         t0 = time.perf_counter()
         encoder = Encoder(options.encoder, batch_size=options.batch_size)
-        emb = encode_to_memmap(encoder, passages, dense_dir / "embeddings.npy")
+        emb, source = _shipped_embeddings(corpus_entries, encoder, passages, dense_dir / "embeddings.npy")
+        if emb is None:
+            _log(f"encoding {passages.height} passages ({source['shipped']}): minutes on a few CPU cores")
+            emb = encode_to_memmap(encoder, passages, dense_dir / "embeddings.npy")
         timings["encode_s"] = round(time.perf_counter() - t0, 3)
         t0 = time.perf_counter()
         index = build_faiss(emb, options.faiss, nlist=options.nlist, nprobe=options.nprobe, hnsw_m=options.hnsw_m)
@@ -274,10 +277,32 @@ def _build_into(tmp: Path, files: list[Path], corpus_entries: list[dict], option
             "faiss_params": {k: int(getattr(index, k)) for k in ("nlist", "nprobe") if hasattr(index, k)}
             | ({"M": options.hnsw_m, "efSearch": int(index.hnsw.efSearch)} if options.faiss == "hnsw" else {}),
             "passage_text": "title + '\\n' + text",
+            "embeddings": source,
             "sha256": {name: sha256_file(dense_dir / name) for name in ("index", "docid", "embeddings.npy")},
         }
     manifest["timings"] = timings
     return manifest
+
+
+def _shipped_embeddings(corpus_entries: list[dict], encoder, passages: pl.DataFrame, out: Path):
+    """(memmap, source) with the corpus' shipped vectors copied to `out` when they are usable here
+    (index/shipped.py), else (None, source) saying why they were not; `source` goes in the manifest."""
+    from clarify.index import shipped
+    from clarify.index.dense import passage_texts
+
+    vectors, why = shipped.find(corpus_entries, encoder, LAYOUT, passages.height)
+    if vectors is None:
+        return None, {"source": "encoded", "shipped": why}
+    diff = shipped.check_sample(vectors, passage_texts(passages), encoder)
+    npy, _ = shipped.paths(Path(corpus_entries[0]["path"]).parent, encoder.name)
+    if diff > shipped.TOLERANCE:
+        _log(f"shipped embeddings {npy.name} differ from this machine's encoder by {diff:.2g} "
+             f"(> {shipped.TOLERANCE:g}) on a sample: encoding the corpus instead")
+        return None, {"source": "encoded", "shipped": f"sample differs by {diff:.3g}"}
+    shutil.copyfile(npy, out)
+    _log(f"dense: shipped embeddings {npy.name} (a sample of {len(shipped.sample_rows(passages.height))} "
+         f"re-encoded here agrees to {diff:.1g})", show=False)
+    return np.load(out, mmap_mode="r"), {"source": "shipped", "file": str(npy), "sample_max_abs_diff": diff}
 
 
 # ------------------------------------------------------------------------------------------------ open
