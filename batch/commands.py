@@ -17,13 +17,17 @@ examples:
   clarify run --dataset quotesum --out runs/qs                  answer from QuoteSum's own sources
   clarify run --dataset jsonl --questions my.jsonl --out runs/mine   JSONL lines {"qid": ..., "question": ...}
   clarify run --config batch/previous.toml --dataset asqa --limit 20 --out runs/prev
+  clarify run --dataset asqa --limit 0 --workers 8 --out runs/asqa-all     8 engines on Ray (8 GPUs)
+  clarify run --dataset asqa --limit 0 --ray-address auto --out runs/asqa-all   every GPU of a Ray cluster
 
 defaults: the paper's settings (batch/config.py; README "Differences from the official code"), the
 embedded model smollm2-135m-instruct and the embedded Wikipedia index in $CLARIFY_HOME.
 
 scheduler: continuous (default: vLLM's step loop, every tree advances the moment its own request returns),
 waves (all trees in lockstep, one generate per wave) or sequential (one question at a time, as the official
-code); all three give identical tables, so a run may be resumed under another.
+code); all three give identical tables, so a run may be resumed under another. With --workers or
+--ray-address, chunks of questions go to Ray workers (one engine each) and come back as parts; the tables
+are the same as one process's (README "Running on a cluster").
 
 writes into --out: config.json (frozen), questions.parquet, parts/NNNN/ (finished trees), cache/
 (completion cache), the final tables nodes, hits, llm_calls, answers, spans, passages, scores (.parquet),
@@ -47,6 +51,8 @@ COMPARE_EPILOG = """\
 examples:
   clarify compare --models smollm2-135m-instruct,gemma3-270m --dataset asqa --limit 20 --out runs/cmp
   clarify compare --models smollm2-135m-instruct,/models/my-hf-model --dataset quotesum --out runs/cmp-qs
+  clarify compare --models /models/qwen-7b,/models/qwen-32b --parallel --limit 0 --out runs/cmp-all
+                    both at once: each model on half of the GPUs (or of the CPU cores)
 
 writes into --out: one run directory per model (resumable), search_cache/ (retrieval shared between the
 models), comparison.parquet, comparison.md (printed) and comparison.png.
@@ -86,6 +92,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--models", required=True, help="comma-separated model names or directories")
     _run_args(p, with_model=False)
     p.add_argument("--out", required=True, help="comparison directory; one run directory per model inside")
+    p.add_argument("--parallel", action="store_true",
+                   help="run the models at the same time, each on its own GPUs (or CPU cores), or placed by Ray "
+                        "with --ray-address; each run's output goes to <out>/<model>.log")
     p.set_defaults(func=cmd_compare, log_dir=_run_logs)
 
     try:
@@ -118,12 +127,23 @@ def _run_args(p: argparse.ArgumentParser, *, with_model: bool = True) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress display")
     p.add_argument("--scheduler", choices=["continuous", "waves", "sequential"],
                    help="how trees are driven; never changes results (default: continuous)")
+    g = p.add_argument_group("cluster (Ray; README \"Running on a cluster\"; never changes results)")
+    g.add_argument("--workers", type=int, metavar="N",
+                   help="run the trees on N Ray workers, one engine each (a GPU, a tensor-parallel group, or CPU "
+                        "cores); default 0: in this process")
+    g.add_argument("--ray-address", metavar="ADDR",
+                   help="join a running Ray cluster ('auto', or HOST:PORT of `ray start --head`) instead of "
+                        "starting a local one; --workers defaults to its GPUs / tensor_parallel_size")
+    g.add_argument("--chunk-questions", type=int, metavar="N",
+                   help="questions handed to a worker at a time; each finished chunk is one part (default 64)")
 
 
 def _overrides(args: argparse.Namespace) -> dict:
     o = {"dataset": args.dataset, "questions": args.questions, "limit": args.limit, "offset": args.offset,
          "index": args.index, "answer_style": args.answer_style, "seed": args.seed,
-         "model.model": getattr(args, "model", None), "scheduler": args.scheduler}
+         "model.model": getattr(args, "model", None), "scheduler": args.scheduler,
+         "cluster.workers": args.workers, "cluster.ray_address": args.ray_address,
+         "cluster.chunk_questions": args.chunk_questions}
     if args.no_verify:
         o["toc.verify"] = False
     return o
@@ -289,7 +309,7 @@ def _clip(text: str, n: int) -> str:
 def cmd_compare(args: argparse.Namespace) -> int:
     from clarify.batch.compare import compare
 
-    compare([m.strip() for m in args.models.split(",") if m.strip()], args, Path(args.out))
+    compare([m.strip() for m in args.models.split(",") if m.strip()], args, Path(args.out), parallel=args.parallel)
     print((Path(args.out) / "comparison.md").read_text(encoding="utf-8"))
     print(f"comparison: {Path(args.out) / 'comparison.parquet'} (table), {Path(args.out) / 'comparison.png'} (plot)")
     return 0

@@ -1,17 +1,21 @@
 """`clarify compare`: the same questions over the same index with several models.
 
-Each model gets its own run directory (resumable like any run) and runs in its own process, so one
-model's vLLM engine is gone before the next is built; retrieval for identical queries is computed once
-and shared through `<out>/search_cache` (batch/search_cache.py).
+Each model gets its own run directory (resumable like any run) and runs in its own process: one after
+another (one model's vLLM engine is gone before the next is built), or with `--parallel` all at once,
+each pinned to its own GPUs or CPU cores (`device_groups`), or placed by Ray with `--ray-address`.
+Retrieval for identical queries is computed once and shared through `<out>/search_cache`
+(batch/search_cache.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import polars as pl
@@ -25,7 +29,8 @@ def _slug(model: str) -> str:
 
 def _flags(args: argparse.Namespace) -> list[str]:
     out = []
-    for flag in ("config", "dataset", "questions", "limit", "offset", "index", "answer_style", "seed", "scheduler"):
+    for flag in ("config", "dataset", "questions", "limit", "offset", "index", "answer_style", "seed", "scheduler",
+                 "workers", "ray_address", "chunk_questions"):
         v = getattr(args, flag, None)
         if v is not None:
             out += [f"--{flag.replace('_', '-')}", str(v)]
@@ -53,26 +58,93 @@ def model_params(model: str) -> int | None:
         return None
 
 
-def compare(models: list[str], args: argparse.Namespace, out: Path) -> pl.DataFrame:
-    if len(models) < 2:
-        raise InputError("give at least two models to compare", field="--models")
-    out.mkdir(parents=True, exist_ok=True)
-    rows, metric_names = [], []
+def device_groups(n: int) -> list[dict[str, str]]:
+    """Environment pinning each of `n` concurrent runs to its own devices: the GPUs split into n groups
+    (CUDA_VISIBLE_DEVICES), else this process's CPU cores (VLLM_CPU_OMP_THREADS_BIND, each engine's own
+    cores: local_llm/hardware.py CoreLock). InputError when there are fewer devices than runs."""
+    gpus = _gpu_ids()
+    kind, ids, var = ("GPUs", gpus, "CUDA_VISIBLE_DEVICES") if gpus else (
+        "CPU cores", sorted(os.sched_getaffinity(0)), "VLLM_CPU_OMP_THREADS_BIND")
+    if len(ids) < n:
+        raise InputError(f"{n} models at once need at least {n} {kind}; this machine has {len(ids)} (run them one "
+                         f"after another, or on a Ray cluster with --ray-address)", field="--parallel")
+    per = len(ids) // n
+    return [{var: ",".join(str(i) for i in ids[k * per:(k + 1) * per])} for k in range(n)]
+
+
+def _gpu_ids() -> list[str]:
+    """The GPUs this process may use, without initialising CUDA here (the runs do)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [g for g in visible.split(",") if g.strip() and g.strip() != "-1"]
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+
+
+def _launch(models: list[str], args: argparse.Namespace, out: Path, parallel: bool) -> dict[str, dict]:
+    """Run each model's `clarify run`: one after another on the terminal, or (`parallel`) all at once,
+    each on its own devices (or on a Ray cluster, which places them) with its output in `<out>/<model>.log`.
+    Returns model -> {started, finished, devices} (unix seconds)."""
+    cmds = {}
     for model in models:
-        run_dir = out / _slug(model)
-        cmd = [sys.executable, "-m", "clarify.batch.cli", "run", "--model", model, "--out", str(run_dir),
+        cmd = [sys.executable, "-m", "clarify.batch.cli", "run", "--model", model, "--out", str(out / _slug(model)),
                "--search-cache", str(out / "search_cache"), *_flags(args)]
         if getattr(args, "verbose", False):
             cmd.append("--verbose")
-        print(f"== {model}: {' '.join(cmd[3:])}", flush=True)
-        # the child's terminal is ours: sys.stdout/sys.stderr, which a quiet session (console.session) keeps
-        # on the terminal while descriptors 1 and 2 go to the log
-        proc = subprocess.run(cmd, stdout=_fd_stream(sys.stdout), stderr=_fd_stream(sys.stderr))
-        if proc.returncode != 0:
-            raise InputError(f"the run for model {model!r} failed (exit {proc.returncode}); see its output above",
-                             path=str(run_dir))
+        cmds[model] = cmd
+    times: dict[str, dict] = {}
+    if not parallel:
+        for model, cmd in cmds.items():
+            print(f"== {model}: {' '.join(cmd[3:])}", flush=True)
+            t0 = time.time()
+            # the child's terminal is ours: sys.stdout/sys.stderr, which a quiet session (console.session)
+            # keeps on the terminal while descriptors 1 and 2 go to the log
+            proc = subprocess.run(cmd, stdout=_fd_stream(sys.stdout), stderr=_fd_stream(sys.stderr))
+            _check(model, proc.returncode, out, "see its output above")
+            times[model] = {"started": t0, "finished": time.time(), "devices": None}
+        return times
+    groups = [{}] * len(models) if getattr(args, "ray_address", None) else device_groups(len(models))
+    procs = {}
+    for (model, cmd), env in zip(cmds.items(), groups):
+        log = out / f"{_slug(model)}.log"
+        where = ", ".join(f"{k}={v}" for k, v in env.items()) or "placed by Ray"
+        print(f"== {model} ({where}): {' '.join(cmd[3:])}  [output: {log}]", flush=True)
+        with open(log, "w", encoding="utf-8") as fh:  # the child keeps its own descriptor
+            procs[model] = (subprocess.Popen([*cmd, "--no-progress"], stdout=fh, stderr=subprocess.STDOUT,
+                                             env={**os.environ, **env}), time.time(), where)
+    for model, (proc, t0, where) in procs.items():
+        rc = proc.wait()
+        times[model] = {"started": t0, "finished": time.time(), "devices": where}
+        print(f"== {model}: finished (exit {rc}) after {time.time() - t0:.0f} s", flush=True)
+    for model, (proc, _, _) in procs.items():
+        _check(model, proc.returncode, out, f"see {out / (_slug(model) + '.log')}")
+    return times
+
+
+def _check(model: str, rc: int, out: Path, where: str) -> None:
+    if rc != 0:
+        raise InputError(f"the run for model {model!r} failed (exit {rc}); {where}", path=str(out / _slug(model)))
+
+
+def compare(models: list[str], args: argparse.Namespace, out: Path, *, parallel: bool = False) -> pl.DataFrame:
+    """Run every model over the same questions (one after another, or `parallel`: at once, one model per
+    set of devices) and write the comparison table, its Markdown and a plot."""
+    if len(models) < 2:
+        raise InputError("give at least two models to compare", field="--models")
+    if len({_slug(m) for m in models}) < len(models):
+        raise InputError("two models would share one run directory (same folder name)", field="--models")
+    out.mkdir(parents=True, exist_ok=True)
+    rows, metric_names = [], []
+    times = _launch(models, args, out, parallel)
+    for model in models:
+        run_dir = out / _slug(model)
         summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
         row = {"model": model, "params": model_params(model), "run_dir": str(run_dir),
+               "started": times[model]["started"], "finished": times[model]["finished"],
+               "devices": times[model]["devices"],
                "n_questions": summary["n_questions"],
                # all sessions up to their last checkpoint + finalize (older runs: the session that finished)
                "wall_s": summary.get("wall_s_total") or summary["wall_s_last_session"],
@@ -112,7 +184,7 @@ def _markdown(table: pl.DataFrame) -> str:
     models = table["model"].to_list()
     lines = ["| measure | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
     for col in table.columns:
-        if col in ("model", "run_dir"):
+        if col in ("model", "run_dir", "started", "finished"):
             continue
         cells = [f"{v:.3f}" if isinstance(v, float) else ("—" if v is None else str(v)) for v in table[col]]
         lines.append(f"| {col} | " + " | ".join(cells) + " |")

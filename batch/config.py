@@ -34,7 +34,8 @@ ANSWER_STYLES = ("free", "quoted")
 # How trees are driven (batch/scheduler.py). It never changes results: tables are identical under each,
 # so it is the one setting a run may change when resumed (RunDir.freeze ignores RESULT_FREE).
 SCHEDULERS = ("continuous", "waves", "sequential")
-RESULT_FREE = ("scheduler",)
+# Where the trees run (one process, or Ray workers: batch/cluster.py) never changes results either.
+RESULT_FREE = ("scheduler", "cluster")
 SEARCHERS = ("bm25", "dense", "hybrid", "rerank")
 
 
@@ -109,6 +110,19 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class ClusterConfig:
+    """Ray scale-out (batch/cluster.py, README "Running on a cluster"); never changes results."""
+
+    workers: int = 0  # 0: trees run in this process; N: N Ray workers, one engine each
+    ray_address: str = ""  # "": a local Ray cluster for this run; "auto" or HOST:PORT: join a running one
+    chunk_questions: int = 64  # questions handed to a worker at a time (each finished chunk is one part)
+    cores_per_worker: int = 0  # CPU engines: cores bound per worker; 0 = this machine's cores split evenly
+
+    def __post_init__(self) -> None:
+        _raise(_problems_of(self, "cluster"), "config")
+
+
+@dataclass(frozen=True)
 class RunConfig:
     dataset: str = "asqa"
     questions: str = ""  # path of a JSONL {qid, question} file when dataset == "jsonl"; else the shipped file
@@ -122,6 +136,7 @@ class RunConfig:
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     toc: TocConfig = field(default_factory=TocConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
     def __post_init__(self) -> None:
         _raise(_problems_of(self, ""), "config")
@@ -133,7 +148,7 @@ class RunConfig:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
 
-_SECTIONS = {"retrieval": RetrievalConfig, "toc": TocConfig, "model": ModelConfig}
+_SECTIONS = {"retrieval": RetrievalConfig, "toc": TocConfig, "model": ModelConfig, "cluster": ClusterConfig}
 
 
 # --- the declared schema ---------------------------------------------------------------------------
@@ -195,6 +210,9 @@ RULES: dict[str, Rule] = {
     "model.gpu_memory_utilization": Rule(lo=0, hi=1, lo_open=True),
     "model.tensor_parallel_size": POSITIVE,
     "model.dtype": Rule(choices=DTYPES),
+    "cluster.workers": Rule(lo=0),
+    "cluster.chunk_questions": POSITIVE,
+    "cluster.cores_per_worker": Rule(lo=0),
 }
 
 _TYPE_WORDS = {bool: "a boolean (true or false)", int: "an integer", float: "a number", str: "a string",

@@ -16,6 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from clarify import console, faults, schemas
+from clarify.batch import cluster
 from clarify.batch.compare import model_params
 from clarify.batch.config import PART_TREES, RESULT_FREE, TOKENS_PER_QUESTION, RunConfig
 from clarify.batch.program import Resources, TreeRows
@@ -139,11 +140,12 @@ def index_identity(index) -> dict:
 
 def open_resources(cfg: RunConfig, questions: pl.DataFrame, cache_dir: Path,
                    engine_factory: Callable[[RunConfig], object] | None = None, index=None,
-                   search_cache: Path | None = None) -> Resources:
-    """Index, encoder, demo pools and the cached engine for this config."""
+                   search_cache: Path | None = None, cache_name: str = "completions.sqlite") -> Resources:
+    """Index, encoder, demo pools and the cached engine for this config. The engine's completion cache
+    is `cache_dir/cache_name`, read together with the other caches there (a cluster run's workers')."""
     from clarify.batch.demos import KnnPool, load_asqa_demos, load_quotesum_demos, parse_pool_spec
     from clarify.index import ensure_default_index, open_index
-    from clarify.local_llm.cache import CachedEngine
+    from clarify.local_llm.cache import CachedEngine, union_of
 
     if index is None:
         index = open_index(cfg.index or ensure_default_index())
@@ -157,7 +159,8 @@ def open_resources(cfg: RunConfig, questions: pl.DataFrame, cache_dir: Path,
     if cfg.answer_style == "quoted" or cfg.dataset == "quotesum":
         quoted = KnnPool(load_quotesum_demos(), embed, name="quotesum-demos", encoder_id=enc_id)
 
-    engine = CachedEngine((engine_factory or engine_for)(cfg), cache_dir)
+    own = Path(cache_dir) / cache_name
+    engine = CachedEngine((engine_factory or engine_for)(cfg), own, also=union_of(cache_dir, own))
     searcher, rerank = None, None
     if cfg.dataset != "quotesum":
         searcher = index.searcher(cfg.retrieval.searcher, candidates=cfg.retrieval.candidates)
@@ -196,13 +199,14 @@ def passage_store(fixed: dict[str, list[Passage]], index) -> Callable[[list[str]
     return passages
 
 
-def engine_for(cfg: RunConfig):
-    """The process-wide vLLM engine for this config's `[model]` table (built once, then shared)."""
+def engine_for(cfg: RunConfig, **placement):
+    """The process-wide vLLM engine for this config's `[model]` table (built once, then shared).
+    `placement`: where a cluster worker's engine runs its shards (batch/cluster.py), no result changes."""
     from clarify.local_llm.vllm_engine import get_engine
 
     m = cfg.model
     return get_engine(m.model, max_model_len=m.max_model_len, gpu_memory_utilization=m.gpu_memory_utilization,
-                      tensor_parallel_size=m.tensor_parallel_size, dtype=m.dtype,
+                      tensor_parallel_size=m.tensor_parallel_size, dtype=m.dtype, **placement,
                       progress=False)  # the run shows its own progress (console.RunProgress), not vLLM's
 
 
@@ -236,13 +240,14 @@ PART_S = 60.0  # seconds between parts while trees finish
 
 def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, progress: bool = True,
         stop_after_parts: int | None = None, part_trees: int = PART_TREES, search_cache: Path | None = None,
-        restart: bool = False) -> dict:
+        restart: bool = False, on_part=None) -> dict:
     """Run (or resume, or just report) the configured job in run directory `out`; returns the summary.
 
     Every input is checked before the run directory is touched, the directory is locked for this
     process, and checkpoints are verified before the model loads. restart: start over (the completion
     cache is kept). part_trees: finished trees per part; stop_after_parts: stop once that many parts
-    exist (tests of resume)."""
+    exist (tests of resume). With `[cluster]` workers the trees run on Ray (batch/cluster.py; `on_part`:
+    called with its worker pool after each part, for tests of faults)."""
     rd = RunDir(out)
     questions, gold = load_questions(cfg)
     index, inputs = check_inputs(cfg, index=index, engine_factory=engine_factory)
@@ -254,7 +259,7 @@ def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, pro
         if rd.finished:
             return rd.summary()
         return _run_locked(rd, cfg, questions, gold, index, engine_factory, progress, stop_after_parts,
-                           part_trees, search_cache)
+                           part_trees, search_cache, on_part)
 
 
 class _Parts:
@@ -288,21 +293,42 @@ class _Parts:
 
 
 def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index, engine_factory, progress: bool,
-                stop_after_parts: int | None, part_trees: int, search_cache: Path | None) -> dict:
+                stop_after_parts: int | None, part_trees: int, search_cache: Path | None, on_part) -> dict:
     t_start = time.perf_counter()
     state = rd.load_state()  # verified: a damaged checkpoint is reported before any model loads
     if state is None:
         rd.write_table("questions", questions.select(list(schemas.QUESTIONS)))
     finished = {t.qid: t for t in state.trees} if state else {}
     prior_s = state.run_s if state else 0.0  # earlier sessions' seconds up to their last part
-    if len(finished) == questions.height:  # every tree written (a crash before the final tables): no model
+
+    def run_s() -> float | None:
+        return None if prior_s is None else round(prior_s + time.perf_counter() - t_start, 3)
+
+    stats, extra = SchedStats(), {}
+    if len(finished) < questions.height and cluster.wanted(cfg):  # the trees on Ray workers, as parts
+        display = console.RunProgress(questions.height, finished=len(finished),
+                                      expected_tokens=(questions.height - len(finished)) * TOKENS_PER_QUESTION,
+                                      enabled=progress)
+        try:
+            outcome = cluster.run_chunks(rd, cfg, questions, set(finished), index_path=str(index.path),
+                                         search_cache=search_cache, display=display, run_s=run_s,
+                                         stop_after_parts=stop_after_parts, on_part=on_part)
+        finally:
+            display.close()
+        if outcome.stopped:
+            return {"stopped_after_parts": stop_after_parts}
+        state = rd.load_state()
+        finished = {t.qid: t for t in state.trees}
+        stats = outcome.stats
+        extra = {"cluster": outcome.summary(time.perf_counter() - t_start), "engine": outcome.engine}
+    if len(finished) == questions.height:  # every tree written (by workers, or before a crash): no model here
         fixed = fixed_passages(cfg, questions)
         res = Resources(engine=None, searcher=None, passages=passage_store(fixed, index), embed=None,
                         demos=None, fixed_passages=fixed)
         trees = [finished[q] for q in questions["qid"]]
         with console.step("checking quotes and scoring", enabled=progress, timed=False):
-            summary = finalize(rd, cfg, trees, questions, gold, res, session_start=t_start, stats=SchedStats(),
-                               prior_s=prior_s, engine=state.engine)
+            summary = finalize(rd, cfg, trees, questions, gold, res, session_start=t_start, stats=stats,
+                               prior_s=prior_s, engine=extra.pop("engine", None) or state.engine, extra=extra)
         note_run(summary, cfg)
         return summary
     with console.step("opening the index, the encoder and the engine", enabled=progress):
@@ -318,10 +344,6 @@ def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index
         report_to = _engine_reports_to(
             res.engine, lambda requests, tokens: display.engine_update(requests, tokens, _in_flight(res.engine)))
         before = engine_usage_start(res.engine)
-
-        def run_s() -> float | None:
-            return None if prior_s is None else round(prior_s + time.perf_counter() - t_start, 3)
-
         parts = _Parts(rd, part_trees, run_s, lambda: engine_facts(res.engine),
                        getattr(res.engine, "flush", lambda: None))
 
@@ -425,13 +447,13 @@ class _Stop(Exception):
 
 def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFrame, gold, res: Resources,
              *, session_start: float, stats: SchedStats, prior_s: float | None, engine: dict | None = None,
-             usage: dict | None = None) -> dict:
+             usage: dict | None = None, extra: dict | None = None) -> dict:
     """Final tables, quote check, scores and summary.json (written last).
 
     session_start: perf_counter at this session's start. prior_s: the run's seconds before this session
     (the `run_s` of the checkpoint it resumed from; 0 for a fresh run, None when unknown). engine: the
     engine facts of the checkpoint, when this session loaded no engine. usage: this session's engine work
-    (`engine_usage`)."""
+    (`engine_usage`). extra: more summary entries (a cluster run's `cluster`)."""
     from clarify.batch.quotes import check_answers, quote_fidelity
 
     # rows in question order, each tree's in the order its program made them: the same tables whichever
@@ -496,6 +518,7 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
         "cache_recomputed": cache_recomputed(res.engine),
         "quote_fidelity": fidelity,
         "params": model_params(cfg.model.model),
+        **(extra or {}),
     }
     write_json(summary, rd.path / "summary.json")
     return summary

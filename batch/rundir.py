@@ -9,8 +9,10 @@ completion cache (no engine call up to where the run stopped: batch/scheduler.py
     runs/NAME/questions.parquet
     runs/NAME/parts/0001/            finished trees, appended as they finish (a part is renamed into place
         when complete): llm_calls.parquet hits.parquet answers.parquet state.json (those trees, JSON; the
-        sha256 of each Parquet file and a checksum of itself, verified on resume)
-    runs/NAME/cache/                 completion cache (clarify.local_llm.cache)
+        sha256 of each Parquet file and a checksum of itself, verified on resume; `ran_on`: the worker,
+        node and chunk of a cluster run)
+    runs/NAME/cache/                 completion cache (clarify.local_llm.cache): completions.sqlite, and
+                                     worker-NN.sqlite of a cluster run's workers (batch/cluster.py)
     runs/NAME/{nodes,hits,llm_calls,answers,spans,passages,scores}.parquet   final tables
     runs/NAME/summary.json           written last: its presence means the run is finished
     runs/NAME/logs/                  one log file per session: library logs, warnings, native output (console.py)
@@ -227,14 +229,15 @@ class RunDir:
         return sorted(p for p in root.iterdir() if p.is_dir() and p.name.isdigit())
 
     def write_part(self, tables: dict[str, pl.DataFrame], trees: list[Tree], run_s: float | None = None,
-                   engine: dict | None = None) -> int:
+                   engine: dict | None = None, extra: dict | None = None) -> int:
         """Finished trees and all their rows, made visible at once by renaming the folder; returns the
         part's number. state.json holds the sha256 of each table and a checksum of itself (verified by
         `load_state`). Nothing already written is rewritten: a run of N trees writes each tree once.
 
         run_s: the run's wall seconds up to this part, summed over the sessions that got it here (a
         resumed session starts from the last part's run_s; time lost to a crash is not counted).
-        engine: the engine's facts (device, dtype), for a session that finalizes without loading it."""
+        engine: the engine's facts (device, dtype), for a session that finalizes without loading it.
+        extra: where the trees ran (a cluster run's worker, node and chunk: batch/cluster.py)."""
         dirs = self.part_dirs()
         n = int(dirs[-1].name) + 1 if dirs else 1
         final = self.path / "parts" / f"{n:04d}"
@@ -247,7 +250,8 @@ class RunDir:
             df.write_parquet(tmp / f"{name}.parquet")
             _fsync(tmp / f"{name}.parquet")
             files[f"{name}.parquet"] = file_sha256(tmp / f"{name}.parquet")
-        body = {"part": n, "run_s": run_s, "trees": [t.to_dict() for t in trees], "files": files, "engine": engine}
+        body = {"part": n, "run_s": run_s, "trees": [t.to_dict() for t in trees], "files": files, "engine": engine,
+                **({"ran_on": extra} if extra else {})}
         (tmp / "state.json").write_text(json.dumps({**body, "checksum": _state_checksum(body)}), encoding="utf-8")
         _fsync(tmp / "state.json")
         _fsync(tmp)

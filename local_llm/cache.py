@@ -96,11 +96,20 @@ class CacheStats:
         return asdict(self)
 
 
+def union_of(folder: Path, own: Path) -> list[Path]:
+    """The other completion caches of a run directory's cache folder (`own` excluded): the workers of a
+    Ray run each write their own file (SQLite is never written from two hosts: batch/cluster.py), and a
+    later run reads all of them."""
+    return sorted(p for p in Path(folder).glob("*.sqlite") if p.resolve() != Path(own).resolve())
+
+
 class CachedEngine:
     """Engine wrapper: `CachedEngine(engine, path)`; `path` is the SQLite file (a directory is
-    accepted too and gets `completions.sqlite` inside)."""
+    accepted too and gets `completions.sqlite` inside). `also`: other cache files, read (never
+    written) when a key is not in this one: the union of a cluster run's per-worker caches."""
 
-    def __init__(self, engine: Engine, path: str | os.PathLike, *, group_rows: int = 256, group_s: float = 1.0):
+    def __init__(self, engine: Engine, path: str | os.PathLike, *, group_rows: int = 256, group_s: float = 1.0,
+                 also: Sequence[str | os.PathLike] = ()):
         self.engine = engine
         p = Path(path)
         if p.is_dir() or (not p.suffix and not p.exists()):
@@ -126,6 +135,15 @@ class CachedEngine:
             self._db.execute(_SCHEMA)
         except sqlite3.DatabaseError as exc:
             raise InputError(f"not a usable completion cache ({exc})", path=str(p)) from exc
+        self._also = []
+        for other in also:
+            try:
+                con = sqlite3.connect(f"file:{Path(other).resolve()}?mode=ro", uri=True, timeout=60,
+                                      check_same_thread=False)
+                con.execute("SELECT COUNT(*) FROM completions").fetchone()
+            except sqlite3.DatabaseError as exc:
+                raise InputError(f"not a usable completion cache ({exc})", path=str(other)) from exc
+            self._also.append(con)
 
     @property
     def model_id(self) -> str:
@@ -134,11 +152,18 @@ class CachedEngine:
     # -----------------------------------------------------------------------------------------
     def _lookup(self, keys: Sequence[str]) -> dict[str, Completion]:
         found: dict[str, Completion] = {}
-        uniq = list(dict.fromkeys(keys))
+        for db in (self._db, *self._also):
+            uniq = [k for k in dict.fromkeys(keys) if k not in found]
+            if not uniq:
+                break
+            self._lookup_in(db, uniq, found)
+        return found
+
+    def _lookup_in(self, db: sqlite3.Connection, uniq: list[str], found: dict[str, Completion]) -> None:
         for i in range(0, len(uniq), _CHUNK):
             chunk = uniq[i : i + _CHUNK]
             marks = ",".join("?" * len(chunk))
-            rows = self._db.execute(
+            rows = db.execute(
                 f"SELECT key, payload, checksum FROM completions WHERE key IN ({marks})", chunk
             ).fetchall()
             for key, payload, checksum in rows:
@@ -149,7 +174,6 @@ class CachedEngine:
                     found[key] = _completion(payload)
                 except (ValueError, KeyError, TypeError):  # JSONDecodeError is a ValueError
                     self.stats.note_corrupt("unreadable payload")
-        return found
 
     def _store(self, rows: list[tuple[str, str, GenParams, Completion]]) -> None:
         now = time.time()
@@ -265,6 +289,8 @@ class CachedEngine:
     def close(self) -> None:
         self.flush()
         self._db.close()
+        for con in self._also:
+            con.close()
 
     def __enter__(self) -> CachedEngine:
         return self

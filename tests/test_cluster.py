@@ -1,0 +1,149 @@
+"""Ray scale-out (batch/cluster.py, issue 14) on this machine: a local Ray cluster, the real engine (vLLM
+on CPU, the embedded model) in each worker, bound to its own core, and the real embedded index.
+
+- 2 workers on 6 questions build the same tables as one process replaying their union cache;
+- a worker actor killed mid-run: its chunk is requeued and redone, no chunk is answered twice;
+- the driver SIGKILLed after its first part: the same command (with another worker count) resumes from
+  the written chunks and builds the same tables.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from clarify.batch import config
+from clarify.batch.cluster import chunks_of
+from clarify.batch.pipeline import run
+
+pytestmark = pytest.mark.integration
+
+SMALL = {"toc.max_expansions": 3, "toc.clarify_max_tokens": 96, "toc.answer_max_tokens": 96, "toc.n_demos": 3}
+TABLES = ("nodes", "hits", "answers", "spans", "passages", "scores")
+
+
+def _cfg(**over):
+    return config.load(None, {"answer_style": "free", **SMALL, **over})
+
+
+def _parts(run_dir: Path) -> list[dict]:
+    return [json.loads((d / "state.json").read_text()) for d in sorted((run_dir / "parts").iterdir())]
+
+
+def _same_tables(a: Path, b: Path) -> None:
+    for name in TABLES:
+        assert pl.read_parquet(a / f"{name}.parquet").equals(pl.read_parquet(b / f"{name}.parquet")), name
+    ca, cb = (pl.read_parquet(d / "llm_calls.parquet").drop("cached") for d in (a, b))
+    assert ca.equals(cb)
+
+
+def test_chunks_keep_question_order():
+    assert chunks_of(list("abcdefg"), 3) == [["a", "b", "c"], ["d", "e", "f"], ["g"]]
+    assert chunks_of([], 3) == []
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory, default_local_index):
+    """6 ASQA questions on 2 Ray workers (cores 0 and 1), chunks of 2."""
+    out = tmp_path_factory.mktemp("cluster") / "two"
+    cfg = _cfg(limit=6, **{"cluster.workers": 2, "cluster.chunk_questions": 2})
+    summary = run(cfg, out, index=default_local_index, progress=False)
+    return out, summary
+
+
+def test_two_workers_equal_one_process_replaying_their_caches(two_workers, tmp_path, default_local_index,
+                                                               llm_engine):
+    out, summary = two_workers
+    c = summary["cluster"]
+    assert summary["n_questions"] == 6 and c["workers"] == 2 and c["chunks"] == 3 and c["requeued"] == 0
+    parts = _parts(out)
+    qids = pl.read_parquet(out / "questions.parquet")["qid"].to_list()
+    assert sorted(p["ran_on"]["qids"] for p in parts) == sorted(chunks_of(qids, 2))
+    # both workers took chunks, each wrote its own cache file; every question is in exactly one part
+    assert {p["ran_on"]["worker"] for p in parts} == {0, 1}
+    assert sorted(q for p in parts for q in p["ran_on"]["qids"]) == sorted(qids)
+    caches = sorted(p.name for p in (out / "cache").glob("*.sqlite"))
+    assert caches == ["worker-00.sqlite", "worker-01.sqlite"]
+    assert summary["cached_calls"] < summary["llm_calls"]  # the workers computed
+    assert {w["slot"] for w in c["per_worker"]} == {0, 1} and sum(w["trees"] for w in c["per_worker"]) == 6
+
+    # one process, the union of the workers' caches: no engine work, the same tables
+    replay = tmp_path / "replay"
+    replay.mkdir()
+    shutil.copytree(out / "cache", replay / "cache")
+    prompts = llm_engine.stats.prompts
+    one = run(_cfg(limit=6), replay, engine_factory=lambda c: llm_engine, index=default_local_index,
+              progress=False)
+    assert llm_engine.stats.prompts == prompts and one["cached_calls"] == one["llm_calls"]
+    _same_tables(out, replay)
+
+
+def test_a_killed_worker_has_its_chunk_redone_once(tmp_path, default_local_index):
+    """Kill the actor of a chunk in flight right after the first part is written: its chunk goes back
+    to the queue, a new actor takes the slot, every question ends in exactly one part."""
+    import ray
+
+    killed: list[int] = []
+
+    def kill_one(pool) -> None:
+        if not killed and pool.busy_slots():
+            slot = pool.busy_slots()[0]
+            ray.kill(pool.actors[slot], no_restart=True)
+            killed.append(slot)
+
+    out = tmp_path / "faulty"
+    cfg = _cfg(limit=4, offset=6, **{"cluster.workers": 2, "cluster.chunk_questions": 1})
+    summary = run(cfg, out, index=default_local_index, progress=False, on_part=kill_one)
+    assert killed, "no chunk was in flight after the first part"
+    c = summary["cluster"]
+    assert c["requeued"] == 1 and c["restarts"] == 1 and c["chunks"] == 4
+    parts = _parts(out)
+    qids = [q for p in parts for q in p["ran_on"]["qids"]]
+    assert len(parts) == 4 and len(qids) == len(set(qids)) == 4  # no chunk answered twice
+    calls = pl.read_parquet(out / "llm_calls.parquet")
+    assert calls.select("qid", "node_id", "step", "wave").n_unique() == calls.height
+    assert pl.read_parquet(out / "answers.parquet").height == 4
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "clarify.batch.cli", *args]
+
+
+def test_sigkilled_driver_resumes_from_written_chunks(two_workers, tmp_path, default_index):
+    """`clarify run --workers 2` SIGKILLs itself right after writing part 1 (clarify/faults.py); the
+    same command with --workers 1 finishes it: part 1 untouched, only the missing chunks run, and the
+    tables equal the uninterrupted 2-worker run's (its caches seeded here, so this costs no engine work)."""
+    done, _ = two_workers
+    out = tmp_path / "resumed"
+    out.mkdir()
+    shutil.copytree(done / "cache", out / "cache")
+    toml = tmp_path / "small.toml"
+    toml.write_text("answer_style = \"free\"\n[toc]\n" + "".join(f"{k.split('.')[1]} = {v}\n" for k, v in SMALL.items()))
+    flags = ["--dataset", "asqa", "--limit", "6", "--index", str(default_index), "--config", str(toml),
+             "--no-progress", "--chunk-questions", "2", "--out", str(out)]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.run(_cli("run", *flags, "--workers", "2"), env=dict(env, CLARIFY_KILL_AT="part-done:1"),
+                          capture_output=True, timeout=900)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-3000:]
+    assert (out / "parts" / "0001").exists() and not (out / "summary.json").exists()
+    first = _parts(out)
+    mtime = (out / "parts" / "0001").stat().st_mtime_ns
+
+    proc = subprocess.run(_cli("run", *flags, "--workers", "1"), env=env, capture_output=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert (out / "parts" / "0001").stat().st_mtime_ns == mtime
+    parts = _parts(out)
+    # only the chunks no part held were scheduled again
+    assert summary["cluster"]["chunks"] == len(parts) - len(first) and summary["cluster"]["workers"] == 1
+    qids = [q for p in parts for q in p["ran_on"]["qids"]]
+    assert len(qids) == len(set(qids)) == 6
+    _same_tables(done, out)
