@@ -1,22 +1,24 @@
 """`clarify run --workers N` / `--ray-address ADDR`: one run spread over many engines with Ray (issue 14).
 
     driver   the `clarify run` process. It holds the run directory (its lock, config, parts, final tables),
-             hands out chunks of `chunk_questions` unfinished questions from a queue (a free worker takes
-             the next one, so fast workers take more) and writes each finished chunk as one part
-             (batch/rundir.py) the moment it returns; then the final tables, exactly as a one-process run.
+             keeps each worker holding `PREFETCH` chunks of `chunk_questions` unfinished questions from
+             one queue (a worker that finishes sooner takes the next chunk sooner, so fast workers take
+             more) and writes each finished chunk as one part (batch/rundir.py) the moment it comes
+             back; then the final tables, exactly as a one-process run.
     workers  Ray actors (`Worker`), one engine each: a GPU (`num_gpus=1`), a tensor-parallel group of GPUs
              (a placement group of `tensor_parallel_size` GPU bundles on one node; vLLM's Ray executor
              places its shards in it), or on CPU its own cores (VLLM_CPU_OMP_THREADS_BIND). Each opens the
              index (from a path every node can read), the demo pools and its own completion cache file
              `cache/worker-NN.sqlite` (SQLite is never written from two hosts), reading the run's other
-             cache files too, and runs the configured scheduler (continuous by default) over its chunk.
+             cache files too, and runs the continuous driver for its whole life, admitting the next
+             chunk's trees as capacity frees (`run_continuous(more=...)`): no tail between chunks.
 
 Results never depend on which worker ran a chunk, or how the questions were chunked: a tree's requests,
 keys and seeds depend only on its question, node and expansion count (batch/program.py), and the final
-tables are sorted by question (pipeline.finalize). A worker that dies (actor killed, node lost) has its
-chunk put back at the head of the queue and its slot restarted (`MAX_RESTARTS`); what it computed before
-dying is in its cache file, so the redo is cheap. A finished chunk is written once and never redone; a
-resumed run (driver killed, `clarify run` again) queues only the questions no part holds.
+tables are sorted by question (pipeline.finalize). A worker that dies (actor killed, node lost) has the
+chunks it held put back at the head of the queue and its slot restarted (`MAX_RESTARTS`); what it
+computed before dying is in its cache file, so the redo is cheap. A finished chunk is written once and
+never redone; a resumed run (driver killed, `clarify run` again) queues only the questions no part holds.
 
 Ray is imported only here, only when a run asks for workers.
 """
@@ -26,8 +28,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import queue
 import socket
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -63,8 +65,12 @@ def wanted(cfg: RunConfig) -> bool:
 
 # ------------------------------------------------------------------------------------------------ worker
 class Worker:
-    """One engine and its retrieval, in a Ray actor. Made a Ray actor class by `_actor_class` (so this
-    module imports without Ray); `max_concurrency=2` lets `progress` answer while `run_chunk` runs."""
+    """One engine and its retrieval, in a Ray actor (made one by `_actor_class`, so this module imports
+    without Ray). `serve` runs the continuous driver for the actor's whole life, admitting the trees of
+    each chunk it is `give`n as capacity frees — the next chunk's trees start while the last one's
+    finish, so a worker's engine never drains between chunks; a chunk whose trees are all finished is
+    committed to the cache and handed back by `take`. Threaded (`max_concurrency`), so `give` and `take`
+    answer while `serve` runs."""
 
     def __init__(self, slot: int, cfg: dict, run_dir: str, questions: pl.DataFrame, index_path: str,
                  search_cache: str | None, env: dict[str, str], cores: list[int] | None, engine_kwargs: dict):
@@ -90,30 +96,61 @@ class Worker:
                                   cache_name=f"worker-{slot:02d}.sqlite")
         self.calls = self.tokens = 0
         _engine_reports_to(self.res.engine, self._count)
+        self.inbox: queue.Queue = queue.Queue()  # chunks (lists of qids) to run; None: no more will come
+        self.outbox: queue.Queue = queue.Queue()  # finished chunks
+        self.open: list[dict] = []  # chunks admitted and not finished: {qids, trees, rows}
+        self.of: dict[str, dict] = {}  # qid -> its open chunk
 
     def _count(self, requests: int, tokens: int) -> None:
         self.calls += requests
         self.tokens += tokens
 
-    def progress(self) -> tuple[int, int, int]:
-        """(LLM calls finished, tokens processed, requests in flight) over this worker's life."""
+    def give(self, qids: list[str] | None) -> None:
+        """One more chunk to run (None: the last has been given)."""
+        self.inbox.put(qids)
+
+    def take(self) -> tuple[list[dict], tuple[int, int, int]]:
+        """The chunks finished since the last call, and (LLM calls finished, tokens processed, requests in
+        flight) over this worker's life."""
         from clarify.batch.pipeline import _in_flight
 
-        return self.calls, self.tokens, _in_flight(self.res.engine)
+        done = []
+        while not self.outbox.empty():
+            done.append(self.outbox.get())
+        return done, (self.calls, self.tokens, _in_flight(self.res.engine))
 
-    def run_chunk(self, qids: list[str]) -> dict:
-        """Run these questions' trees to the end; their trees, rows and what it cost."""
-        from clarify.batch.pipeline import _tables, engine_facts, engine_usage, engine_usage_start
-        from clarify.batch.scheduler import DRIVERS
+    def serve(self) -> SchedStats:
+        """Run every chunk given until `give(None)`; returns what the driver did."""
+        from clarify.batch.scheduler import run_continuous
 
+        return run_continuous([], self.res, self.cfg, self._tree_done, more=self._more)
+
+    def _more(self, block: bool) -> list[Tree] | None:
+        try:
+            qids = self.inbox.get(timeout=POLL_S) if block else self.inbox.get_nowait()
+        except queue.Empty:
+            return []
+        if qids is None:
+            return None
         trees = [Tree.new(q, self.questions[q], verify=self.cfg.toc.verify) for q in qids]
-        rows: dict = {}
-        before = engine_usage_start(self.res.engine)
-        stats = DRIVERS[self.cfg.scheduler](trees, self.res, self.cfg, lambda t, r: rows.__setitem__(t.qid, r))
+        chunk = {"qids": qids, "trees": trees, "rows": {}}
+        self.open.append(chunk)
+        self.of.update({q: chunk for q in qids})
+        return trees
+
+    def _tree_done(self, tree: Tree, rows) -> None:
+        from clarify.batch.pipeline import _tables, engine_facts
+
+        chunk = self.of.pop(tree.qid)
+        chunk["rows"][tree.qid] = rows
+        if len(chunk["rows"]) < len(chunk["qids"]):
+            return
+        self.open.remove(chunk)
         self.res.engine.flush()  # committed before the driver writes the part (as pipeline._Parts does)
-        return {"trees": [t.to_dict() for t in trees], "tables": _tables([rows[q] for q in qids]),
-                "stats": stats, "usage": engine_usage(self.res.engine, before, stats),
-                "engine": engine_facts(self.res.engine), "node": self.node}
+        ordered = [chunk["rows"][q] for q in chunk["qids"]]
+        self.outbox.put({"qids": chunk["qids"], "trees": [t.to_dict() for t in chunk["trees"]],
+                         "tables": _tables(ordered), "tokens": sum(r.tokens for r in ordered),
+                         "engine": engine_facts(self.res.engine), "node": self.node})
 
     def close(self) -> None:
         self.res.engine.close()
@@ -123,7 +160,7 @@ class Worker:
 def _actor_class():
     import ray
 
-    return ray.remote(max_concurrency=2)(Worker)
+    return ray.remote(max_concurrency=4)(Worker)  # serve, give, take, close
 
 
 # ----------------------------------------------------------------------------------------------- driver
@@ -201,7 +238,9 @@ def _plan(cfg: RunConfig) -> _Plan:
             pg = placement_group([{"GPU": 1, "CPU": 1}] * tp, strategy="STRICT_PACK")
             options.append({"num_gpus": 0, "num_cpus": 0, "scheduling_strategy": PlacementGroupSchedulingStrategy(
                 placement_group=pg, placement_group_capture_child_tasks=True)})
-        return _Plan(workers, options, [None] * workers, {"distributed_executor_backend": "ray"})
+        from clarify.local_llm.vllm_engine import RAY_TP_ENGINE_KWARGS
+
+        return _Plan(workers, options, [None] * workers, dict(RAY_TP_ENGINE_KWARGS))
     cores = sorted(os.sched_getaffinity(0))
     workers = c.workers or 1
     per = c.cores_per_worker or max(1, len(cores) // workers)
@@ -213,37 +252,67 @@ def _plan(cfg: RunConfig) -> _Plan:
     return _Plan(workers, [{"num_cpus": per}] * workers, slots, {})
 
 
+PREFETCH = 2  # chunks a worker holds at once: the one running and the next, admitted as capacity frees
+
+
 class Pool:
-    """The worker actors, by slot; what each is doing. Tests reach it through `run_chunks(on_part=...)`."""
+    """The worker actors, by slot, and the chunks each holds. Tests reach it through `run_chunks(on_part=...)`."""
 
     def __init__(self, plan: _Plan, make: Callable[[int], object]):
-        self.plan, self.make = plan, make
-        self.actors: dict[int, object] = {s: make(s) for s in range(plan.workers)}
-        self.busy: dict[object, tuple[int, list[str]]] = {}  # ObjectRef -> (slot, chunk)
-        self.restarts = {s: 0 for s in self.actors}
+        self.make = make
+        self.actors: dict[int, object] = {}
+        self.serving: dict[int, object] = {}  # slot -> the ObjectRef of its `serve` call
+        self.given: dict[int, list[list[str]]] = {}  # slot -> chunks given and not yet back
+        self.restarts = {s: 0 for s in range(plan.workers)}
+        self.last_death = ""  # why the last actor died
+        for slot in range(plan.workers):
+            self._start(slot)
+
+    def _start(self, slot: int) -> None:
+        self.actors[slot] = actor = self.make(slot)
+        self.serving[slot] = actor.serve.remote()
+        self.given[slot] = []
 
     def busy_slots(self) -> list[int]:
-        return sorted(slot for slot, _ in self.busy.values())
+        return sorted(s for s, chunks in self.given.items() if chunks)
 
-    def idle_slots(self) -> list[int]:
-        taken = set(self.busy_slots())
-        return [s for s in sorted(self.actors) if s not in taken]
+    def give(self, slot: int, chunk: list[str]) -> None:
+        self.actors[slot].give.remote(chunk)
+        self.given[slot].append(chunk)
 
-    def restart(self, slot: int) -> bool:
-        """A new actor in a dead one's slot; False when the slot has died too often (it is dropped)."""
+    def lost(self, slot: int) -> tuple[list[list[str]], bool]:
+        """A dead actor's chunks, and whether a new actor took its slot (False: it died too often)."""
+        chunks = self.given.pop(slot, [])
         self.actors.pop(slot, None)
+        self.serving.pop(slot, None)
         if self.restarts[slot] >= MAX_RESTARTS:
-            return False
+            return chunks, False
         self.restarts[slot] += 1
-        self.actors[slot] = self.make(slot)
-        return True
+        self._start(slot)
+        return chunks, True
 
-    def close(self) -> None:
+    def finish(self) -> list[SchedStats]:
+        """No more chunks: each worker finishes and returns what its driver did (a worker that died after
+        its last chunk came back has nothing left to lose: it is skipped)."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        for actor in self.actors.values():
+            actor.give.remote(None)
+        out = []
+        for ref in self.serving.values():
+            with contextlib.suppress(RayActorError):
+                out.append(ray.get(ref))
+        return out
+
+    def close(self, graceful: bool) -> None:
+        """Commit and close each worker's cache and engine (graceful: its `serve` has returned), then end the
+        actors. A stopped run kills them at once: their caches keep every committed group."""
         import ray
 
-        done = [a.close.remote() for a in self.actors.values()]
-        with contextlib.suppress(Exception):
-            ray.wait(done, num_returns=len(done), timeout=60)
+        if graceful:
+            with contextlib.suppress(Exception):
+                ray.get([a.close.remote() for a in self.actors.values()], timeout=60)
         for a in self.actors.values():
             with contextlib.suppress(Exception):
                 ray.kill(a)
@@ -255,8 +324,9 @@ def run_chunks(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, finished: se
     """Run every unfinished question's tree on Ray workers, writing each finished chunk as a part."""
     import ray
 
-    todo = [q for q in questions["qid"].to_list() if q not in finished]
-    queue = deque(chunks_of(todo, cfg.cluster.chunk_questions))
+    if not index_path:
+        raise InputError("a cluster run needs an index directory every worker can open (--index)", field="--index")
+    todo = deque(chunks_of([q for q in questions["qid"].to_list() if q not in finished], cfg.cluster.chunk_questions))
     started = _start_ray(cfg.cluster)
     try:
         plan = _plan(cfg)
@@ -266,102 +336,110 @@ def run_chunks(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, finished: se
         actor = _actor_class()
 
         def make(slot: int):
-            return actor.options(name=None, **plan.options[slot]).remote(
+            return actor.options(**plan.options[slot]).remote(
                 slot, cfg_dict, str(rd.path.resolve()), questions, index_path,
                 str(search_cache.resolve()) if search_cache else None, env, plan.cores[slot], plan.engine_kwargs)
 
-        console.say(f"{plan.workers} Ray workers ({'GPU' if plan.cores[0] is None else 'CPU cores ' + str(plan.cores)}),"
-                    f" {len(queue)} chunks of ≤ {cfg.cluster.chunk_questions} questions; worker logs in {rd.path / 'logs'}")
+        where = "GPU" if plan.cores[0] is None else f"CPU cores {plan.cores}"
+        console.say(f"{plan.workers} Ray workers ({where}), {len(todo)} chunks of ≤ {cfg.cluster.chunk_questions} "
+                    f"questions; worker logs in {rd.path / 'logs'}")
         pool = Pool(plan, make)
+        graceful = False
         try:
-            _loop(rd, pool, queue, outcome, display, run_s, stop_after_parts, on_part)
+            _loop(rd, pool, todo, outcome, display, run_s, stop_after_parts, on_part)
+            if not outcome.stopped:
+                for st in pool.finish():
+                    outcome.stats.steps += st.steps
+                    for k, v in st.seconds.items():
+                        outcome.stats.seconds[k] = outcome.stats.seconds.get(k, 0.0) + v
+                graceful = True
         finally:
-            pool.close()
+            pool.close(graceful)
         return outcome
     finally:
         if started:
             ray.shutdown()
 
 
-def _loop(rd: RunDir, pool: Pool, queue: deque, outcome: Outcome, display, run_s, stop_after_parts, on_part) -> None:
+def _loop(rd: RunDir, pool: Pool, todo: deque, outcome: Outcome, display, run_s, stop_after_parts, on_part) -> None:
+    """Keep every worker holding PREFETCH chunks; write each chunk that comes back; requeue a dead worker's."""
     import ray
     from ray.exceptions import RayActorError, RayTaskError
 
-    seen = {s: (0, 0) for s in pool.actors}  # (calls, tokens) of each slot's actor, last polled
-    polls: dict[object, int] = {}
-    last_poll = 0.0
-    while queue or pool.busy:
-        for slot in pool.idle_slots():
-            if not queue:
-                break
-            chunk = queue.popleft()
-            pool.busy[pool.actors[slot].run_chunk.remote(chunk)] = (slot, chunk)
-        if not pool.busy:
-            raise RuntimeError("every Ray worker died too often; see the worker logs in " + str(rd.path / "logs"))
-        ready, _ = ray.wait(list(pool.busy), num_returns=1, timeout=POLL_S)
-        if time.monotonic() - last_poll >= POLL_S:
-            last_poll = time.monotonic()
-            _poll(pool, polls, seen, display)
-        for ref in ready:
-            slot, chunk = pool.busy.pop(ref)
+    seen: dict[int, tuple[int, int]] = {}  # (calls, tokens) of each slot's actor, last polled
+    taking: dict[int, object] = {}  # slot -> its pending `take` call
+
+    def died(slot: int, exc: RayActorError) -> None:
+        if exc.actor_init_failed:  # it could not start (no model, no index there): so would a new one
+            raise InputError(f"Ray worker {slot} could not start (are the model, the index and clarify at the same "
+                             f"paths on its node?): {str(exc)[-3000:]}") from None
+        chunks, back = pool.lost(slot)
+        todo.extendleft(reversed(chunks))
+        outcome.requeued += len(chunks)
+        outcome.restarts += back
+        pool.last_death = str(exc)
+        seen.pop(slot, None)
+        taking.pop(slot, None)
+        console.say(f"worker {slot} died ({type(exc).__name__}); its {len(chunks)} chunk(s) go back to the queue"
+                    + ("" if back else f"; slot {slot} is given up after {MAX_RESTARTS} restarts"))
+
+    while todo or any(pool.given.values()):
+        if not pool.actors:
+            raise RuntimeError(f"every Ray worker died {MAX_RESTARTS + 1} times; the last: {pool.last_death[-2000:]} "
+                               f"(worker logs: {rd.path / 'logs'})")
+        for slot in sorted(pool.actors):
+            while todo and len(pool.given[slot]) < PREFETCH:
+                pool.give(slot, todo.popleft())
+        # a `serve` call ends before the last chunk only when its worker died or its code failed
+        ended, _ = ray.wait(list(pool.serving.values()), num_returns=1, timeout=0)
+        for ref in ended:
+            slot = next(s for s, r in pool.serving.items() if r == ref)
             try:
-                out = ray.get(ref)
-            except RayTaskError as exc:  # the chunk's code raised: the same error would come back anywhere
+                ray.get(ref)
+            except RayTaskError as exc:  # the trees' code raised: the same error would come back anywhere
                 raise exc.as_instanceof_cause() from None
-            except RayActorError as exc:  # the actor died: killed, out of memory, its node lost
-                queue.appendleft(chunk)
-                outcome.requeued += 1
-                back = pool.restart(slot)
-                outcome.restarts += back
-                seen[slot] = (0, 0)
-                console.say(f"worker {slot} died ({type(exc).__name__}); its {len(chunk)} question(s) go back to "
-                            f"the queue" + ("" if back else f"; slot {slot} is given up after {MAX_RESTARTS} restarts"))
+            except RayActorError as exc:
+                died(slot, exc)
+        for slot in pool.actors:
+            if slot not in taking:
+                taking[slot] = pool.actors[slot].take.remote()
+        ready, _ = ray.wait(list(taking.values()), num_returns=len(taking), timeout=POLL_S)
+        calls = tokens = running = 0
+        for ref in ready:
+            slot = next(s for s, r in taking.items() if r == ref)
+            del taking[slot]
+            try:
+                done, (c, t, r) = ray.get(ref)
+            except RayActorError as exc:
+                died(slot, exc)
                 continue
-            trees = [Tree.from_dict(t) for t in out["trees"]]
-            n = rd.write_part(out["tables"], trees, run_s=run_s(), engine=out["engine"],
-                              extra={"worker": slot, "node": out["node"], "qids": chunk})
-            faults.point(f"part-done:{n}")
-            outcome.chunks += 1
-            outcome.engine = out["engine"] or outcome.engine
-            st = out["stats"]
-            outcome.stats.tokens += st.tokens
-            outcome.stats.steps += st.steps
-            outcome.stats.generate_calls += st.generate_calls
-            for k, v in st.seconds.items():
-                outcome.stats.seconds[k] = outcome.stats.seconds.get(k, 0.0) + v
-            w = outcome.per_worker.setdefault(slot, {"node": out["node"], "chunks": 0, "trees": 0, "engine_tokens": 0,
-                                                     "generate_s": 0.0})
-            w["chunks"] += 1
-            w["trees"] += len(trees)
-            w["engine_tokens"] += st.tokens
-            w["generate_s"] = round(w["generate_s"] + st.seconds.get("generate", 0.0), 2)
-            for _ in trees:
-                display.tree_done(running=0)
-            if on_part is not None:
-                on_part(pool)
-            if stop_after_parts is not None and len(rd.part_dirs()) >= stop_after_parts:
-                outcome.stopped = True
-                return
+            before = seen.get(slot, (0, 0))
+            calls, tokens, running = calls + max(0, c - before[0]), tokens + max(0, t - before[1]), running + r
+            seen[slot] = (c, t)
+            for out in done:
+                _write(rd, pool, slot, out, outcome, display, run_s)
+                if on_part is not None:
+                    on_part(pool)
+                if stop_after_parts is not None and len(rd.part_dirs()) >= stop_after_parts:
+                    outcome.stopped = True
+                    return
+        if ready:
+            display.engine_update(calls, tokens, running)
 
 
-def _poll(pool: Pool, polls: dict, seen: dict, display) -> None:
-    """Ask each worker how far it is (answered between its engine steps) and show the sum."""
-    import ray
-    from ray.exceptions import RayError
-
-    for slot, actor in pool.actors.items():
-        if slot not in polls.values():
-            polls[actor.progress.remote()] = slot
-    done, _ = ray.wait(list(polls), num_returns=len(polls), timeout=0)
-    calls = tokens = running = 0
-    for ref in done:
-        slot = polls.pop(ref)
-        try:
-            c, t, r = ray.get(ref)
-        except RayError:  # a dead worker: handled where its chunk comes back
-            continue
-        before = seen.get(slot, (0, 0))
-        calls, tokens, running = calls + max(0, c - before[0]), tokens + max(0, t - before[1]), running + r
-        seen[slot] = (c, t)
-    if done:
-        display.engine_update(calls, tokens, running)
+def _write(rd: RunDir, pool: Pool, slot: int, out: dict, outcome: Outcome, display, run_s) -> None:
+    """A finished chunk, written as one part."""
+    trees = [Tree.from_dict(t) for t in out["trees"]]
+    n = rd.write_part(out["tables"], trees, run_s=run_s(), engine=out["engine"],
+                      extra={"worker": slot, "node": out["node"], "qids": out["qids"]})
+    faults.point(f"part-done:{n}")
+    pool.given[slot].remove(out["qids"])
+    outcome.chunks += 1
+    outcome.engine = out["engine"] or outcome.engine
+    outcome.stats.tokens += out["tokens"]
+    w = outcome.per_worker.setdefault(slot, {"node": out["node"], "chunks": 0, "trees": 0, "engine_tokens": 0})
+    w["chunks"] += 1
+    w["trees"] += len(trees)
+    w["engine_tokens"] += out["tokens"]
+    for _ in trees:
+        display.tree_done(running=0)

@@ -170,7 +170,11 @@ def print_summary(summary: dict, out=None) -> None:
     print(f"  {'wall time (s)':<28} {summary['wall_s_last_session']} this session"
           + (f", {total} in all sessions" if total is not None else ""), file=out)
     if summary.get("engine_tokens_per_s"):
-        print(f"  {'engine tokens/s':<28} {summary['engine_tokens_per_s']} (prompt + output, this session)", file=out)
+        print(f"  {'engine tokens/s':<28} {summary['engine_tokens_per_s']} (prompt + output, this session"
+              + (", per engine" if summary.get("cluster") else "") + ")", file=out)
+    if c := summary.get("cluster"):
+        print(f"  {'Ray workers':<28} {c['workers']} ({c['chunks']} chunks this session, {c['requeued']} requeued, "
+              f"{c['restarts']} restarts; {c['engine_tokens_per_s_all_workers']} tok/s all workers)", file=out)
     use = summary.get("engine_usage_last_session") or {}
     if use.get("engine_steps"):
         cached = use.get("prefix_cached_share")

@@ -310,7 +310,8 @@ def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index
                                       expected_tokens=(questions.height - len(finished)) * TOKENS_PER_QUESTION,
                                       enabled=progress)
         try:
-            outcome = cluster.run_chunks(rd, cfg, questions, set(finished), index_path=str(index.path),
+            path = getattr(index, "path", None)
+            outcome = cluster.run_chunks(rd, cfg, questions, set(finished), index_path=str(path) if path else "",
                                          search_cache=search_cache, display=display, run_s=run_s,
                                          stop_after_parts=stop_after_parts, on_part=on_part)
         finally:

@@ -651,7 +651,8 @@ def _run_html(run: Run, ri: int, k: int, max_questions: int | None) -> str:
                 questions.iter_rows(named=True),
                 total=questions.height,
                 desc=f"report {run.name}",
-                leave=False,
+                leave=False,  # gone once done; not drawn at all when stderr is not a terminal (a log)
+                disable=None,
             )
         )
     ]

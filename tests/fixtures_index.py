@@ -1,7 +1,7 @@
 """Fixtures for index tests (and for anyone who needs the embedded default index).
 
 default_index        Path of the embedded default index, built once per machine into $CLARIFY_HOME
-                     (≈10k shipped Wikipedia passages; first build encodes them: minutes on 2 cores).
+                     (≈10k shipped Wikipedia passages; first build: seconds, from the shipped vectors).
 default_local_index  that index opened once per session (LocalIndex; JVM and encoder shared).
 small_corpus         a 300-passage JSONL slice of the shipped corpus (200 core + 100 DPR distractors).
 small_index          that slice built (BM25 + flat FAISS) into a session tmp dir.

@@ -87,8 +87,8 @@ def test_two_workers_equal_one_process_replaying_their_caches(two_workers, tmp_p
 
 
 def test_a_killed_worker_has_its_chunk_redone_once(tmp_path, default_local_index):
-    """Kill the actor of a chunk in flight right after the first part is written: its chunk goes back
-    to the queue, a new actor takes the slot, every question ends in exactly one part."""
+    """Kill the actor of a chunk in flight right after the first part is written: the chunks it held go
+    back to the queue, a new actor takes the slot, every question ends in exactly one part."""
     import ray
 
     killed: list[int] = []
@@ -104,7 +104,7 @@ def test_a_killed_worker_has_its_chunk_redone_once(tmp_path, default_local_index
     summary = run(cfg, out, index=default_local_index, progress=False, on_part=kill_one)
     assert killed, "no chunk was in flight after the first part"
     c = summary["cluster"]
-    assert c["requeued"] == 1 and c["restarts"] == 1 and c["chunks"] == 4
+    assert 1 <= c["requeued"] <= 2 and c["restarts"] == 1 and c["chunks"] == 4  # a worker holds ≤ 2 chunks
     parts = _parts(out)
     qids = [q for p in parts for q in p["ran_on"]["qids"]]
     assert len(parts) == 4 and len(qids) == len(set(qids)) == 4  # no chunk answered twice
@@ -147,3 +147,34 @@ def test_sigkilled_driver_resumes_from_written_chunks(two_workers, tmp_path, def
     qids = [q for p in parts for q in p["ran_on"]["qids"]]
     assert len(qids) == len(set(qids)) == 6
     _same_tables(done, out)
+
+
+def test_plan_gives_each_worker_a_gpu_or_a_tensor_parallel_group(monkeypatch):
+    """The GPU side of the plan (no GPU here: Ray's view of the cluster is stubbed): one GPU per worker,
+    or a STRICT_PACK placement group of tensor_parallel_size one-GPU bundles and vLLM's Ray executor;
+    more workers than the GPUs allow is refused; on CPU each worker gets its own cores."""
+    import ray
+    import ray.util.placement_group  # noqa: F401  (ray.util's attribute of that name is the function)
+
+    pg_mod = sys.modules["ray.util.placement_group"]
+
+    from clarify.batch.cluster import _plan
+    from clarify.errors import InputError
+    from clarify.local_llm.vllm_engine import RAY_TP_ENGINE_KWARGS
+
+    made = []
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"GPU": 8.0, "CPU": 64.0})
+    monkeypatch.setattr(pg_mod, "placement_group", lambda bundles, strategy: made.append((bundles, strategy)) or object())
+    plan = _plan(config.load(None))
+    assert plan.workers == 8 and plan.options[0] == {"num_gpus": 1, "num_cpus": 1} and plan.engine_kwargs == {}
+    plan = _plan(config.load(None, {"model.tensor_parallel_size": 2}))
+    assert plan.workers == 4 and len(made) == 4 and made[0] == ([{"GPU": 1, "CPU": 1}] * 2, "STRICT_PACK")
+    assert plan.engine_kwargs == RAY_TP_ENGINE_KWARGS and plan.options[0]["num_gpus"] == 0
+    with pytest.raises(InputError, match="need 10 GPUs; the Ray cluster has 8"):
+        _plan(config.load(None, {"model.tensor_parallel_size": 2, "cluster.workers": 5}))
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    plan = _plan(config.load(None, {"cluster.workers": 2}))
+    assert plan.cores == [[0], [1]] and plan.options == [{"num_cpus": 1}] * 2
+    with pytest.raises(InputError, match="3 workers × 1 cores need 3 CPUs"):
+        _plan(config.load(None, {"cluster.workers": 3}))
