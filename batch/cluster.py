@@ -157,6 +157,37 @@ class Worker:
         self._logs.close()
 
 
+@contextlib.contextmanager
+def _fatal_signal_handlers_kept():
+    """Restore this process's handlers of fatal signals after Ray has connected it. Ray installs its own
+    over them (Python's faulthandler in ray/_private/worker.py `connect`, absl's failure signal handler in
+    its C++ core), and a JVM started before (Lucene search) relies on its SIGSEGV handler for routine work
+    (HotSpot's null checks and safepoints): with another handler in front, the process dies at the JVM's
+    next such fault — why pytest runs with `-p no:faulthandler` (pyproject.toml). The handlers are C
+    structs Python's `signal` cannot hold, so they are saved and put back through libc's sigaction."""
+    import ctypes
+    import faulthandler
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        saved = {}
+        for sig in (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE):
+            buf = ctypes.create_string_buffer(256)  # struct sigaction (152 bytes on x86-64 glibc), opaque here
+            if libc.sigaction(int(sig), None, buf) == 0:
+                saved[sig] = buf
+    except (OSError, AttributeError):  # not a libc we can ask: leave it
+        saved, libc = {}, None
+    was_on = faulthandler.is_enabled()
+    try:
+        yield
+    finally:
+        if not was_on:
+            faulthandler.disable()
+        for sig, buf in saved.items():
+            libc.sigaction(int(sig), buf, None)
+
+
 def _actor_class():
     import ray
 
@@ -200,12 +231,14 @@ def _start_ray(c: ClusterConfig) -> bool:
     kw = dict(include_dashboard=False, logging_level=logging.INFO, configure_logging=False, log_to_driver=False)
     if c.ray_address:
         try:
-            ray.init(address=c.ray_address, **kw)
+            with _fatal_signal_handlers_kept():
+                ray.init(address=c.ray_address, **kw)
         except (ConnectionError, RuntimeError) as exc:
             raise InputError(f"cannot join the Ray cluster at {c.ray_address!r}: {exc}", field="--ray-address") from None
         return True
     # a small object store: chunks' tables are kilobytes (Ray's default takes 30% of the RAM)
-    ray.init(num_cpus=len(os.sched_getaffinity(0)), object_store_memory=256 * 2**20, **kw)
+    with _fatal_signal_handlers_kept():
+        ray.init(num_cpus=len(os.sched_getaffinity(0)), object_store_memory=256 * 2**20, **kw)
     return True
 
 
@@ -387,11 +420,13 @@ def _loop(rd: RunDir, pool: Pool, todo: deque, outcome: Outcome, display, run_s,
         if not pool.actors:
             raise RuntimeError(f"every Ray worker died {MAX_RESTARTS + 1} times; the last: {pool.last_death[-2000:]} "
                                f"(worker logs: {rd.path / 'logs'})")
-        for slot in sorted(pool.actors):
-            while todo and len(pool.given[slot]) < PREFETCH:
-                pool.give(slot, todo.popleft())
-        # a `serve` call ends before the last chunk only when its worker died or its code failed
-        ended, _ = ray.wait(list(pool.serving.values()), num_returns=1, timeout=0)
+        for depth in range(1, PREFETCH + 1):  # every worker one chunk before any gets its second
+            for slot in sorted(pool.actors):
+                if todo and len(pool.given[slot]) < depth:
+                    pool.give(slot, todo.popleft())
+        # a `serve` call ends before the last chunk only when its worker died or its code failed; waiting on
+        # them paces the loop (one round of `take` per POLL_S: polling faster steals the workers' CPU)
+        ended, _ = ray.wait(list(pool.serving.values()), num_returns=1, timeout=POLL_S)
         for ref in ended:
             slot = next(s for s, r in pool.serving.items() if r == ref)
             try:

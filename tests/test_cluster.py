@@ -178,3 +178,32 @@ def test_plan_gives_each_worker_a_gpu_or_a_tensor_parallel_group(monkeypatch):
     assert plan.cores == [[0], [1]] and plan.options == [{"num_cpus": 1}] * 2
     with pytest.raises(InputError, match="3 workers × 1 cores need 3 CPUs"):
         _plan(config.load(None, {"cluster.workers": 3}))
+
+
+def test_ray_leaves_the_jvms_signal_handlers_alone():
+    """Connecting to Ray installs its own SIGSEGV handler (faulthandler, absl) over the JVM's, and the next
+    routine fault of the JVM (HotSpot's null checks) kills the process — seen in this suite as a segfault
+    in the index tests after a cluster test. `_start_ray` puts the handlers back."""
+    import ctypes
+    import faulthandler
+
+    import ray
+
+    from clarify.batch.cluster import _start_ray
+    from clarify.batch.config import ClusterConfig
+    from clarify.index.jvm import start_jvm
+
+    libc = ctypes.CDLL(None)
+
+    def segv_handler() -> bytes:
+        buf = ctypes.create_string_buffer(256)
+        assert libc.sigaction(int(signal.SIGSEGV), None, buf) == 0
+        return buf.raw[:8]  # sa_handler
+
+    start_jvm()
+    before = segv_handler()
+    assert _start_ray(ClusterConfig())
+    try:
+        assert segv_handler() == before and not faulthandler.is_enabled()
+    finally:
+        ray.shutdown()

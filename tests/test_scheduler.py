@@ -134,3 +134,29 @@ def test_rerank_order_ignores_float_noise_from_the_batch():
     assert orders == [["a", "b", "c"]] * 3
     # a real difference still counts
     assert RerankSearcher(Fused(), Noisy(1e-3)).search(q, k=3)["passage_id"].to_list() == ["b", "a", "c"]
+
+
+def test_trees_fed_while_the_loop_runs_join_the_running_batch():
+    """`run_continuous(more=...)` (a Ray worker's chunks, batch/cluster.py): trees handed over later are
+    admitted while the first ones are still in the engine — no drain between batches — and every tree's
+    rows equal those of one run over all trees at once."""
+    from clarify.batch.scheduler import run_continuous
+
+    cfg = _cfg()
+    engine = ScriptedStepEngine("scripted", make_responder())
+    first, *later = _trees()
+    feeds = [[t] for t in later]
+    asked: list[tuple[bool, int]] = []  # (block, engine requests in flight) at each call
+
+    def more(block: bool):
+        asked.append((block, engine.pending()))
+        return feeds.pop(0) if feeds else None
+
+    rows = {}
+    run_continuous([first], _resources(engine), cfg, lambda t, r: rows.__setitem__(t.qid, r), more=more)
+    assert not feeds and len(rows) == 1 + len(later)
+    # the later trees came in while earlier requests were in the engine (not after it drained)
+    assert sum(1 for block, pending in asked[:len(later)] if not block and pending > 0) == len(later)
+    all_at_once = drive("continuous", _trees(), _resources(ScriptedStepEngine("scripted", make_responder())), cfg)
+    fed = [c for t in _trees() for c in rows[t.qid].llm_calls]
+    assert _calls(fed).equals(_calls(all_at_once.llm_calls))
