@@ -50,13 +50,36 @@ def test_chunks_keep_question_order():
     assert chunks_of([], 3) == []
 
 
+# Every test that connects to Ray does it in a child process: Ray puts its own fatal-signal handlers into
+# the process it connects (faulthandler, absl's, an alternate signal stack), and this pytest process runs a
+# JVM (the index tests) that needs its own — it segfaulted in the index tests after in-process cluster
+# tests, even with the handlers put back (batch/cluster.py _fatal_signal_handlers_kept).
+DRIVER = """
+import json, sys
+from clarify.batch import config
+from clarify.batch.pipeline import run
+cfg = config.load(None, json.loads(sys.argv[1]))
+{hook}
+summary = run(cfg, sys.argv[2], progress=False{on_part})
+print(json.dumps({{"summary": summary{extra}}}))
+"""
+
+
+def _drive(overrides: dict, out: Path, hook: str = "", on_part: str = "", extra: str = "") -> dict:
+    """`run` in a child process (the driver), as the CLI would, with a test hook; its last stdout line."""
+    code = DRIVER.format(hook=hook, on_part=on_part, extra=extra)
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps({"answer_style": "free", **SMALL, **overrides}),
+                           str(out)], capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 @pytest.fixture(scope="module")
-def two_workers(tmp_path_factory, default_local_index):
+def two_workers(tmp_path_factory, default_index):
     """6 ASQA questions on 2 Ray workers (cores 0 and 1), chunks of 2."""
     out = tmp_path_factory.mktemp("cluster") / "two"
-    cfg = _cfg(limit=6, **{"cluster.workers": 2, "cluster.chunk_questions": 2})
-    summary = run(cfg, out, index=default_local_index, progress=False)
-    return out, summary
+    got = _drive({"limit": 6, "index": str(default_index), "cluster.workers": 2, "cluster.chunk_questions": 2}, out)
+    return out, got["summary"]
 
 
 def test_two_workers_equal_one_process_replaying_their_caches(two_workers, tmp_path, default_local_index,
@@ -86,22 +109,23 @@ def test_two_workers_equal_one_process_replaying_their_caches(two_workers, tmp_p
     _same_tables(out, replay)
 
 
-def test_a_killed_worker_has_its_chunk_redone_once(tmp_path, default_local_index):
+def test_a_killed_worker_has_its_chunk_redone_once(tmp_path, default_index):
     """Kill the actor of a chunk in flight right after the first part is written: the chunks it held go
     back to the queue, a new actor takes the slot, every question ends in exactly one part."""
-    import ray
-
-    killed: list[int] = []
-
-    def kill_one(pool) -> None:
-        if not killed and pool.busy_slots():
-            slot = pool.busy_slots()[0]
-            ray.kill(pool.actors[slot], no_restart=True)
-            killed.append(slot)
-
+    hook = """
+import ray
+killed = []
+def kill_one(pool):
+    if not killed and pool.busy_slots():
+        slot = pool.busy_slots()[0]
+        ray.kill(pool.actors[slot], no_restart=True)
+        killed.append(slot)
+"""
     out = tmp_path / "faulty"
-    cfg = _cfg(limit=4, offset=6, **{"cluster.workers": 2, "cluster.chunk_questions": 1})
-    summary = run(cfg, out, index=default_local_index, progress=False, on_part=kill_one)
+    got = _drive({"limit": 4, "offset": 6, "index": str(default_index), "cluster.workers": 2,
+                  "cluster.chunk_questions": 1}, out, hook=hook, on_part=", on_part=kill_one",
+                 extra=', "killed": killed')
+    summary, killed = got["summary"], got["killed"]
     assert killed, "no chunk was in flight after the first part"
     c = summary["cluster"]
     assert 1 <= c["requeued"] <= 2 and c["restarts"] == 1 and c["chunks"] == 4  # a worker holds ≤ 2 chunks
@@ -182,28 +206,30 @@ def test_plan_gives_each_worker_a_gpu_or_a_tensor_parallel_group(monkeypatch):
 
 def test_ray_leaves_the_jvms_signal_handlers_alone():
     """Connecting to Ray installs its own SIGSEGV handler (faulthandler, absl) over the JVM's, and the next
-    routine fault of the JVM (HotSpot's null checks) kills the process — seen in this suite as a segfault
-    in the index tests after a cluster test. `_start_ray` puts the handlers back."""
-    import ctypes
-    import faulthandler
-
-    import ray
-
-    from clarify.batch.cluster import _start_ray
-    from clarify.batch.config import ClusterConfig
-    from clarify.index.jvm import start_jvm
-
-    libc = ctypes.CDLL(None)
-
-    def segv_handler() -> bytes:
-        buf = ctypes.create_string_buffer(256)
-        assert libc.sigaction(int(signal.SIGSEGV), None, buf) == 0
-        return buf.raw[:8]  # sa_handler
-
-    start_jvm()
-    before = segv_handler()
-    assert _start_ray(ClusterConfig())
-    try:
-        assert segv_handler() == before and not faulthandler.is_enabled()
-    finally:
-        ray.shutdown()
+    routine fault of the JVM (HotSpot's null checks) kills the process. `_start_ray` puts the handlers
+    back (checked in a child process: see DRIVER)."""
+    code = """
+import ctypes, faulthandler, json, signal
+import ray
+from clarify.batch.cluster import _start_ray
+from clarify.batch.config import ClusterConfig
+from clarify.index.jvm import start_jvm
+libc = ctypes.CDLL(None)
+def segv():
+    buf = ctypes.create_string_buffer(256)
+    assert libc.sigaction(int(signal.SIGSEGV), None, buf) == 0
+    return buf.raw[:8].hex()
+start_jvm()
+before = segv()
+start = _start_ray(ClusterConfig())
+kept, fh = segv(), faulthandler.is_enabled()
+ray.shutdown()
+ray.init(num_cpus=1, include_dashboard=False)
+print(json.dumps({"before": before, "plain": segv(), "kept": kept, "started": start, "faulthandler": fh}))
+ray.shutdown()
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["plain"] != got["before"]  # what Ray does on its own
+    assert got["started"] and got["kept"] == got["before"] and not got["faulthandler"]
