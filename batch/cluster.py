@@ -98,8 +98,7 @@ class Worker:
         _engine_reports_to(self.res.engine, self._count)
         self.inbox: queue.Queue = queue.Queue()  # chunks (lists of qids) to run; None: no more will come
         self.outbox: queue.Queue = queue.Queue()  # finished chunks
-        self.open: list[dict] = []  # chunks admitted and not finished: {qids, trees, rows}
-        self.of: dict[str, dict] = {}  # qid -> its open chunk
+        self.of: dict[str, dict] = {}  # qid -> its chunk while unfinished: {qids, trees, rows}
 
     def _count(self, requests: int, tokens: int) -> None:
         self.calls += requests
@@ -134,7 +133,6 @@ class Worker:
             return None
         trees = [Tree.new(q, self.questions[q], verify=self.cfg.toc.verify) for q in qids]
         chunk = {"qids": qids, "trees": trees, "rows": {}}
-        self.open.append(chunk)
         self.of.update({q: chunk for q in qids})
         return trees
 
@@ -145,7 +143,6 @@ class Worker:
         chunk["rows"][tree.qid] = rows
         if len(chunk["rows"]) < len(chunk["qids"]):
             return
-        self.open.remove(chunk)
         self.res.engine.flush()  # committed before the driver writes the part (as pipeline._Parts does)
         ordered = [chunk["rows"][q] for q in chunk["qids"]]
         self.outbox.put({"qids": chunk["qids"], "trees": [t.to_dict() for t in chunk["trees"]],

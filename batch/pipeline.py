@@ -304,7 +304,7 @@ def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index
     def run_s() -> float | None:
         return None if prior_s is None else round(prior_s + time.perf_counter() - t_start, 3)
 
-    stats, extra = SchedStats(), {}
+    stats, extra, engine = SchedStats(), {}, state.engine if state else None
     if len(finished) < questions.height and cluster.wanted(cfg):  # the trees on Ray workers, as parts
         display = console.RunProgress(questions.height, finished=len(finished),
                                       expected_tokens=(questions.height - len(finished)) * TOKENS_PER_QUESTION,
@@ -321,7 +321,8 @@ def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index
         state = rd.load_state()
         finished = {t.qid: t for t in state.trees}
         stats = outcome.stats
-        extra = {"cluster": outcome.summary(time.perf_counter() - t_start), "engine": outcome.engine}
+        extra = {"cluster": outcome.summary(time.perf_counter() - t_start)}
+        engine = outcome.engine or state.engine
     if len(finished) == questions.height:  # every tree written (by workers, or before a crash): no model here
         fixed = fixed_passages(cfg, questions)
         res = Resources(engine=None, searcher=None, passages=passage_store(fixed, index), embed=None,
@@ -329,7 +330,7 @@ def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index
         trees = [finished[q] for q in questions["qid"]]
         with console.step("checking quotes and scoring", enabled=progress, timed=False):
             summary = finalize(rd, cfg, trees, questions, gold, res, session_start=t_start, stats=stats,
-                               prior_s=prior_s, engine=extra.pop("engine", None) or state.engine, extra=extra)
+                               prior_s=prior_s, engine=engine, extra=extra)
         note_run(summary, cfg)
         return summary
     with console.step("opening the index, the encoder and the engine", enabled=progress):

@@ -109,33 +109,39 @@ def write(files: list[Path], *, encoder_spec: str = "default") -> Path:
     return meta
 
 
-def check_full(folder: Path, *, queries: int = 100) -> dict:
-    """Re-encode every shipped row and compare: largest |Δ|, and whether a flat index over the shipped
-    vectors and one over the fresh vectors return the same top-10 for the first `queries` ASQA dev
-    questions."""
-    import faiss
-
+def _shipped_in(folder: Path):
+    """(passages, encoder, vectors) of the default corpus in `folder`; SystemExit when the shipped
+    vectors there are not usable, saying why."""
     from clarify.index.corpus import load_corpus
-    from clarify.index.dense import Encoder, passage_texts
+    from clarify.index.dense import Encoder
     from clarify.index.store import DEFAULT_CORPUS_FILES, LAYOUT, _corpus_entries
-    from clarify.local_llm.hardware import describe
 
     files = [folder / name for name in DEFAULT_CORPUS_FILES]
     passages = load_corpus(files).passages
     encoder = Encoder("default", batch_size=16)
-    shipped, why = find(_corpus_entries(files), encoder, LAYOUT, passages.height)
-    if shipped is None:
+    vectors, why = find(_corpus_entries(files), encoder, LAYOUT, passages.height)
+    if vectors is None:
         raise SystemExit(f"shipped embeddings not usable: {why}")
-    texts = passage_texts(passages)
-    t0 = time.perf_counter()
-    fresh = np.zeros_like(np.asarray(shipped))
-    order = np.argsort(-encoder.token_lengths(texts), kind="stable")  # as encode_to_memmap cuts batches
-    for start in range(0, len(texts), 16):
-        rows = order[start:start + 16]
-        fresh[rows] = encoder.encode([texts[i] for i in rows], batch_size=16)
-    encode_s = time.perf_counter() - t0
-    from clarify.eval.asqa import load_asqa
+    return passages, encoder, vectors
 
+
+def check_full(folder: Path, *, queries: int = 100) -> dict:
+    """Re-encode every shipped row as a build does (`encode_to_memmap`) and compare: largest |Δ|, and
+    whether a flat index over the shipped vectors and one over the fresh vectors return the same top-10
+    for the first `queries` ASQA dev questions."""
+    import tempfile
+
+    import faiss
+
+    from clarify.eval.asqa import load_asqa
+    from clarify.index.dense import encode_to_memmap
+    from clarify.local_llm.hardware import describe
+
+    passages, encoder, shipped = _shipped_in(folder)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh = np.array(encode_to_memmap(encoder, passages, Path(tmp) / "fresh.npy"))
+    encode_s = time.perf_counter() - t0
     qs = load_asqa(folder.parent / "asqa" / "dev.json")[0]["question"].to_list()[:queries]
     q = encoder.encode(qs)
     tops = []
@@ -144,7 +150,7 @@ def check_full(folder: Path, *, queries: int = 100) -> dict:
         index.add(vecs)
         tops.append(index.search(q, 10)[1])
     same = int(sum((a == b).all() for a, b in zip(*tops)))
-    return {"rows": len(texts), "max_abs_diff": float(np.abs(fresh - shipped).max()),
+    return {"rows": passages.height, "max_abs_diff": float(np.abs(fresh - shipped).max()),
             "queries": len(qs), "same_top10": same, "encode_s": round(encode_s, 1), "cpu": describe()}
 
 
@@ -163,17 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.full:
         print(json.dumps(check_full(args.dir), indent=2))
         return 0
-    from clarify.index.corpus import load_corpus
-    from clarify.index.dense import Encoder, passage_texts
-    from clarify.index.store import DEFAULT_CORPUS_FILES, LAYOUT, _corpus_entries
+    from clarify.index.dense import passage_texts
 
-    files = [args.dir / name for name in DEFAULT_CORPUS_FILES]
-    passages = load_corpus(files).passages
-    encoder = Encoder("default", batch_size=16)
-    vectors, why = find(_corpus_entries(files), encoder, LAYOUT, passages.height)
-    if vectors is None:
-        print(f"not usable: {why}", file=sys.stderr)
-        return 1
+    passages, encoder, vectors = _shipped_in(args.dir)
     diff = check_sample(vectors, passage_texts(passages), encoder)
     print(json.dumps({"sample": len(sample_rows(passages.height)), "max_abs_diff": diff, "tolerance": TOLERANCE}))
     return 0 if diff <= TOLERANCE else 1
