@@ -32,6 +32,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
+from clarify.files import home
+
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 KEEP_LOGS = 50  # per folder; older logs are deleted when a new one starts
 
@@ -82,7 +84,7 @@ class _CountWarnings(logging.Handler):
 
 def home_logs(_args=None) -> Path:
     """$CLARIFY_HOME/logs: the log folder of commands that have no run directory."""
-    return Path(os.environ.get("CLARIFY_HOME", Path.home() / ".cache" / "clarify")).expanduser() / "logs"
+    return home() / "logs"
 
 
 def log_file_for(log_dir: Path, command: str) -> Path:

@@ -161,7 +161,7 @@ def compare(models: list[str], args: argparse.Namespace, out: Path, *, parallel:
                 row[f"quote_{k}"] = v
         rows.append(row)
     table = pl.DataFrame(rows, infer_schema_length=None)
-    from clarify.batch.rundir import write_parquet
+    from clarify.files import write_parquet
 
     write_parquet(table, out / "comparison.parquet")
     (out / "comparison.md").write_text(_markdown(table), encoding="utf-8")

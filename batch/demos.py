@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,16 +20,12 @@ from clarify.batch.parse import Disambiguation
 from clarify.batch.prompts import Demo, Passage, QuotedDemo
 from clarify.batch.tree import normalize
 from clarify.errors import InputError
+from clarify.files import data_dir, home, write_npy
 
 Embed = Callable[[list[str]], np.ndarray]
 
-DATA = Path(__file__).resolve().parent.parent / "data"
-ASQA_DEV = DATA / "asqa" / "dev.json"
-QUOTESUM_DEV = DATA / "quotesum" / "dev.jsonl"
-
-
 def _cache_dir() -> Path:
-    return Path(os.environ.get("CLARIFY_HOME", Path.home() / ".cache" / "clarify")) / "demo_vectors"
+    return home() / "demo_vectors"
 
 
 class KnnPool:
@@ -47,10 +42,7 @@ class KnnPool:
             self.vectors = np.load(path)
         else:
             self.vectors = np.asarray(embed([i.question for i in self.items]), dtype=np.float32)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}.npy")
-            np.save(tmp, self.vectors)
-            os.replace(tmp, path)
+            write_npy(self.vectors, path)
 
     def select(self, query_vectors: np.ndarray, questions: Sequence[str], n: int,
                exclude: Sequence[Sequence[str]] | None = None) -> list[list]:
@@ -75,10 +67,11 @@ class KnnPool:
         return out
 
 
-def load_asqa_demos(path: Path = ASQA_DEV, start: int = 500, stop: int | None = None) -> list[Demo]:
+def load_asqa_demos(path: Path | None = None, start: int = 500, stop: int | None = None) -> list[Demo]:
     """ASQA dev[start:stop] as clarification demos: each qa_pair → DQ with its first short answer
     (toc/utils.py make_str_disambig, ambigQA=True), the first annotation's long answer."""
     try:
+        path = path or data_dir() / "asqa" / "dev.json"
         dev = json.loads(Path(path).read_text(encoding="utf-8"))["dev"]
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(f"cannot read ASQA demos: {exc}", path=str(path)) from exc
@@ -99,10 +92,11 @@ def parse_pool_spec(spec: str) -> tuple[str, int, int | None]:
     return "asqa", int(m.group(1) or 0), int(m.group(2)) if m.group(2) else None
 
 
-def load_quotesum_demos(path: Path = QUOTESUM_DEV) -> list[QuotedDemo]:
+def load_quotesum_demos(path: Path | None = None) -> list[QuotedDemo]:
     """QuoteSum dev rows (one per qid: the first) as SEMQA demos. Only rows whose non-empty sources are
     numbered 1..K without gaps are used, so the `[k span]` markers keep pointing at the right source."""
     demos, seen = [], set()
+    path = path or data_dir() / "quotesum" / "dev.jsonl"
     with open(path, encoding="utf-8") as fh:
         for line in fh:
             row = json.loads(line)

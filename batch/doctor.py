@@ -159,7 +159,7 @@ def _size(path: Path) -> int:
 
 
 def collect() -> dict:
-    from clarify.local_llm.models import clarify_home
+    from clarify.files import home as clarify_home
 
     eng = engine()
     bf16 = bool((eng.get("cpu") or {}).get("bf16_native"))

@@ -21,10 +21,12 @@ from clarify.batch.compare import model_params
 from clarify.batch.config import PART_TREES, RESULT_FREE, TOKENS_PER_QUESTION, RunConfig
 from clarify.batch.program import Resources, TreeRows
 from clarify.batch.prompts import Passage
-from clarify.batch.rundir import RunDir, file_sha256, write_json
+from clarify.batch.rundir import RunDir
 from clarify.batch.scheduler import DRIVERS, SchedStats
 from clarify.batch.tree import Tree
 from clarify.errors import InputError
+from clarify.files import data_dir, write_json
+from clarify.files import sha256 as file_sha256
 from clarify.jsonl import iter_jsonl, record_id
 
 MAX_QUESTION_CHARS = 2000  # a "question" longer than this is almost surely a broken input line
@@ -61,14 +63,11 @@ def read_questions_jsonl(path: str | Path) -> pl.DataFrame:
     return df
 
 
-DATA = Path(__file__).resolve().parent.parent / "data"
-
-
 def questions_path(cfg: RunConfig) -> Path:
     """The file the run's questions come from: `questions`, else the dataset's shipped file."""
     if cfg.questions:
         return Path(cfg.questions)
-    return {"asqa": DATA / "asqa" / "dev.json", "quotesum": DATA / "quotesum" / "dev.jsonl"}[cfg.dataset]
+    return {"asqa": data_dir() / "asqa" / "dev.json", "quotesum": data_dir() / "quotesum" / "dev.jsonl"}[cfg.dataset]
 
 
 def load_questions(cfg: RunConfig) -> tuple[pl.DataFrame, pl.DataFrame | None]:

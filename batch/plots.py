@@ -14,6 +14,7 @@ from pathlib import Path
 import polars as pl
 
 from clarify.errors import InputError
+from clarify.files import write_atomic
 
 # Node statuses that count as a valid disambiguation: a valid node stays valid once it is expanded.
 VALID_STATUSES = ("valid", "expanded")
@@ -254,10 +255,5 @@ def plot_compare(table: pl.DataFrame, out_png: Path | str, metrics: list[str] | 
 
     In: table[model, params, <metric columns...>] (one row per model/run).
     """
-    out_png = Path(out_png)
-    out_png.parent.mkdir(parents=True, exist_ok=True)
     fig = compare_figure(table, metrics)
-    tmp = out_png.with_name(out_png.name + ".tmp")
-    fig.savefig(tmp, format="png")
-    tmp.replace(out_png)
-    return out_png
+    return write_atomic(out_png, lambda tmp: fig.savefig(tmp, format="png"))

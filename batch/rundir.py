@@ -40,6 +40,9 @@ import polars as pl
 from clarify import faults
 from clarify.batch.tree import Tree
 from clarify.errors import InputError
+from clarify.files import fsync as _fsync
+from clarify.files import sha256 as file_sha256
+from clarify.files import write_json, write_parquet
 
 FINAL_TABLES = ("nodes", "hits", "llm_calls", "answers", "spans", "passages", "scores")
 
@@ -51,42 +54,6 @@ class Checkpoint(NamedTuple):
     trees: list[Tree]  # the finished trees, in the order they were written
     run_s: float | None  # the run's seconds up to the last part (None: unknown)
     engine: dict | None  # the engine's facts (device, dtype) when a real engine ran
-
-
-def _fsync(path: Path) -> None:
-    """Flush a file's data, or a folder's entries (so a rename survives a power cut), to disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_atomic(path: Path, write) -> None:
-    """Atomic write: `write(tmp)` into a temp file in the same folder, fsync, rename, fsync the folder."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    write(tmp)
-    _fsync(tmp)
-    os.replace(tmp, path)
-    _fsync(path.parent)
-
-
-def write_parquet(df: pl.DataFrame, path: Path) -> None:
-    _write_atomic(path, df.write_parquet)
-
-
-def write_json(obj: object, path: Path) -> None:
-    _write_atomic(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str),
-                                                   encoding="utf-8"))
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _state_checksum(body: dict) -> str:

@@ -13,16 +13,15 @@ summary.parquet and summary.txt; prints the summary table.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 import polars as pl
 
 from clarify.errors import InputError
+from clarify.files import data_dir, write_parquet
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
-DEFAULT_GOLD = {"asqa": DATA_DIR / "asqa" / "dev.json", "quotesum": DATA_DIR / "quotesum" / "dev.jsonl"}
+DEFAULT_GOLD = {"asqa": ("asqa", "dev.json"), "quotesum": ("quotesum", "dev.jsonl")}  # under files.data_dir()
 
 
 def register(sub) -> None:
@@ -48,12 +47,6 @@ def _warn(msg: str) -> None:
     print(f"clarify eval: warning: {msg}", file=sys.stderr)
 
 
-def _write_parquet(df: pl.DataFrame, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    df.write_parquet(tmp)
-    os.replace(tmp, path)
-
-
 def evaluate(args: argparse.Namespace) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
     """Run the evaluation described by the CLI arguments; return (per_question, summary, report)."""
     from clarify.eval import io
@@ -74,7 +67,7 @@ def evaluate(args: argparse.Namespace) -> tuple[pl.DataFrame, pl.DataFrame, dict
     if predictions.height == 0:
         raise InputError("no predictions", path=str(pred_path))
 
-    gold_path = args.gold or DEFAULT_GOLD[args.dataset]
+    gold_path = args.gold or data_dir().joinpath(*DEFAULT_GOLD[args.dataset])
     if args.dataset == "asqa":
         from clarify.eval.asqa import load_asqa
 
@@ -140,9 +133,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         p = args.predictions
         out = p / "eval" if p.is_dir() else p.with_name(p.stem + "_eval")
     out.mkdir(parents=True, exist_ok=True)
-    _write_parquet(per_q, out / "per_question.parquet")
-    _write_parquet(to_scores(per_q), out / "scores.parquet")
-    _write_parquet(summary, out / "summary.parquet")
+    write_parquet(per_q, out / "per_question.parquet")
+    write_parquet(to_scores(per_q), out / "scores.parquet")
+    write_parquet(summary, out / "summary.parquet")
     table = format_table(summary)
     (out / "summary.txt").write_text(
         f"dataset: {args.dataset}\npredictions: {report['predictions']}\ngold: {report['gold']}\n"

@@ -20,19 +20,15 @@
 from __future__ import annotations
 
 import functools
-import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from clarify.files import home
+
 PUNKT_FILES = ("abbrev_types.txt", "sent_starters.txt", "collocations.tab", "ortho_context.tab")
-
-
-def clarify_home() -> Path:
-    """The cache directory for generated files ($CLARIFY_HOME, default ~/.cache/clarify)."""
-    return Path(os.environ.get("CLARIFY_HOME", Path.home() / ".cache" / "clarify"))
 
 
 def _write_punkt_english(lang_dir: Path) -> None:
@@ -65,7 +61,7 @@ def ensure_punkt() -> Path:
     """Make `nltk.sent_tokenize(text)` (English) work offline; return the nltk_data folder used."""
     import nltk
 
-    data_dir = clarify_home() / "nltk_data"
+    data_dir = home() / "nltk_data"
     lang_dir = data_dir / "tokenizers" / "punkt_tab" / "english"
     if not all((lang_dir / f).is_file() for f in PUNKT_FILES):
         _write_punkt_english(lang_dir)

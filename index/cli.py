@@ -15,6 +15,7 @@ from pathlib import Path
 
 from clarify.console import home_logs
 from clarify.errors import InputError, need_file
+from clarify.files import data_dir
 
 
 def _passive_omp() -> None:
@@ -204,7 +205,7 @@ def cmd_coverage(args) -> int:
 
     from clarify.index.coverage import answer_coverage, coverage_table, load_asqa
 
-    data = args.data or Path(__file__).resolve().parent.parent / "data" / "asqa" / "dev.json"
+    data = args.data or data_dir() / "asqa" / "dev.json"
     queries, gold = load_asqa(data, first=args.first)
     idx = _open(args)
     per_q = []

@@ -54,7 +54,7 @@ def sample_rows(n: int, k: int = SAMPLE) -> np.ndarray:
 def find(corpus_entries: list[dict], encoder, layout: int, count: int) -> tuple[np.ndarray | None, str]:
     """(vectors, why) for this build: the shipped vectors beside the first corpus file, checked, or
     (None, why not). `encoder`: index.dense.Encoder; `count`: passages read from the corpus."""
-    from clarify.index.store import sha256_file
+    from clarify.files import sha256 as sha256_file
 
     npy, meta = paths(Path(corpus_entries[0]["path"]).parent, encoder.name)
     if not meta.is_file() or not npy.is_file():
@@ -86,9 +86,10 @@ def check_sample(vectors: np.ndarray, texts: list[str], encoder, rows: np.ndarra
 def write(files: list[Path], *, encoder_spec: str = "default") -> Path:
     """Encode the corpus `files` (in this order, as `build_index` reads them) and write the vectors and
     their sidecar beside the first; returns the sidecar's path."""
+    from clarify.files import sha256 as sha256_file
     from clarify.index.corpus import load_corpus
     from clarify.index.dense import Encoder, encode_to_memmap
-    from clarify.index.store import LAYOUT, _corpus_entries, sha256_file
+    from clarify.index.store import LAYOUT, _corpus_entries
     from clarify.local_llm.hardware import describe
 
     folder = files[0].parent

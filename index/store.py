@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import logging
 import os
@@ -33,6 +32,8 @@ import polars as pl
 
 from clarify import console
 from clarify.errors import InputError, need_file
+from clarify.files import data_dir, home, write_json
+from clarify.files import sha256 as sha256_file
 from clarify.index.corpus import load_corpus
 
 FORMAT = "clarify-index"
@@ -77,26 +78,12 @@ class BuildOptions:
 
 
 # --------------------------------------------------------------------------------------------- helpers
-def sha256_file(path: Path, bufsize: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(bufsize):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _corpus_entries(files: list[Path]) -> list[dict]:
     out = []
     for f in files:
         need_file(f, "corpus file")
         out.append({"path": str(f.resolve()), "name": f.name, "bytes": f.stat().st_size, "sha256": sha256_file(f)})
     return out
-
-
-def _write_json_atomic(path: Path, obj: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def read_manifest(path: Path) -> dict | None:
@@ -206,7 +193,7 @@ def build_index(corpus, out, *, options: BuildOptions | None = None, force: bool
         try:
             manifest = _build_into(tmp, files, corpus_entries, options)
             manifest["path_built"] = str(out.resolve())
-            _write_json_atomic(tmp / MANIFEST, manifest)
+            write_json(manifest, tmp / MANIFEST, sort_keys=False)
             old = None
             if out.exists():
                 old = out.parent / f".{out.name}.old-{os.getpid()}"
@@ -487,17 +474,13 @@ def open_index(path, *, faiss_dir=None, encoder: str | None = None) -> LocalInde
 
 
 # -------------------------------------------------------------------------------------- default index
-def clarify_home() -> Path:
-    return Path(os.environ.get("CLARIFY_HOME", Path.home() / ".cache" / "clarify")).expanduser()
-
-
 def default_index_dir() -> Path:
-    return clarify_home() / "index" / "wiki-default"
+    return home() / "index" / "wiki-default"
 
 
 def default_corpus_files() -> list[Path]:
     """The shipped Wikipedia passages (data/wiki, ≈10k): core, DPR extra, DPR random distractors."""
-    data = Path(os.environ.get("CLARIFY_DATA", Path(__file__).resolve().parent.parent / "data"))
+    data = data_dir()
     files = [data / "wiki" / name for name in DEFAULT_CORPUS_FILES]
     missing = [str(f) for f in files if not f.is_file()]
     if missing:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from clarify.console import home_logs
 from clarify.errors import InputError, need_file
+from clarify.files import write_parquet
 from clarify.jsonl import iter_jsonl
 from clarify.local_llm.models import (
     DEFAULT_MODEL,
@@ -60,17 +61,6 @@ def read_prompt_lines(path: str | os.PathLike) -> list[tuple[int, str, str]]:
     if not rows:
         raise InputError("no prompts in file", path=str(p))
     return rows
-
-
-def write_parquet_atomic(df, out: Path) -> None:
-    """Write to a temp name in the same folder, then rename: a reader never sees half a file."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        df.write_parquet(tmp)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _check_context(model_dir: Path, path, lines: list[tuple[int, str, str]]) -> None:
@@ -153,7 +143,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             "cached": pl.Boolean,
         },
     )
-    write_parquet_atomic(df, out)
+    write_parquet(df, out)
     new = [c for c in completions if not c.cached]
     new_tokens = sum(c.output_tokens for c in new)
     rate = new_tokens / elapsed if elapsed > 0 else 0.0

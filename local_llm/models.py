@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clarify.errors import InputError
+from clarify.files import home
 
 MARKER = ".clarify-model-complete"  # written inside the folder before it is renamed into place
 
@@ -61,13 +62,8 @@ EMBEDDED: dict[str, EmbeddedModel] = {
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
-def clarify_home() -> Path:
-    """`$CLARIFY_HOME`, default `~/.cache/clarify`: everything generated lives there, never in git."""
-    return Path(os.environ.get("CLARIFY_HOME", Path.home() / ".cache" / "clarify")).expanduser()
-
-
 def embedded_model_dir(name: str) -> Path:
-    return clarify_home() / "models" / name
+    return home() / "models" / name
 
 
 def is_prepared(name: str) -> bool:

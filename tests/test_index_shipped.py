@@ -10,10 +10,11 @@ import shutil
 import numpy as np
 import pytest
 
+from clarify.files import sha256 as sha256_file
 from clarify.index import build_index, open_index, shipped
 from clarify.index.corpus import load_corpus
 from clarify.index.dense import Encoder, passage_texts
-from clarify.index.store import DEFAULT_CORPUS_FILES, LAYOUT, _corpus_entries, sha256_file
+from clarify.index.store import DEFAULT_CORPUS_FILES, LAYOUT, _corpus_entries
 
 from .fixtures_index import WIKI, write_small_corpus
 

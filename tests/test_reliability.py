@@ -318,9 +318,9 @@ def test_recomputed_cache_rows_are_reported_in_summary_and_terminal(tmp_path):
 
 def _asqa_ids(n):
     from clarify.eval.asqa import load_asqa
-    from clarify.eval.cli import DEFAULT_GOLD
+    from clarify.files import data_dir
 
-    return load_asqa(DEFAULT_GOLD["asqa"])[0]["qid"].head(n).to_list()
+    return load_asqa(data_dir() / "asqa" / "dev.json")[0]["qid"].head(n).to_list()
 
 
 def test_eval_predictions_bom_repeated_ids_and_non_utf8_by_line(tmp_path):
