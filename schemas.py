@@ -13,7 +13,7 @@ QUESTIONS = {"qid": pl.String, "question": pl.String, "dataset": pl.String}
 
 PASSAGES = {"passage_id": pl.String, "title": pl.String, "text": pl.String}
 
-# retriever: bm25 | dense | fused | rerank
+# A searcher's output (clarify.index). retriever: bm25 | dense | fused | rerank
 HITS = {
     "qid": pl.String,
     "passage_id": pl.String,
@@ -22,7 +22,31 @@ HITS = {
     "retriever": pl.String,
 }
 
-# ToC tree nodes. status: pending | expanded | valid | pruned | duplicate | root
+# A run's hits (parts/NNNN/hits.parquet and the final hits.parquet): HITS plus the node and the tree's
+# round (`wave`) that asked, and the query sent.
+RUN_HITS = {
+    "qid": pl.String,
+    "node_id": pl.String,
+    "wave": pl.Int32,
+    "query": pl.String,
+    "passage_id": pl.String,
+    "score": pl.Float64,
+    "rank": pl.Int32,
+    "retriever": pl.String,
+}
+
+# The shared search cache (batch/search_cache.py): one searcher's hits per (query, k), in a folder named
+# by the searcher's identity (kind, candidates, reranker, the index's manifest checksum).
+SEARCH_CACHE = {
+    "query": pl.String,
+    "k": pl.Int32,
+    "passage_id": pl.String,
+    "score": pl.Float64,
+    "rank": pl.Int32,
+    "retriever": pl.String,
+}
+
+# ToC tree nodes. status: root | valid | pruned | duplicate | pending (batch/tree.py)
 NODES = {
     "qid": pl.String,
     "node_id": pl.String,
@@ -52,6 +76,9 @@ LLM_CALLS = {
     "cached": pl.Boolean,
     "parse_error": pl.String,
 }
+
+# A tree's answer as its program writes it, before the quote check (parts/NNNN/answers.parquet).
+TREE_ANSWERS = {"qid": pl.String, "answer": pl.String, "passage_ids": pl.List(pl.String), "style": pl.String}
 
 # answer: the final answer, with `[k span]` markers when quoted (after quote repair); answer_raw: as the
 # model wrote it; passage_ids[k-1] is the passage numbered k in the prompt.
@@ -84,8 +111,11 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "questions": QUESTIONS,
     "passages": PASSAGES,
     "hits": HITS,
+    "run_hits": RUN_HITS,
+    "search_cache": SEARCH_CACHE,
     "nodes": NODES,
     "llm_calls": LLM_CALLS,
+    "tree_answers": TREE_ANSWERS,
     "answers": ANSWERS,
     "spans": SPANS,
     "scores": SCORES,

@@ -110,7 +110,8 @@ def _run_logs(args: argparse.Namespace) -> Path:
 
 
 def _run_args(p: argparse.ArgumentParser, *, with_model: bool = True) -> None:
-    p.add_argument("--config", help="TOML config file (flags override it); default: the paper's settings")
+    p.add_argument("--config", help="TOML config file, or a run's frozen config.json (flags override it); default: the "
+                                    "paper's settings")
     p.add_argument("--dataset", choices=["asqa", "quotesum", "jsonl"], help="question set (default: asqa)")
     p.add_argument("--questions", help="questions file (JSONL {qid, question} for --dataset jsonl; for asqa "
                                        "and quotesum the default is the shipped dev set)")
@@ -246,9 +247,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     limit, expected_s = args.limit, None
     frozen = Path(args.out) / "config.json"
     if limit is None and frozen.exists():  # a resumed (or finished) demo keeps the size it was started with
-        from clarify.batch.rundir import read_json
+        from clarify.batch.rundir import Run
 
-        limit = read_json(frozen, "delete the run directory, or pass --limit and another --out")["limit"]
+        limit = Run.open(args.out).config.limit
     cfg = config.load(None, {"dataset": "asqa", "limit": limit or DEMO_MAX_QUESTIONS,
                              "answer_style": args.answer_style, "index": str(index_dir)})
     if not (Path(args.out) / "summary.json").exists():
@@ -282,13 +283,13 @@ def show_answer(run_dir: Path, qid: str | None = None) -> None:
     """Print one answer with its quotes resolved to their passages."""
     import polars as pl
 
-    answers = pl.read_parquet(run_dir / "answers.parquet")
-    questions = pl.read_parquet(run_dir / "questions.parquet")
-    spans_path = run_dir / "spans.parquet"
-    spans = pl.read_parquet(spans_path) if spans_path.exists() else None
+    from clarify.batch.rundir import Run
+
+    run = Run.open(run_dir)
+    answers, questions, spans = run.table("answers", required=True), run.questions, run.spans
     if qid is None:  # the answer with the most anchored quotes (then any non-empty ones) is the best example
-        kept = spans.filter(pl.col("status") != "empty") if spans is not None else None
-        if kept is not None and kept.height:
+        kept = spans.filter(pl.col("status") != "empty")
+        if kept.height:
             ranked = kept.group_by("qid").agg(anchored=pl.col("status").is_in(["verbatim", "repaired"]).sum(),
                                               n=pl.len())
             qid = ranked.sort(["anchored", "n", "qid"], descending=[True, True, False])["qid"][0]
@@ -297,9 +298,8 @@ def show_answer(run_dir: Path, qid: str | None = None) -> None:
     row = answers.filter(pl.col("qid") == qid).row(0, named=True)
     question = questions.filter(pl.col("qid") == qid)["question"][0]
     print(f"\nQ: {question}\nA: {_clip(row['answer'], 600)}")
-    if spans is not None:
-        passages = pl.read_parquet(run_dir / "passages.parquet")
-        titles = dict(zip(passages["passage_id"], passages["title"]))
+    if spans.height:
+        titles = dict(zip(run.passages["passage_id"], run.passages["title"]))
         for s in spans.filter(pl.col("qid") == qid).sort("span_no").iter_rows(named=True):
             where = f"chars {s['start']}-{s['end']}" if s["start"] is not None and s["start"] >= 0 else "not found"
             print(f"  [{s['source_k']}] {_clip(s['text'], 120)!r} → {s['passage_id']} «{titles.get(s['passage_id'], '')}» "
@@ -311,9 +311,12 @@ def _clip(text: str, n: int) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from clarify.batch import config
     from clarify.batch.compare import compare
 
-    compare([m.strip() for m in args.models.split(",") if m.strip()], args, Path(args.out), parallel=args.parallel)
+    cfg = config.load(args.config, _overrides(args))  # the TOML and the flags, resolved once for every model
+    compare([m.strip() for m in args.models.split(",") if m.strip()], cfg, Path(args.out), parallel=args.parallel,
+            verbose=getattr(args, "verbose", False))
     print((Path(args.out) / "comparison.md").read_text(encoding="utf-8"))
     print(f"comparison: {Path(args.out) / 'comparison.parquet'} (table), {Path(args.out) / 'comparison.png'} (plot)")
     return 0

@@ -9,8 +9,6 @@ Retrieval for identical queries is computed once and shared through `<out>/searc
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import re
 import subprocess
@@ -20,23 +18,14 @@ from pathlib import Path
 
 import polars as pl
 
+from clarify.batch.config import RunConfig
+from clarify.batch.rundir import Run
 from clarify.errors import InputError
+from clarify.files import write_json, write_parquet
 
 
 def _slug(model: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", Path(model).name or model).strip("_") or "model"
-
-
-def _flags(args: argparse.Namespace) -> list[str]:
-    out = []
-    for flag in ("config", "dataset", "questions", "limit", "offset", "index", "answer_style", "seed", "scheduler",
-                 "workers", "ray_address", "chunk_questions"):
-        v = getattr(args, flag, None)
-        if v is not None:
-            out += [f"--{flag.replace('_', '-')}", str(v)]
-    if getattr(args, "no_verify", False):
-        out.append("--no-verify")
-    return out
 
 
 def _fd_stream(stream):
@@ -84,15 +73,17 @@ def _gpu_ids() -> list[str]:
     return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
 
 
-def _launch(models: list[str], args: argparse.Namespace, out: Path, parallel: bool) -> dict[str, dict]:
-    """Run each model's `clarify run`: one after another on the terminal, or (`parallel`) all at once,
-    each on its own devices (or on a Ray cluster, which places them) with its output in `<out>/<model>.log`.
+def _launch(models: list[str], cfg: RunConfig, out: Path, parallel: bool, verbose: bool) -> dict[str, dict]:
+    """Run each model's `clarify run` on the one config (`<out>/config.json`, the model set per run): one
+    after another on the terminal, or (`parallel`) all at once, each on its own devices (or on a Ray
+    cluster, which places them) with its output in `<out>/<model>.log`.
     Returns model -> {started, finished, devices} (unix seconds)."""
+    shared = write_json(cfg.to_dict(), out / "config.json")
     cmds = {}
     for model in models:
-        cmd = [sys.executable, "-m", "clarify.batch.cli", "run", "--model", model, "--out", str(out / _slug(model)),
-               "--search-cache", str(out / "search_cache"), *_flags(args)]
-        if getattr(args, "verbose", False):
+        cmd = [sys.executable, "-m", "clarify.batch.cli", "run", "--config", str(shared), "--model", model,
+               "--out", str(out / _slug(model)), "--search-cache", str(out / "search_cache")]
+        if verbose:
             cmd.append("--verbose")
         cmds[model] = cmd
     times: dict[str, dict] = {}
@@ -106,7 +97,7 @@ def _launch(models: list[str], args: argparse.Namespace, out: Path, parallel: bo
             _check(model, proc.returncode, out, "see its output above")
             times[model] = {"started": t0, "finished": time.time(), "devices": None}
         return times
-    groups = [{}] * len(models) if getattr(args, "ray_address", None) else device_groups(len(models))
+    groups = [{}] * len(models) if cfg.cluster.ray_address else device_groups(len(models))
     procs = {}
     for (model, cmd), env in zip(cmds.items(), groups):
         log = out / f"{_slug(model)}.log"
@@ -129,25 +120,28 @@ def _check(model: str, rc: int, out: Path, where: str) -> None:
         raise InputError(f"the run for model {model!r} failed (exit {rc}); {where}", path=str(out / _slug(model)))
 
 
-def compare(models: list[str], args: argparse.Namespace, out: Path, *, parallel: bool = False) -> pl.DataFrame:
-    """Run every model over the same questions (one after another, or `parallel`: at once, one model per
-    set of devices) and write the comparison table, its Markdown and a plot."""
+def compare(models: list[str], cfg: RunConfig, out: Path, *, parallel: bool = False,
+            verbose: bool = False) -> pl.DataFrame:
+    """Run every model over the same questions with one config `cfg` (its model replaced by each; one
+    after another, or `parallel`: at once, one model per set of devices) and write the comparison
+    table, its Markdown and a plot."""
     if len(models) < 2:
         raise InputError("give at least two models to compare", field="--models")
     if len({_slug(m) for m in models}) < len(models):
         raise InputError("two models would share one run directory (same folder name)", field="--models")
     out.mkdir(parents=True, exist_ok=True)
     rows, metric_names = [], []
-    times = _launch(models, args, out, parallel)
+    times = _launch(models, cfg, out, parallel, verbose)
     for model in models:
         run_dir = out / _slug(model)
-        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+        run = Run.open(run_dir)
+        summary = run.summary
         row = {"model": model, "params": model_params(model), "run_dir": str(run_dir),
                "started": times[model]["started"], "finished": times[model]["finished"],
                "devices": times[model]["devices"],
                "n_questions": summary["n_questions"],
-               # all sessions up to their last checkpoint + finalize (older runs: the session that finished)
-               "wall_s": summary.get("wall_s_total") or summary["wall_s_last_session"],
+               # all sessions up to their last checkpoint + finalize (None when a session's time was lost)
+               "wall_s": summary["wall_s_total"],
                "llm_calls_per_question": summary["llm_calls_per_question"],
                "prompt_tokens": summary["tokens"]["prompt"], "output_tokens": summary["tokens"]["output"],
                "valid_nodes_per_question": summary["valid_nodes_per_question"],
@@ -161,8 +155,6 @@ def compare(models: list[str], args: argparse.Namespace, out: Path, *, parallel:
                 row[f"quote_{k}"] = v
         rows.append(row)
     table = pl.DataFrame(rows, infer_schema_length=None)
-    from clarify.files import write_parquet
-
     write_parquet(table, out / "comparison.parquet")
     (out / "comparison.md").write_text(_markdown(table), encoding="utf-8")
     try:
@@ -170,7 +162,7 @@ def compare(models: list[str], args: argparse.Namespace, out: Path, *, parallel:
 
         # the quality metrics and the few run measures worth a panel each (not every counter)
         measures = ["quote_share_verbatim_after_repair", "llm_calls_per_question"]
-        if args.dataset != "quotesum":  # QuoteSum mode builds no tree
+        if cfg.dataset != "quotesum":  # QuoteSum mode builds no tree
             measures.insert(1, "valid_nodes_per_question")
         shown = metric_names + [c for c in measures if c in table.columns]
         plot_compare(table, out / "comparison.png", metrics=shown)

@@ -340,13 +340,17 @@ def load(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Ru
         if Path(path).is_dir():
             raise InputError("is a directory; --config takes a TOML file", path=source)
         try:
-            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+            text = Path(path).read_text(encoding="utf-8")
+            # a run directory's frozen config.json repeats that run's settings (`clarify compare` passes one)
+            data = json.loads(text) if Path(path).suffix == ".json" else tomllib.loads(text)
         except FileNotFoundError as exc:
             raise InputError("config file not found", path=source) from exc
         except OSError as exc:
             raise InputError(f"cannot read the config file: {exc.strerror or exc}", path=source) from exc
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise InputError(f"not valid TOML: {exc}", path=source) from exc
+        except json.JSONDecodeError as exc:
+            raise InputError(f"not valid JSON: {exc.msg}", path=source, line=exc.lineno) from exc
     for key, value in (overrides or {}).items():
         if value is None:
             continue

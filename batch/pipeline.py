@@ -21,7 +21,7 @@ from clarify.batch.compare import model_params
 from clarify.batch.config import PART_TREES, RESULT_FREE, TOKENS_PER_QUESTION, RunConfig
 from clarify.batch.program import Resources, TreeRows
 from clarify.batch.prompts import Passage
-from clarify.batch.rundir import RunDir
+from clarify.batch.rundir import Run, RunDir
 from clarify.batch.scheduler import DRIVERS, SchedStats
 from clarify.batch.tree import Tree
 from clarify.errors import InputError
@@ -209,21 +209,12 @@ def engine_for(cfg: RunConfig, **placement):
                       progress=False)  # the run shows its own progress (console.RunProgress), not vLLM's
 
 
-# A run's hits: schemas.HITS plus the node and wave that asked, and the query sent.
-WAVE_HITS = {"qid": pl.String, "node_id": pl.String, "wave": pl.Int32, "query": pl.String,
-             "passage_id": pl.String, "score": pl.Float64, "rank": pl.Int32, "retriever": pl.String}
-
-
-# A tree's answer as its program writes it (before the quote check): the parts' answers table.
-ANSWER_ROWS = {"qid": pl.String, "answer": pl.String, "passage_ids": pl.List(pl.String), "style": pl.String}
-
-
 def _tables(rows: list[TreeRows]) -> dict[str, pl.DataFrame]:
     calls = [r for t in rows for r in t.llm_calls]
     hits = [r for t in rows for r in t.hits]
     answers = [r for t in rows for r in t.answers]
     return {"llm_calls": pl.DataFrame(calls, schema=schemas.LLM_CALLS) if calls else schemas.empty("llm_calls"),
-            "hits": pl.DataFrame(hits, schema=WAVE_HITS), "answers": pl.DataFrame(answers, schema=ANSWER_ROWS)}
+            "hits": pl.DataFrame(hits, schema=schemas.RUN_HITS), "answers": pl.DataFrame(answers, schema=schemas.TREE_ANSWERS)}
 
 
 def nodes_table(trees: list[Tree]) -> pl.DataFrame:
@@ -256,7 +247,7 @@ def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, pro
         # the scheduler is recorded but never changes results: a run may resume under another one
         rd.freeze(json.loads(cfg.to_json()), inputs, ignore=RESULT_FREE)
         if rd.finished:
-            return rd.summary()
+            return Run.open(rd.path).summary
         return _run_locked(rd, cfg, questions, gold, index, engine_factory, progress, stop_after_parts,
                            part_trees, search_cache, on_part)
 
@@ -462,8 +453,8 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
     order = pl.DataFrame({"qid": questions["qid"]}).with_row_index("_q")
     calls, hits, answers = (rd.part_table(name, schema).join(order, on="qid", how="left", maintain_order="left")
                             .sort("_q", maintain_order=True).drop("_q")
-                            for name, schema in (("llm_calls", schemas.LLM_CALLS), ("hits", WAVE_HITS),
-                                                 ("answers", ANSWER_ROWS)))
+                            for name, schema in (("llm_calls", schemas.LLM_CALLS), ("hits", schemas.RUN_HITS),
+                                                 ("answers", schemas.TREE_ANSWERS)))
     nodes = nodes_table(trees)
     passage_ids = list(dict.fromkeys(hits["passage_id"].to_list() if hits.height else [])
                        | dict.fromkeys(p for ps in answers["passage_ids"].to_list() for p in ps))

@@ -17,9 +17,13 @@ completion cache (no engine call up to where the run stopped: batch/scheduler.py
     runs/NAME/summary.json           written last: its presence means the run is finished
     runs/NAME/logs/                  one log file per session: library logs, warnings, native output (console.py)
 
-Every file is written to a temp name, fsynced and renamed (POSIX rename is atomic); nothing is ever
-deleted to make room for its replacement. The config and inputs are binding once a checkpoint exists:
-a failed start (nothing computed yet) never blocks its own directory.
+Every file is written to a temp name, fsynced and renamed (POSIX rename is atomic: files.py); nothing
+is ever deleted to make room for its replacement. The config and inputs are binding once a checkpoint
+exists: a failed start (nothing computed yet) never blocks its own directory.
+
+`RunDir` writes a run directory; `Run.open` reads one — the one reader of the report, `clarify eval`
+on a run, `compare`, the demo's answer printout and a finished run's re-run: the frozen config as a
+`RunConfig`, `summary.json`, every table checked against `schemas` as it is read, and the parts' states.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from typing import NamedTuple
 
 import polars as pl
 
-from clarify import faults
+from clarify import faults, schemas
 from clarify.batch.tree import Tree
 from clarify.errors import InputError
 from clarify.files import fsync as _fsync
@@ -45,6 +49,9 @@ from clarify.files import sha256 as file_sha256
 from clarify.files import write_json, write_parquet
 
 FINAL_TABLES = ("nodes", "hits", "llm_calls", "answers", "spans", "passages", "scores")
+# The schema (clarify.schemas) each table file of a run directory is checked against when read.
+TABLE_SCHEMAS = {"questions": "questions", "nodes": "nodes", "hits": "run_hits", "llm_calls": "llm_calls",
+                 "answers": "answers", "spans": "spans", "passages": "passages", "scores": "scores"}
 
 
 class Checkpoint(NamedTuple):
@@ -175,14 +182,6 @@ class RunDir:
         for name in ("inputs.json", "config.json"):
             (self.path / name).unlink(missing_ok=True)
 
-    def summary(self) -> dict:
-        return read_json(self.path / "summary.json",
-                          "delete it to rewrite the final tables from the checkpoints")
-
-    def table(self, name: str) -> pl.DataFrame | None:
-        path = self.path / f"{name}.parquet"
-        return pl.read_parquet(path) if path.exists() else None
-
     def write_table(self, name: str, df: pl.DataFrame) -> Path:
         path = self.path / f"{name}.parquet"
         write_parquet(df, path)
@@ -280,3 +279,78 @@ def verify_part(d: Path) -> dict:
         if file_sha256(d / name) != sha:
             raise damaged(name, "the file does not match its sha256 in state.json (truncated or altered)")
     return state
+
+
+class Run:
+    """A run directory, read (`Run.open`): what the writer `RunDir` left there, checked on the way in.
+
+    config: the frozen `RunConfig`; settings: config.json as written (for display); summary: summary.json
+    ({} while the run is unfinished); tables by name (`run.table("answers")` or `run.answers`), read on
+    first use and checked against `TABLE_SCHEMAS` — a file that is there but unreadable or lacks a column
+    is an InputError naming the file and the column; a table not written (yet) is an empty frame with
+    its schema, and its file is listed in `missing`."""
+
+    def __init__(self, path: Path, config, settings: dict, summary: dict):
+        self.path, self.config, self.settings, self.summary = path, config, settings, summary
+        self.name = str(summary.get("name") or path.name)
+        self.missing = [f"{n}.parquet" for n in TABLE_SCHEMAS if not (path / f"{n}.parquet").is_file()]
+        self._tables: dict[str, pl.DataFrame] = {}
+
+    @classmethod
+    def open(cls, path: str | Path) -> Run:
+        from clarify.batch.config import from_dict
+
+        path = Path(path)
+        if not path.is_dir():
+            raise InputError("not a run directory (no such folder)", path=str(path))
+        cfg_path = path / "config.json"
+        if not cfg_path.is_file():
+            raise InputError("not a run directory: config.json is missing", path=str(path))
+        settings = _json_object(cfg_path, "restore it, or start the run again with --restart")
+        config = from_dict(settings, source=str(cfg_path))
+        summary = (_json_object(path / "summary.json", "delete it to rewrite the final tables from the parts")
+                   if (path / "summary.json").is_file() else {})
+        return cls(path, config, settings, summary)
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.summary)
+
+    def table(self, name: str, *, required: bool = False) -> pl.DataFrame:
+        """The table `name` (TABLE_SCHEMAS), checked. `required`: an absent file is an InputError."""
+        if name not in TABLE_SCHEMAS:
+            raise KeyError(f"no table {name!r} in a run directory (tables: {', '.join(TABLE_SCHEMAS)})")
+        if name not in self._tables:
+            path = self.path / f"{name}.parquet"
+            if not path.is_file():
+                if required:
+                    raise InputError(f"the run has no {name}.parquet (has it finished?)", path=str(self.path))
+                return schemas.empty(TABLE_SCHEMAS[name])
+            try:
+                df = pl.read_parquet(path)
+            except Exception as exc:  # polars raises several error types for a broken file
+                raise InputError(f"cannot read Parquet: {exc}", path=str(path)) from None
+            try:
+                schemas.check(df, TABLE_SCHEMAS[name])
+            except schemas.SchemaError as exc:
+                lacking = [c for c in schemas.SCHEMAS[TABLE_SCHEMAS[name]] if c not in df.columns]
+                raise InputError(str(exc), path=str(path), field=lacking[0] if lacking else None) from None
+            self._tables[name] = df
+        return self._tables[name]
+
+    def __getattr__(self, name: str) -> pl.DataFrame:
+        if name in TABLE_SCHEMAS:
+            return self.table(name)
+        raise AttributeError(name)
+
+    def parts(self) -> list[dict]:
+        """Every part's verified state (`verify_part`): its trees, tables' checksums, and for a cluster
+        run `ran_on` (worker, node, question ids)."""
+        return [verify_part(d) for d in RunDir(self.path).part_dirs()]
+
+
+def _json_object(path: Path, what_to_do: str) -> dict:
+    data = read_json(path, what_to_do)
+    if not isinstance(data, dict):
+        raise InputError(f"expected a JSON object, got {type(data).__name__}", path=str(path), line=1)
+    return data

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import polars as pl
 
-_SCHEMA = {"query": pl.String, "k": pl.Int32, "passage_id": pl.String, "score": pl.Float64,
-           "rank": pl.Int32, "retriever": pl.String}
+from clarify.schemas import SEARCH_CACHE as _SCHEMA
 
 
 class CachingSearcher:

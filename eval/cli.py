@@ -57,11 +57,13 @@ def evaluate(args: argparse.Namespace) -> tuple[pl.DataFrame, pl.DataFrame, dict
     pred_path: Path = args.predictions
     run = None
     if pred_path.is_dir():
-        run = io.read_run_dir(pred_path, prefer_plain=args.dataset == "asqa")
-        if run.dataset != args.dataset:
-            raise InputError(f"the run is a '{run.dataset}' run, not '{args.dataset}'",
+        from clarify.batch.rundir import Run
+
+        run = Run.open(pred_path)
+        if run.config.dataset != args.dataset:
+            raise InputError(f"the run is a '{run.config.dataset}' run, not '{args.dataset}'",
                              path=str(pred_path / "config.json"), field="dataset")
-        predictions = run.answers
+        predictions = io.run_predictions(run, prefer_plain=args.dataset == "asqa")
     else:
         predictions = io.read_predictions(pred_path)
     if predictions.height == 0:
@@ -78,10 +80,10 @@ def evaluate(args: argparse.Namespace) -> tuple[pl.DataFrame, pl.DataFrame, dict
         questions, gold = load_quotesum(gold_path)
     gold_qids = questions["qid"].to_list()
 
-    # A run is scored on its own questions (questions.parquet, else the ids it answered).
+    # A run is scored on the questions it was asked (its questions table).
     targets = None
     if run is not None:
-        targets = run.questions if run.questions is not None else predictions["qid"].to_list()
+        targets = run.questions["qid"].to_list()
     known = set(gold_qids)
     if not any(q in known for q in predictions["qid"].to_list()):
         raise InputError(f"none of the predicted ids is in the gold data ({gold_path}), e.g. "
@@ -101,7 +103,7 @@ def evaluate(args: argparse.Namespace) -> tuple[pl.DataFrame, pl.DataFrame, dict
         from clarify.eval.asqa import answer_f1, score_asqa
 
         per_q = score_asqa(al.predictions, gold, reader=args.reader)
-        if run is not None and run.nodes is not None:
+        if run is not None and "nodes.parquet" not in run.missing:
             af1 = answer_f1(run.nodes.filter(pl.col("qid").is_in(al.predictions["qid"].to_list())), gold)
             per_q = per_q.join(af1.select("qid", "answer_f1"), on="qid", how="left", maintain_order="left")
         else:

@@ -6,15 +6,15 @@ Accepted prediction inputs:
 - QuoteSum: JSONL lines with `qid` and the quoted answer in `prediction` (the field the official notebook
   evals/semqa_metrics.ipynb reads), `answer`, or `summary` (the dataset's own field); or a JSON object
   `{qid: answer}`;
-- a clarify run directory: `config.json` (with "dataset"), `answers.parquet` [qid, answer, ...], and
-  optionally `questions.parquet` (the questions the run was asked) and `nodes.parquet` (for Answer-F1).
+- a clarify run directory, read by its one reader (`batch/rundir.py` Run.open): its answers, the questions
+  it was asked, and its nodes (for Answer-F1).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -107,59 +107,12 @@ def _second_key_line(text: str, key: str) -> int | None:
     return text.count("\n", 0, found[1].start()) + 1 if len(found) > 1 else None
 
 
-@dataclass
-class Run:
-    """What `read_run_dir` found in a clarify run directory."""
-
-    path: Path
-    dataset: str
-    answers: pl.DataFrame  # [qid, answer]
-    questions: list[str] | None  # the run's question ids, when questions.parquet exists
-    nodes: pl.DataFrame | None
-    config: dict = field(default_factory=dict)
-
-
-def read_run_dir(path: str | Path, *, prefer_plain: bool) -> Run:
-    """Read a run directory. `prefer_plain`: take `answer_plain` (markers removed) where present (ASQA)."""
-    path = Path(path)
-    cfg_path = path / "config.json"
-    if not cfg_path.is_file():
-        raise InputError("not a clarify run directory (no config.json)", path=str(path))
-    try:
-        config = json.loads(_read_text(cfg_path))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"bad JSON: {exc.msg}", path=str(cfg_path), line=exc.lineno) from exc
-    dataset = config.get("dataset") if isinstance(config, dict) else None
-    if isinstance(dataset, dict):
-        dataset = dataset.get("name")
-    if not isinstance(dataset, str):
-        raise InputError("config has no \"dataset\" name", path=str(cfg_path), field="dataset")
-    ans_path = path / "answers.parquet"
-    if not ans_path.is_file():
-        raise InputError("the run has no answers.parquet (has it finished?)", path=str(path))
-    answers = _read_parquet(ans_path)
-    for col in ("qid", "answer"):
-        if col not in answers.columns:
-            raise InputError(f"missing column '{col}'", path=str(ans_path), field=col)
-    answer = pl.col("answer")
-    if prefer_plain and "answer_plain" in answers.columns:
-        answer = pl.coalesce(pl.col("answer_plain"), pl.col("answer"))
-    answers = answers.select(pl.col("qid").cast(pl.String), answer.cast(pl.String).alias("answer"))
-    questions = None
-    if (path / "questions.parquet").is_file():
-        qdf = _read_parquet(path / "questions.parquet")
-        if "qid" not in qdf.columns:
-            raise InputError("missing column 'qid'", path=str(path / "questions.parquet"), field="qid")
-        questions = qdf["qid"].cast(pl.String).to_list()
-    nodes = _read_parquet(path / "nodes.parquet") if (path / "nodes.parquet").is_file() else None
-    return Run(path=path, dataset=dataset.lower(), answers=answers, questions=questions, nodes=nodes, config=config)
-
-
-def _read_parquet(path: Path) -> pl.DataFrame:
-    try:
-        return pl.read_parquet(path)
-    except Exception as exc:  # polars raises several error types for a broken file
-        raise InputError(f"cannot read Parquet: {exc}", path=str(path)) from exc
+def run_predictions(run, *, prefer_plain: bool) -> pl.DataFrame:
+    """A run's answers (`batch/rundir.py` Run) as predictions [qid, answer]. `prefer_plain`: the answer
+    with its markers removed (`answer_plain`, ASQA's scorers read plain text) where there is one."""
+    answers = run.table("answers", required=True)
+    answer = pl.coalesce(pl.col("answer_plain"), pl.col("answer")) if prefer_plain else pl.col("answer")
+    return answers.select(pl.col("qid"), answer.alias("answer"))
 
 
 @dataclass

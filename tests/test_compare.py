@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from pathlib import Path
@@ -38,6 +37,7 @@ def test_compare_two_models_real_runs(tmp_path, llm_model_dir, default_index):
     needs no second download) over the same 2 questions, run at the same time (`--parallel`), each on
     its own CPU core: one run directory each, a comparison table with parameter counts, a plot, and
     retrieval for identical queries shared."""
+    from clarify.batch import config
     from clarify.batch.compare import compare
 
     twin = tmp_path / "twin-model"
@@ -46,10 +46,9 @@ def test_compare_two_models_real_runs(tmp_path, llm_model_dir, default_index):
         os.symlink(f, twin / f.name)
     toml = tmp_path / "small.toml"
     toml.write_text("[toc]\nmax_expansions = 2\nclarify_max_tokens = 64\nanswer_max_tokens = 64\nn_demos = 2\n")
-    args = argparse.Namespace(config=str(toml), dataset="asqa", questions=None, limit=2, offset=None,
-                              index=str(default_index), answer_style="quoted", seed=None, no_verify=False)
+    cfg = config.load(toml, {"dataset": "asqa", "limit": 2, "index": str(default_index), "answer_style": "quoted"})
     out = tmp_path / "cmp"
-    table = compare([str(llm_model_dir), str(twin)], args, out, parallel=True)
+    table = compare([str(llm_model_dir), str(twin)], cfg, out, parallel=True)
     assert table.height == 2 and table["params"].to_list() == [134515008, 134515008]
     # at the same time, on disjoint cores (each engine holds its own cores' locks: CoreLock)
     (s0, s1), (f0, f1) = table["started"].to_list(), table["finished"].to_list()

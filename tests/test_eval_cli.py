@@ -9,6 +9,7 @@ import pytest
 
 from clarify.batch.cli import main
 from tests.fixtures_eval import ASQA_DEV, FLARE_PREDICTIONS, QUOTESUM_DEV
+from tests.run_fixtures import write_run
 
 
 def _summary(out) -> dict:
@@ -64,13 +65,10 @@ def test_unknown_ids_reported_and_missing_ids_scored_empty(tmp_path, capsys):
 
 
 def _write_run(path, dataset, answers, questions=None, nodes=None):
-    path.mkdir()
-    (path / "config.json").write_text(json.dumps({"dataset": dataset, "model": "x"}))
-    answers.write_parquet(path / "answers.parquet")
-    if questions is not None:
-        pl.DataFrame({"qid": questions}).write_parquet(path / "questions.parquet")
+    tables = {"answers": answers, "questions": pl.DataFrame({"qid": questions or answers["qid"].to_list()})}
     if nodes is not None:
-        nodes.write_parquet(path / "nodes.parquet")
+        tables["nodes"] = nodes
+    write_run(path, {"dataset": dataset}, **tables)
 
 
 def test_asqa_run_directory_with_nodes(tmp_path, capsys):
@@ -156,7 +154,7 @@ def test_run_directory_errors(tmp_path, capsys):
     empty = tmp_path / "empty_run"
     empty.mkdir()
     assert main(["eval", "--dataset", "asqa", "--predictions", str(empty)]) == 2
-    assert "no config.json" in capsys.readouterr().err
+    assert "not a run directory: config.json is missing" in capsys.readouterr().err
     preds = tmp_path / "p.json"
     preds.write_text('{"unknown": "x"}')
     assert main(["eval", "--dataset", "asqa", "--predictions", str(preds), "--out", str(tmp_path / "o")]) == 2

@@ -1,0 +1,78 @@
+"""The one run-directory reader (batch/rundir.py Run.open): what a run wrote comes back checked, and
+damage is named by file and column."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from clarify import schemas
+from clarify.batch import config
+from clarify.batch.rundir import TABLE_SCHEMAS, Run
+from clarify.errors import InputError
+from tests.test_reliability import QS, _cfg, _questions, _run
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("reader")
+    cfg = _cfg(_questions(tmp, *QS), answer_style="quoted")
+    summary = _run(cfg, tmp / "run", part_trees=1)
+    return cfg, summary, tmp / "run"
+
+
+def test_a_finished_run_reads_back_as_written(finished):
+    cfg, summary, path = finished
+    run = Run.open(path)
+    assert run.config == cfg and run.finished and run.summary == json.loads(json.dumps(summary, default=str))
+    assert run.name == "run" and run.missing == []
+    for name, schema in TABLE_SCHEMAS.items():
+        df = run.table(name)
+        schemas.check(df, schema)
+        assert df.equals(pl.read_parquet(path / f"{name}.parquet"))
+    assert run.questions["qid"].to_list() == ["q0", "q1"] and run.nodes.height > 2
+    parts = run.parts()
+    assert len(parts) == 2 and sorted(t["qid"] for p in parts for t in p["trees"]) == ["q0", "q1"]
+    # the frozen config.json is itself a config file: the same run settings again
+    assert config.load(path / "config.json") == cfg
+
+
+def test_an_unfinished_run_has_no_summary_and_lists_what_is_missing(finished, tmp_path):
+    cfg, _, _ = finished
+    _run(cfg, tmp_path / "r", stop_after_parts=1, part_trees=1)
+    run = Run.open(tmp_path / "r")
+    assert not run.finished and run.summary == {}
+    assert "answers.parquet" in run.missing and "questions.parquet" not in run.missing
+    assert run.answers.height == 0 and run.answers.schema == schemas.empty("answers").schema
+    with pytest.raises(InputError, match="has no answers.parquet"):
+        run.table("answers", required=True)
+    assert len(run.parts()) == 1
+
+
+def test_damage_is_named_by_file_and_column(finished, tmp_path):
+    import shutil
+
+    _, _, path = finished
+    copy = tmp_path / "copy"
+    shutil.copytree(path, copy)
+    pl.read_parquet(copy / "spans.parquet").drop("source_k").write_parquet(copy / "spans.parquet")
+    with pytest.raises(InputError) as exc:
+        Run.open(copy).spans
+    assert exc.value.path == str(copy / "spans.parquet") and exc.value.field == "source_k"
+    (copy / "nodes.parquet").write_bytes(b"not parquet")
+    with pytest.raises(InputError, match="cannot read Parquet") as exc:
+        Run.open(copy).table("nodes")
+    assert exc.value.path == str(copy / "nodes.parquet")
+    (copy / "summary.json").write_text('{"name": ')
+    with pytest.raises(InputError, match="damaged") as exc:
+        Run.open(copy)
+    assert exc.value.path == str(copy / "summary.json")
+    (copy / "config.json").write_text(json.dumps({"limit": -3}))
+    with pytest.raises(InputError, match="limit"):
+        Run.open(copy)
+    with pytest.raises(InputError, match="config.json is missing"):
+        Run.open(tmp_path)
+    with pytest.raises(InputError, match="no such folder"):
+        Run.open(tmp_path / "nope")
