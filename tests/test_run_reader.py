@@ -59,7 +59,7 @@ def test_damage_is_named_by_file_and_column(finished, tmp_path):
     shutil.copytree(path, copy)
     pl.read_parquet(copy / "spans.parquet").drop("source_k").write_parquet(copy / "spans.parquet")
     with pytest.raises(InputError) as exc:
-        Run.open(copy).spans
+        Run.open(copy).table("spans")
     assert exc.value.path == str(copy / "spans.parquet") and exc.value.field == "source_k"
     (copy / "nodes.parquet").write_bytes(b"not parquet")
     with pytest.raises(InputError, match="cannot read Parquet") as exc:
