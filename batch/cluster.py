@@ -49,7 +49,7 @@ POLL_S = 1.0  # seconds between progress polls of the workers
 # What a worker process needs from the driver's environment (a local cluster inherits it anyway; a joined
 # cluster's nodes were started with their own): where models, index and data live, test hooks.
 FORWARD_ENV = ("CLARIFY_HOME", "CLARIFY_DATA", "CLARIFY_ENGINE_BUSY", "CLARIFY_ENGINE_TOKENS_LOG",
-               "CLARIFY_CROSS_ENCODER", "HF_HOME", "VLLM_CPU_KVCACHE_SPACE")
+               "HF_HOME", "VLLM_CPU_KVCACHE_SPACE")
 WORKER_KILL_ENV = "CLARIFY_WORKER_KILL_AT"  # faults.ENV inside workers only (tests); the driver's is not passed
 
 

@@ -119,6 +119,9 @@ def _run_args(p: argparse.ArgumentParser, *, with_model: bool = True) -> None:
                                              "are the few-shot demo pool and cannot be answered)")
     p.add_argument("--offset", type=int, help="skip the first N questions (default 0)")
     p.add_argument("--index", help="index directory (default: the embedded Wikipedia index)")
+    p.add_argument("--cross-encoder", metavar="DIR",
+                   help="local sentence-transformers CrossEncoder directory reranking the retrieved passages "
+                        "([retrieval] cross_encoder; default: none, the dense encoder's cosine)")
     if with_model:
         p.add_argument("--model", help="model directory or embedded model name (default: smollm2-135m-instruct)")
     p.add_argument("--answer-style", choices=["free", "quoted"],
@@ -142,6 +145,7 @@ def _run_args(p: argparse.ArgumentParser, *, with_model: bool = True) -> None:
 def _overrides(args: argparse.Namespace) -> dict:
     o = {"dataset": args.dataset, "questions": args.questions, "limit": args.limit, "offset": args.offset,
          "index": args.index, "answer_style": args.answer_style, "seed": args.seed,
+         "retrieval.cross_encoder": args.cross_encoder,
          "model.model": getattr(args, "model", None), "scheduler": args.scheduler,
          "cluster.workers": args.workers, "cluster.ray_address": args.ray_address,
          "cluster.chunk_questions": args.chunk_questions}

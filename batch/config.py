@@ -49,6 +49,10 @@ class RetrievalConfig:
     # by its own question (run_toc.py:198-199, :219 get_example → rerank); "search": every node searches
     # the index again with its own question (clarify before issue 12).
     node_passages: str = "pool"
+    # A local sentence-transformers CrossEncoder directory reranking the fused candidates and every node's
+    # pool (run_toc.py:164 dsp's cross-encoder); empty: the dense encoder's cosine (README "Retrieval,
+    # honestly"). It changes every ranking, so it is part of the frozen config.
+    cross_encoder: str = ""
 
     def __post_init__(self) -> None:
         _raise(_problems_of(self, "retrieval"), "config")

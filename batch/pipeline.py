@@ -105,7 +105,7 @@ def check_inputs(cfg: RunConfig, *, index=None, engine_factory=None) -> tuple[ob
     `load_questions`); return the opened (lazy) index and what pins the inputs: the questions file's
     sha256, the model folder's fingerprint, the index's. An index or engine passed in by a caller (tests)
     is taken as given; an embedded model then is not prepared."""
-    from clarify.local_llm.models import EMBEDDED, model_fingerprint, resolve_model
+    from clarify.local_llm.models import EMBEDDED, check_model_dir, model_fingerprint, resolve_model
 
     inputs: dict[str, dict] = {"questions": {"path": str(questions_path(cfg)),
                                              "sha256": file_sha256(questions_path(cfg))}}
@@ -114,12 +114,23 @@ def check_inputs(cfg: RunConfig, *, index=None, engine_factory=None) -> tuple[ob
 
         index = open_index(cfg.index or ensure_default_index())
     inputs["index"] = index_identity(index)
+    if cfg.retrieval.cross_encoder:  # a reranker changes every ranking: its files are pinned like the model's
+        inputs["cross_encoder"] = {"path": cfg.retrieval.cross_encoder,
+                                   "fingerprint": model_fingerprint(check_model_dir(cfg.retrieval.cross_encoder))}
     if engine_factory is not None and cfg.model.model in EMBEDDED:
         inputs["model"] = {"name": cfg.model.model}
     else:
         path = resolve_model(cfg.model.model)
         inputs["model"] = {"path": str(path), "fingerprint": model_fingerprint(path)}
     return index, inputs
+
+
+def searcher_identity(cfg: RunConfig, index) -> dict:
+    """What a searcher's hits depend on (the shared search cache's key, batch/search_cache.py): its kind,
+    candidates and reranker (the frozen config's `[retrieval]`), and the index's manifest checksum."""
+    r = cfg.retrieval
+    return {"searcher": r.searcher, "candidates": r.candidates, "cross_encoder": r.cross_encoder,
+            "index": index_identity(index).get("fingerprint")}
 
 
 def index_identity(index) -> dict:
@@ -162,14 +173,15 @@ def open_resources(cfg: RunConfig, questions: pl.DataFrame, cache_dir: Path,
     engine = CachedEngine((engine_factory or engine_for)(cfg), own, also=union_of(cache_dir, own))
     searcher, rerank = None, None
     if cfg.dataset != "quotesum":
-        searcher = index.searcher(cfg.retrieval.searcher, candidates=cfg.retrieval.candidates)
+        cross = cfg.retrieval.cross_encoder or None
+        searcher = index.searcher(cfg.retrieval.searcher, candidates=cfg.retrieval.candidates, cross_encoder=cross)
         # the reranker every node's pool, the evidence and the answer passages are scored with: the
         # rerank searcher's own scorer, else the index's (run_toc.py:164 dsp's cross-encoder)
-        rerank = (getattr(searcher, "scorer", None) or index.scorer()).score
+        rerank = (getattr(searcher, "scorer", None) or index.scorer(cross)).score
     if searcher is not None and search_cache is not None:
         from clarify.batch.search_cache import CachingSearcher
 
-        searcher = CachingSearcher(searcher, search_cache)
+        searcher = CachingSearcher(searcher, search_cache, searcher_identity(cfg, index))
     return Resources(engine=engine, searcher=searcher, passages=passages, embed=embed, demos=demos,
                      quoted_demos=quoted, fixed_passages=fixed, rerank=rerank)
 

@@ -2,26 +2,35 @@
 
 `clarify compare` runs every model over the same questions and index; the root queries (and any
 disambiguated question two models both produce) are searched once. Results live in a folder of
-Parquet files (one per batch of new queries, written atomically), so separate processes share them.
+Parquet files (one per batch of new queries, written atomically: files.py), so separate processes
+share them. The key is the searcher's identity + query + k: each identity (the searcher kind, its
+candidates, its reranker, the index's manifest checksum: `batch/pipeline.py` searcher_identity) has
+its own subfolder, `<folder>/<sha256 of the identity, 16 hex>/` with `identity.json`, so a cache
+reused with another index or searcher never hands back another searcher's passages.
 """
 
 from __future__ import annotations
 
-import os
+import hashlib
+import json
 import uuid
 from pathlib import Path
 
 import polars as pl
 
+from clarify.files import write_json, write_parquet
 from clarify.schemas import SEARCH_CACHE as _SCHEMA
 
 
 class CachingSearcher:
-    def __init__(self, inner, folder: str | Path):
+    def __init__(self, inner, folder: str | Path, identity: dict):
         self.inner = inner
         self.name = getattr(inner, "name", "searcher")
-        self.folder = Path(folder)
+        key = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:16]
+        self.folder = Path(folder) / key
         self.folder.mkdir(parents=True, exist_ok=True)
+        if not (self.folder / "identity.json").exists():
+            write_json(identity, self.folder / "identity.json")
         self.searched = 0  # queries that reached the inner searcher
         self.reused = 0
 
@@ -42,9 +51,7 @@ class CachingSearcher:
             fresh = self.inner.search(missing.select("qid", "query"), k)
             fresh = fresh.join(missing.select("qid", "query"), on="qid").select(
                 "query", pl.lit(k, pl.Int32).alias("k"), "passage_id", "score", "rank", "retriever")
-            tmp = self.folder / f".{uuid.uuid4().hex}.tmp"
-            fresh.write_parquet(tmp)
-            os.replace(tmp, self.folder / f"{uuid.uuid4().hex}.parquet")
+            write_parquet(fresh, self.folder / f"{uuid.uuid4().hex}.parquet")
             known = pl.concat([known, fresh.cast(_SCHEMA)])
         return (queries.select("qid", "query")
                 .join(known, on="query", how="inner")

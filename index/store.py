@@ -379,13 +379,12 @@ class LocalIndex:
         """A Searcher: search(queries [qid, query], k) -> hits [qid, passage_id, score, rank, retriever].
 
         hybrid: union of BM25 and dense top-`candidates`, RRF (k=60). rerank: that union rescored by a
-        cross-encoder (`cross_encoder` dir or $CLARIFY_CROSS_ENCODER), else by dense cosine.
+        cross-encoder (`cross_encoder`: a local directory; a run's `[retrieval] cross_encoder`), else by dense cosine.
         """
         if kind not in SEARCHER_KINDS:
             raise InputError(f"unknown searcher '{kind}' (use one of {', '.join(SEARCHER_KINDS)})", field="retriever")
         if candidates < 1:
             raise InputError("candidates must be at least 1", field="candidates")
-        cross_encoder = cross_encoder or os.environ.get("CLARIFY_CROSS_ENCODER") or None
         key = (kind, candidates, cross_encoder, threads)
         if key in self._searchers:
             return self._searchers[key]
@@ -407,9 +406,8 @@ class LocalIndex:
         return s
 
     def scorer(self, cross_encoder: str | None = None):
-        """The second-stage PairScorer: a cross-encoder (`cross_encoder` dir or $CLARIFY_CROSS_ENCODER),
-        else dense cosine. One instance per setting (a cross-encoder is loaded once)."""
-        cross_encoder = cross_encoder or os.environ.get("CLARIFY_CROSS_ENCODER") or None
+        """The second-stage PairScorer: a cross-encoder (`cross_encoder`, a local directory), else dense
+        cosine. One instance per setting (a cross-encoder is loaded once)."""
         key = ("scorer", cross_encoder)
         if key not in self._searchers:
             if cross_encoder:
@@ -422,8 +420,9 @@ class LocalIndex:
                 self._searchers[key] = DenseCosineScorer(self.encoder, self.dense_index, self.passage_lookup)
                 console.note("reranker", "reranking fell back to the dense encoder's cosine (no cross-encoder "
                                          "configured), which returns the dense ranking; set "
-                                         "CLARIFY_CROSS_ENCODER to a local sentence-transformers CrossEncoder "
-                                         "directory for a real reranker (README \"Retrieval, honestly\").")
+                                         "[retrieval] cross_encoder (clarify run --cross-encoder DIR) to a local "
+                                         "sentence-transformers CrossEncoder directory for a real reranker "
+                                         "(README \"Retrieval, honestly\").")
         return self._searchers[key]
 
     def verify(self) -> list[str]:

@@ -12,14 +12,16 @@ import pytest
 from clarify.batch.search_cache import CachingSearcher
 from tests.toc_fakes import FakeIndex
 
+IDENTITY = {"searcher": "rerank", "candidates": 100, "cross_encoder": "", "index": "a" * 64}
+
 
 def test_caching_searcher_searches_each_query_once(tmp_path):
     inner = FakeIndex().searcher()
     queries = pl.DataFrame({"qid": ["a", "b", "c"], "query": ["world cup winner", "harry potter actor", "world cup winner"]})
-    first = CachingSearcher(inner, tmp_path / "sc").search(queries, k=5)
+    first = CachingSearcher(inner, tmp_path / "sc", IDENTITY).search(queries, k=5)
     assert inner.calls == 1
     # another process (a new wrapper over the same folder) re-uses every result
-    again = CachingSearcher(inner, tmp_path / "sc")
+    again = CachingSearcher(inner, tmp_path / "sc", IDENTITY)
     second = again.search(queries, k=5)
     assert inner.calls == 1 and again.searched == 0 and again.reused == 3
     assert first.equals(second)
@@ -29,6 +31,13 @@ def test_caching_searcher_searches_each_query_once(tmp_path):
     assert again.searched == 1 and mixed["qid"].unique().sort().to_list() == ["d", "e"]
     again.search(queries.head(1), k=3)
     assert again.searched == 2
+    # another index (manifest checksum) or another searcher never gets these passages: searched anew
+    for other in ({**IDENTITY, "index": "b" * 64}, {**IDENTITY, "searcher": "bm25"},
+                  {**IDENTITY, "cross_encoder": "/models/ce"}):
+        fresh = CachingSearcher(inner, tmp_path / "sc", other)
+        fresh.search(queries, k=5)
+        assert fresh.searched == 2 and fresh.reused == 1  # the two distinct queries; the repeat from them
+    assert len(list((tmp_path / "sc").glob("*/identity.json"))) == 4
 
 
 @pytest.mark.integration
@@ -62,7 +71,7 @@ def test_compare_two_models_real_runs(tmp_path, llm_model_dir, default_index):
     for run_dir in runs:
         assert json.loads((run_dir / "summary.json").read_text())["n_questions"] == 2
     # the root questions are searched by both runs, but stored (searched) once
-    cached = pl.concat([pl.read_parquet(f) for f in (out / "search_cache").glob("*.parquet")])
+    cached = pl.concat([pl.read_parquet(f) for f in (out / "search_cache").glob("*/*.parquet")])
     # two runs at once may both search a root query before either has stored it: the results they store
     # are the same passages, rank for rank
     per_rank = cached.group_by("query", "k", "rank").agg(pl.col("passage_id").n_unique())

@@ -76,3 +76,25 @@ def test_damage_is_named_by_file_and_column(finished, tmp_path):
         Run.open(tmp_path)
     with pytest.raises(InputError, match="no such folder"):
         Run.open(tmp_path / "nope")
+
+
+def test_the_reranker_is_part_of_the_frozen_config_and_pinned(finished, tmp_path):
+    """The cross-encoder changes every ranking: it is a setting of the frozen config (not an environment
+    variable), checked before anything loads, and its files pinned in inputs.json like the model's."""
+    cfg, _, path = finished
+    assert json.loads((path / "config.json").read_text())["retrieval"]["cross_encoder"] == ""
+    bad = config.load(None, {**{k: v for k, v in cfg.to_dict().items() if k in ("dataset", "questions")},
+                             "retrieval.cross_encoder": str(tmp_path / "no-such-model")})
+    with pytest.raises(InputError, match="model directory does not exist"):
+        _run(bad, tmp_path / "r")
+    ce = tmp_path / "ce"
+    ce.mkdir()
+    (ce / "config.json").write_text("{}")
+    (ce / "model.safetensors").write_bytes(b"\0" * 8)
+    cfg_ce = config.load(path / "config.json", {"retrieval.cross_encoder": str(ce)})
+    _run(cfg_ce, tmp_path / "r2")  # the fake index ignores the reranker; the run pins it
+    assert Run.open(tmp_path / "r2").config.retrieval.cross_encoder == str(ce)
+    pinned = json.loads((tmp_path / "r2" / "inputs.json").read_text())["cross_encoder"]
+    assert pinned["path"] == str(ce) and len(pinned["fingerprint"]) >= 12
+    with pytest.raises(InputError, match="another config"):  # resumed with another reranker: refused
+        _run(config.load(path / "config.json"), tmp_path / "r2")

@@ -71,7 +71,7 @@ class FakeIndex:
         self.encoder = HashEncoder()
         self._searcher = OverlapSearcher(self.passages)
 
-    def searcher(self, kind: str = "rerank", candidates: int = 100) -> OverlapSearcher:
+    def searcher(self, kind: str = "rerank", candidates: int = 100, cross_encoder: str | None = None) -> OverlapSearcher:
         return self._searcher
 
     def scorer(self, cross_encoder: str | None = None) -> OverlapSearcher:
