@@ -85,7 +85,7 @@ class Worker:
         self.slot, self.node = slot, socket.gethostname()
         self._logs = contextlib.ExitStack()  # vLLM's and the libraries' output: run_dir/logs/worker-NN-….log
         self._logs.enter_context(console.session(Path(run_dir) / "logs", f"worker-{slot:02d}"))
-        from clarify.batch.pipeline import _engine_reports_to, engine_for, open_resources
+        from clarify.batch.pipeline import engine_for, open_resources
         from clarify.index import open_index
 
         self.cfg = from_dict(cfg)
@@ -95,7 +95,7 @@ class Worker:
                                   search_cache=Path(search_cache) if search_cache else None,
                                   cache_name=f"worker-{slot:02d}.sqlite")
         self.calls = self.tokens = 0
-        _engine_reports_to(self.res.engine, self._count)
+        self.res.engine.on_progress = self._count
         self.inbox: queue.Queue = queue.Queue()  # chunks (lists of qids) to run; None: no more will come
         self.outbox: queue.Queue = queue.Queue()  # finished chunks
         self.of: dict[str, dict] = {}  # qid -> its chunk while unfinished: {qids, trees, rows}
@@ -111,12 +111,10 @@ class Worker:
     def take(self) -> tuple[list[dict], tuple[int, int, int]]:
         """The chunks finished since the last call, and (LLM calls finished, tokens processed, requests in
         flight) over this worker's life."""
-        from clarify.batch.pipeline import _in_flight
-
         done = []
         while not self.outbox.empty():
             done.append(self.outbox.get())
-        return done, (self.calls, self.tokens, _in_flight(self.res.engine))
+        return done, (self.calls, self.tokens, self.res.engine.pending())
 
     def serve(self) -> SchedStats:
         """Run every chunk given until `give(None)`; returns what the driver did."""
@@ -137,7 +135,7 @@ class Worker:
         return trees
 
     def _tree_done(self, tree: Tree, rows) -> None:
-        from clarify.batch.pipeline import _tables, engine_facts
+        from clarify.batch.pipeline import _tables
 
         chunk = self.of.pop(tree.qid)
         chunk["rows"][tree.qid] = rows
@@ -147,7 +145,7 @@ class Worker:
         ordered = [chunk["rows"][q] for q in chunk["qids"]]
         self.outbox.put({"qids": chunk["qids"], "trees": [t.to_dict() for t in chunk["trees"]],
                          "tables": _tables(ordered), "tokens": sum(r.tokens for r in ordered),
-                         "engine": engine_facts(self.res.engine), "node": self.node})
+                         "engine": self.res.engine.facts(), "node": self.node})
 
     def close(self) -> None:
         self.res.engine.close()

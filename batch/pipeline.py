@@ -345,14 +345,13 @@ def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index
         todo = [t for t in trees if t.qid not in finished]
         display = console.RunProgress(len(trees), finished=len(finished),
                                       expected_tokens=len(todo) * TOKENS_PER_QUESTION, enabled=progress)
-        report_to = _engine_reports_to(
-            res.engine, lambda requests, tokens: display.engine_update(requests, tokens, _in_flight(res.engine)))
+        res.engine.on_progress = lambda requests, tokens: display.engine_update(requests, tokens,
+                                                                                res.engine.pending())
         before = engine_usage_start(res.engine)
-        parts = _Parts(rd, part_trees, run_s, lambda: engine_facts(res.engine),
-                       getattr(res.engine, "flush", lambda: None))
+        parts = _Parts(rd, part_trees, run_s, res.engine.facts, res.engine.flush)
 
         def on_tree(tree: Tree, rows: TreeRows) -> None:
-            display.tree_done(running=_in_flight(res.engine))
+            display.tree_done(running=res.engine.pending())
             if parts.add(tree, rows) and stop_after_parts is not None and parts.written >= stop_after_parts:
                 raise _Stop
 
@@ -363,7 +362,7 @@ def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index
             return {"stopped_after_parts": stop_after_parts}
         finally:
             display.close()
-            report_to(None)
+            res.engine.on_progress = None
         with console.step("checking quotes and scoring", enabled=progress, timed=False):
             summary = finalize(rd, cfg, trees, questions, gold, res, session_start=t_start, stats=stats,
                                prior_s=prior_s, usage=engine_usage(res.engine, before, stats))
@@ -373,16 +372,10 @@ def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index
         res.engine.close()
 
 
-def _in_flight(engine) -> int:
-    pending = getattr(engine, "pending", None)
-    return int(pending()) if callable(pending) else 0
-
-
 def engine_usage_start(engine) -> dict:
-    """The real engine's counters now (VLLMEngine.stats), to take this session's share at the end."""
-    inner = getattr(engine, "engine", engine)
-    st = getattr(inner, "stats", None)
-    if st is None or not hasattr(st, "running"):
+    """The real engine's counters now (EngineInfo.engine_stats), to take this session's share at the end."""
+    st = engine.engine_stats
+    if st is None:
         return {}
     return {"steps": st.steps, "running": len(st.running), "prompt_tokens": st.prompt_tokens,
             "cached_prompt_tokens": st.cached_prompt_tokens}
@@ -393,8 +386,7 @@ def engine_usage(engine, before: dict, stats: SchedStats) -> dict:
     p10/p50/p90), the share of prompt tokens served from vLLM's prefix cache, tokens per second of
     generation, and what the scheduler did."""
     out: dict = {"generate_calls": stats.generate_calls, "scheduler_steps": stats.steps}
-    inner = getattr(engine, "engine", engine)
-    st = getattr(inner, "stats", None)
+    st = engine.engine_stats
     if before and st is not None:
         running = st.running[before["running"]:]
         prompt = st.prompt_tokens - before["prompt_tokens"]
@@ -415,19 +407,6 @@ def _percentile(values: list[int], q: int) -> float:
 
 
 PARSE_ERROR_NOTE = 0.2  # share of calls whose completion did not parse cleanly worth telling the user
-
-
-def _engine_reports_to(engine, callback):
-    """Point the real engine's progress reports (VLLMEngine.on_progress) at `callback`; returns a
-    setter to point them elsewhere (None: back to nothing) when the run is over."""
-    inner = getattr(engine, "engine", engine)
-
-    def point(cb) -> None:
-        if hasattr(inner, "on_progress"):
-            inner.on_progress = cb
-
-    point(callback)
-    return point
 
 
 def note_run(summary: dict, cfg: RunConfig) -> None:
@@ -497,7 +476,7 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
     summary = {
         "name": rd.path.name, "dataset": cfg.dataset, "model": cfg.model.model,
         "engine_model_id": calls["model"][0] if calls.height else None,
-        "engine": engine_facts(res.engine) if res.engine is not None else engine,
+        "engine": res.engine.facts() if res.engine is not None else engine,
         "answer_style": cfg.answer_style, "n_questions": n_q, "metrics": metrics,
         "llm_calls": calls.height, "llm_calls_per_question": calls.height / n_q,
         "llm_calls_per_question_max": int(per_q["len"].max()) if per_q.height else 0,
@@ -519,28 +498,13 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
         # tokens the engine processed (prompt + output) per second of generate time, this session only
         "engine_tokens_per_s": round(stats.tokens / stats.seconds["generate"], 1) if stats.seconds["generate"] else None,
         # completion-cache rows found damaged (checksum mismatch, unreadable) and recomputed, this session
-        "cache_recomputed": cache_recomputed(res.engine),
+        "cache_recomputed": res.engine.stats.recomputed() if res.engine is not None else {"rows": 0, "reasons": {}},
         "quote_fidelity": fidelity,
         "params": model_params(cfg.model.model),
         **(extra or {}),
     }
     write_json(summary, rd.path / "summary.json")
     return summary
-
-
-def cache_recomputed(engine) -> dict:
-    """{"rows": n, "reasons": {reason: n}}: cache rows the CachedEngine found corrupt and recomputed."""
-    stats = getattr(engine, "stats", None)
-    return {"rows": getattr(stats, "corrupt", 0), "reasons": dict(getattr(stats, "corrupt_reasons", {}))}
-
-
-def engine_facts(engine) -> dict | None:
-    """Device, dtype really run and the CPU's capability of a real engine (None for scripted ones)."""
-    inner = getattr(engine, "engine", engine)
-    if not hasattr(inner, "dtype"):
-        return None
-    return {"model_id": inner.model_id, "device": inner.device, "dtype": inner.dtype,
-            "requested_dtype": inner.requested_dtype, "cpu": inner.cpu}
 
 
 def score(cfg: RunConfig, answers: pl.DataFrame, nodes: pl.DataFrame, gold) -> tuple[pl.DataFrame, dict]:

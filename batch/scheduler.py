@@ -134,14 +134,14 @@ class Resolver:
     def fits(self, prompts: Sequence[str], max_tokens: Sequence[int]) -> list[bool]:
         """Which prompts fit the model's context with room for their max_tokens. One over-long prompt must
         not fail a whole batch (vLLM rejects a batch containing one); it is recorded and never sent."""
-        inner = getattr(self.res.engine, "engine", self.res.engine)
-        count, limit = getattr(inner, "count_tokens", None), getattr(inner, "max_model_len", None)
-        if count is None or limit is None:
+        engine = self.res.engine  # a CachedEngine: EngineInfo (local_llm/engine.py), None where unknown
+        limit = engine.max_model_len
+        if limit is None:
             return [True] * len(prompts)
         # Cheap bound first: a token covers at least one UTF-8 byte (byte-level BPE, SentencePiece byte
         # fallback), plus a few template tokens for chat models; a character may be several tokens
         # (non-Latin text), so near the limit the prompt is counted exactly.
-        return [len(p.encode("utf-8")) + 64 + m <= limit or count(p) + m <= limit
+        return [len(p.encode("utf-8")) + 64 + m <= limit or (engine.count_tokens(p) or 0) + m <= limit
                 for p, m in zip(prompts, max_tokens)]
 
     def generate(self, reqs: Sequence[Generate]) -> list[list[Completion]]:
@@ -238,9 +238,8 @@ def run_waves(trees: Sequence[Tree], res: Resources, cfg: RunConfig, on_tree: On
 def engine_capacity(engine) -> int:
     """How many requests the engine runs at once: VLLMEngine.capacity() (its scheduler's max_num_seqs,
     bounded by what its KV cache holds), else DEFAULT_CAPACITY."""
-    inner = getattr(engine, "engine", engine)
-    cap = getattr(inner, "capacity", None)
-    return max(1, int(cap())) if callable(cap) else DEFAULT_CAPACITY
+    cap = engine.capacity()
+    return max(1, cap) if cap is not None else DEFAULT_CAPACITY
 
 
 # More trees for a running continuous loop: called when it could admit more and has none left, with

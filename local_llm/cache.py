@@ -95,6 +95,10 @@ class CacheStats:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def recomputed(self) -> dict:
+        """{"rows": n, "reasons": {reason: n}}: rows found corrupt and recomputed (summary.json)."""
+        return {"rows": self.corrupt, "reasons": dict(self.corrupt_reasons)}
+
 
 def union_of(folder: Path, own: Path) -> list[Path]:
     """The other completion caches of a run directory's cache folder (`own` excluded): the workers of a
@@ -148,6 +152,36 @@ class CachedEngine:
     @property
     def model_id(self) -> str:
         return self.engine.model_id
+
+    # -- EngineInfo (local_llm/engine.py), forwarded: None where the wrapped engine cannot tell ------
+    @property
+    def max_model_len(self) -> int | None:
+        return getattr(self.engine, "max_model_len", None)
+
+    def count_tokens(self, prompt: str) -> int | None:
+        count = getattr(self.engine, "count_tokens", None)
+        return count(prompt) if count is not None else None
+
+    def capacity(self) -> int | None:
+        cap = getattr(self.engine, "capacity", None)
+        return cap() if cap is not None else None
+
+    def facts(self) -> dict | None:
+        facts = getattr(self.engine, "facts", None)
+        return facts() if facts is not None else None
+
+    @property
+    def engine_stats(self):
+        return getattr(self.engine, "engine_stats", None)
+
+    @property
+    def on_progress(self):
+        return getattr(self.engine, "on_progress", None)
+
+    @on_progress.setter
+    def on_progress(self, callback) -> None:
+        if hasattr(self.engine, "on_progress"):
+            self.engine.on_progress = callback
 
     # -----------------------------------------------------------------------------------------
     def _lookup(self, keys: Sequence[str]) -> dict[str, Completion]:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,45 @@ class Engine(Protocol):
     model_id: str
 
     def generate(self, prompts: Sequence[str], params: Sequence[GenParams]) -> list[Completion]: ...
+
+
+@runtime_checkable
+class EngineInfo(Protocol):
+    """What a served engine tells its callers beyond `generate` (VLLMEngine answers all of it): the
+    scheduler's context check (`count_tokens`, `max_model_len`) and admission bound (`capacity`), the run
+    summary's facts (device, dtype really run, CPU) and usage counters (`engine_stats`: steps, running
+    batch sizes, prefix-cached prompt tokens), and a progress callback `on_progress(requests, tokens)`.
+    `CachedEngine` — the engine every run holds — declares it too and forwards to the engine it wraps,
+    with None where that engine cannot tell (a scripted engine): callers never unwrap engines."""
+
+    max_model_len: int | None
+    on_progress: Callable[[int, int], None] | None
+
+    def count_tokens(self, prompt: str) -> int | None: ...
+
+    def capacity(self) -> int | None: ...
+
+    def facts(self) -> dict | None: ...
+
+    @property
+    def engine_stats(self) -> Any: ...
+
+
+class NoEngineInfo:
+    """EngineInfo of an engine that can tell none of it (the scripted engines): every answer is None."""
+
+    max_model_len: int | None = None
+    on_progress: Callable[[int, int], None] | None = None
+    engine_stats = None
+
+    def count_tokens(self, prompt: str) -> int | None:
+        return None
+
+    def capacity(self) -> int | None:
+        return None
+
+    def facts(self) -> dict | None:
+        return None
 
 
 @dataclass(frozen=True)

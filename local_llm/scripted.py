@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from clarify.local_llm.engine import Completion, GenParams, Request
+from clarify.local_llm.engine import Completion, GenParams, NoEngineInfo, Request
 
 Responder = Callable[[str, GenParams], str]
 
 
-class ScriptedEngine:
+class ScriptedEngine(NoEngineInfo):
     def __init__(self, model_id: str, responder: Responder):
         self.model_id = model_id
         self.responder = responder

@@ -330,6 +330,15 @@ class VLLMEngine:
         """Prompt length in tokens as the engine will see it (template included for chat models)."""
         return len(self._token_ids(prompt))
 
+    def facts(self) -> dict:
+        """Device, dtype really run (and the one asked for), the CPU's capability: every run records them."""
+        return {"model_id": self.model_id, "device": self.device, "dtype": self.dtype,
+                "requested_dtype": self.requested_dtype, "cpu": self.cpu}
+
+    @property
+    def engine_stats(self) -> EngineStats:
+        return self.stats
+
 
 def _completion(out) -> Completion:
     """vLLM RequestOutput -> Completion (n texts in index order; cached prompt tokens in `extra`)."""

@@ -33,6 +33,9 @@ def test_second_identical_run_makes_zero_engine_calls(tmp_path, echo_engine):
                                      "corrupt_reasons": {}}
     assert [c.texts for c in out2] == [c.texts for c in out1]
     assert [c.output_tokens for c in out2] == [c.output_tokens for c in out1]
+    # a scripted engine knows no context, capacity or device: the cache says None, never guesses
+    assert (again.max_model_len, again.count_tokens("x"), again.capacity(), again.facts(), again.engine_stats) == (
+        None, None, None, None, None)
     assert all(c.cached for c in out2)
 
 

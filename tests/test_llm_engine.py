@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 from clarify.local_llm.cache import CachedEngine
-from clarify.local_llm.engine import Engine, GenParams, request_key
+from clarify.local_llm.engine import Engine, EngineInfo, GenParams, request_key
 
 pytestmark = pytest.mark.integration
 
@@ -118,6 +118,11 @@ def test_cached_real_engine_second_run_makes_zero_calls(llm_engine, tmp_path):
     before = llm_engine.stats.calls
     first = cache.generate(QUESTIONS, params)
     assert llm_engine.stats.calls == before + 1 and cache.stats.engine_calls == 1
+    # what the scheduler and the summary ask (EngineInfo) comes through the cache from the real engine
+    assert isinstance(cache, EngineInfo) and cache.max_model_len == llm_engine.max_model_len
+    assert cache.count_tokens(QUESTIONS[0]) == llm_engine.count_tokens(QUESTIONS[0]) > 5
+    assert cache.capacity() == llm_engine.capacity() >= 1 and cache.engine_stats is llm_engine.stats
+    assert cache.facts() == llm_engine.facts() and cache.facts()["dtype"] in ("float32", "bfloat16")
     cache.close()
 
     again = CachedEngine(llm_engine, tmp_path / "cache")
