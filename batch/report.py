@@ -29,7 +29,6 @@ import base64
 import datetime as _dt
 import html
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +37,7 @@ from tqdm import tqdm
 
 from clarify import schemas
 from clarify.batch import plots, quotes
+from clarify.batch.comparison import comparison_table, flatten, fmt, plotted_metrics
 from clarify.errors import InputError
 
 # Columns the report reads from each table (a subset of the schemas in clarify.schemas).
@@ -153,104 +153,20 @@ def load_run(run_dir: Path | str) -> Run:
     return Run(run_dir, str(config.get("name") or run_dir.name), config, summary, tables, missing)
 
 
-# ---------------------------------------------------------------- summary and comparison tables
-
-
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in d.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(_flatten(value, name + "."))
-        else:
-            out[name] = value
-    return out
-
-
-def model_params(run: Run) -> float | None:
-    """Parameter count of the run's model: summary `params`/`model_params`, else the same keys in config."""
-    for source in (run.summary, run.config):
-        for key in ("params", "model_params", "n_params"):
-            value = source.get(key)
-            if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-                return float(value)
-    return None
-
-
-def model_name(run: Run) -> str | None:
-    """The run's model: summary `model`, else config `model` (a run's config holds the `[model]` table)."""
-    value = run.summary.get("model") or run.config.get("model")
-    if isinstance(value, dict):
-        value = value.get("model")
-    return None if value is None else str(value)
-
-
-def summary_row(run: Run) -> dict:
-    """One comparison row: run, model, dataset, questions, params, metrics (bare names), the rest of
-    summary.json flattened with dots, and llm_calls_per_question / model_calls_per_question computed
-    from llm_calls (model_calls = calls not answered from the cache)."""
-    n_q = run.questions["qid"].n_unique() or run.llm_calls["qid"].n_unique()
-    row: dict = {
-        "run": run.name,
-        "model": model_name(run),
-        "dataset": run.config.get("dataset"),
-        "questions": n_q,
-        "params": model_params(run),
-    }
-    summary = dict(run.summary)
-    metrics = summary.pop("metrics", {}) or {}
-    row.update({k: v for k, v in _flatten(metrics).items()})
-    row.update(
-        {k: v for k, v in _flatten(summary).items() if k not in row and k not in ("params", "model_params")}
-    )
-    calls = run.llm_calls
-    row["llm_calls_per_question"] = calls.height / n_q if n_q else None
-    row["model_calls_per_question"] = (
-        calls.filter(~pl.col("cached").fill_null(False)).height / n_q if n_q else None
-    )
-    return row
-
-
-def comparison_table(runs: list[Run]) -> pl.DataFrame:
-    """One row per run (see `summary_row`); columns are the union over runs (missing → null)."""
-    rows = [summary_row(r) for r in runs]
-    columns: list[str] = []
-    for row in rows:
-        columns += [c for c in row if c not in columns]
-    data = {c: [r.get(c) for r in rows] for c in columns}
-    series = []
-    for c, values in data.items():
-        scalars = [v for v in values if v is not None]
-        if scalars and all(isinstance(v, int | float) and not isinstance(v, bool) for v in scalars):
-            series.append(pl.Series(c, [float(v) if v is not None else None for v in values], pl.Float64))
-        else:
-            series.append(pl.Series(c, [None if v is None else _fmt(v) for v in values], pl.String))
-    return pl.DataFrame(series)
-
-
-def _fmt(value: object) -> str:
-    if isinstance(value, bool) or value is None:
-        return "—" if value is None else str(value).lower()
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return str(value)
-        return f"{value:.4g}" if abs(value) < 1e6 else f"{value:.3e}"
-    if isinstance(value, list | tuple | dict):
-        return json.dumps(value, ensure_ascii=False)
-    return str(value)
+# ---------------------------------------------------------------- tables
 
 
 def _kv_table(d: dict, cls: str) -> str:
     if not d:
         return '<p class="muted">(empty)</p>'
-    rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(_fmt(v))}</td></tr>" for k, v in d.items())
+    rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(fmt(v))}</td></tr>" for k, v in d.items())
     return f'<table class="kv {cls}">{rows}</table>'
 
 
 def _df_table(df: pl.DataFrame, cls: str) -> str:
     head = "".join(f"<th>{esc(c)}</th>" for c in df.columns)
     body = "".join(
-        "<tr>" + "".join(f"<td>{esc(_fmt(v))}</td>" for v in row) + "</tr>" for row in df.iter_rows()
+        "<tr>" + "".join(f"<td>{esc(fmt(v))}</td>" for v in row) + "</tr>" for row in df.iter_rows()
     )
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
@@ -342,7 +258,7 @@ def _node_html(ctx: _Ctx, node: dict, children: dict, idx: dict, k: int, seen: s
         )
         parts.append('<ol class="passages">')
         for j, h in enumerate(hits):
-            cap = f"rank {esc(h['rank'])} · score {esc(_fmt(h['score']))}"
+            cap = f"rank {esc(h['rank'])} · score {esc(fmt(h['score']))}"
             if h["passage_id"] == ev:
                 cap += ' · <span class="evtag">evidence</span>'
             parts.append(_passage_block(ctx, h["passage_id"], f"{elem}-l{li}p{j}", cap))
@@ -561,7 +477,7 @@ def _question_html(run: Run, ri: int, qi: int, q: dict, frames: dict, k: int, op
     n_valid = sum(n["status"] in plots.VALID_STATUSES for n in nodes)
     depth = max((n["depth"] or 0 for n in nodes), default=0)
     score_txt = "".join(
-        f"<tr><th>{esc(s['metric'])}</th><td>{esc(_fmt(s['value']))}</td></tr>" for s in scores
+        f"<tr><th>{esc(s['metric'])}</th><td>{esc(fmt(s['value']))}</td></tr>" for s in scores
     )
     return (
         f'<details class="question" id="{prefix}" data-qid="{esc(qid)}"{" open" if open_ else ""}>'
@@ -610,9 +526,9 @@ def _run_html(run: Run, ri: int, k: int, max_questions: int | None) -> str:
             f'<p class="warn">files not present (parts left empty): {esc(", ".join(run.missing))}</p>'
         )
     head.append('<div class="cols"><div><h3>Summary metrics</h3>')
-    head.append(_kv_table(_flatten(metrics), "metrics"))
-    head.append("<h3>Run summary</h3>" + _kv_table(_flatten(summary), "summary"))
-    head.append("</div><div><h3>Config</h3>" + _kv_table(_flatten(run.config), "config") + "</div></div>")
+    head.append(_kv_table(flatten(metrics), "metrics"))
+    head.append("<h3>Run summary</h3>" + _kv_table(flatten(summary), "summary"))
+    head.append("</div><div><h3>Config</h3>" + _kv_table(flatten(run.config), "config") + "</div></div>")
     head.append('<h3>Plots</h3><div class="plots">')
     head.append(_img(plots.llm_calls_png(run.llm_calls), "LLM calls per question"))
     head.append(_img(plots.tokens_png(run.llm_calls), "tokens"))
@@ -633,7 +549,7 @@ def _run_html(run: Run, ri: int, k: int, max_questions: int | None) -> str:
     rows = []
     for qi, q in enumerate(questions.iter_rows(named=True)):
         sh = shape.get(q["qid"], {})
-        tds = "".join(f"<td>{esc(_fmt(score_map.get((q['qid'], m))))}</td>" for m in metric_names)
+        tds = "".join(f"<td>{esc(fmt(score_map.get((q['qid'], m))))}</td>" for m in metric_names)
         rows.append(
             f'<tr><td><a href="#r{ri}-q{qi}">{esc(q["qid"])}</a></td><td>{esc(q["question"])}</td>'
             f"<td>{esc(sh.get('valid_nodes', 0))}</td><td>{esc(sh.get('max_depth', 0))}</td>"
@@ -766,15 +682,7 @@ def render_report(runs: list[Run], *, passages_per_node: int = 5, max_questions:
         table = comparison_table(runs)
         parts.append('<section id="comparison"><h2>Comparison</h2>')
         parts.append(f'<div class="scroll">{_df_table(table, "grid compare")}</div>')
-        # Plot the quality metrics plus cost per question; raw totals depend on the question count.
-        metric_names = []
-        for run in runs:
-            metric_names += [m for m in _flatten(run.summary.get("metrics") or {}) if m not in metric_names]
-        metric_cols = [
-            c
-            for c in [*metric_names, "llm_calls_per_question", "wall_s"]
-            if c in table.columns and table.schema[c] == pl.Float64
-        ]
+        metric_cols = plotted_metrics(runs, table)
         if table["params"].drop_nulls().len() >= 2 and metric_cols:
             fig = plots.compare_figure(table, metric_cols)
             parts.append(_img(plots._png(fig), "each metric against model size (parameters, log scale)"))
