@@ -103,6 +103,10 @@ SPANS = {
     "status": pl.String,  # verbatim | repaired | unmarked | bad_source | empty (see batch/quotes.py)
     "field": pl.String,  # "text" or "title": which field of the passage start/end point into
     "similarity": pl.Float64,  # 1.0 when verbatim; the repair match ratio otherwise
+    # [start, end) of the span's `[k span]` marker in answers.answer_raw (the model's text; span_no is the
+    # marker's 1-based order there): answer_raw[marker_start:marker_end] is the marker as written
+    "marker_start": pl.Int32,
+    "marker_end": pl.Int32,
 }
 
 SCORES = {"qid": pl.String, "metric": pl.String, "value": pl.Float64}

@@ -334,11 +334,13 @@ def check_answers(
       `[ k text ]`, repaired ones with the passage's substring; unmarked/bad_source spans as free
       text; empty markers removed) and `answer_plain` (repaired_answer without markers, tidied;
       replaces an existing answer_plain column);
-    * spans: schemas.SPANS (qid, span_no, source_k, passage_id, text, start, end, verbatim, status)
-      plus `field` ("text" | "title": which passage field start/end index; null when not anchored)
-      and `similarity` (1.0 verbatim, the difflib ratio when repaired, null otherwise). text is the
-      span as written, or the passage substring when repaired; start/end are offsets in the original
-      passage field, -1 when not anchored; passage_id is null for bad_source.
+    * spans: schemas.SPANS, one row per outer marker of `answer` (qid, span_no, source_k, passage_id,
+      text, start, end, verbatim, status, `field` ("text" | "title": which passage field start/end
+      index; null when not anchored), `similarity` (1.0 verbatim, the difflib ratio when repaired,
+      null otherwise), marker_start/marker_end). text is the span as written, or the passage substring
+      when repaired; start/end are offsets in the original passage field, -1 when not anchored;
+      passage_id is null for bad_source; `answer[marker_start:marker_end]` is the marker as written
+      (`QuotedSpan.start/end`; the pipeline keeps that text as answers.answer_raw).
     Raises InputError for duplicate qids, unknown passage ids, conflicting duplicate passages, or a
     threshold outside (0, 1]; schemas.SchemaError for missing columns.
     """
@@ -402,8 +404,7 @@ def check_answers(
         repaired_answers.append(_tidy("".join(out_marked)))
         plains.append(_tidy("".join(out_plain)))
 
-    spans_schema = {**schemas.SPANS, "field": pl.String, "similarity": pl.Float64}
-    spans_df = pl.DataFrame(rows, schema=spans_schema) if rows else pl.DataFrame(schema=spans_schema)
+    spans_df = pl.DataFrame(rows, schema=schemas.SPANS) if rows else schemas.empty("spans")
     out = answers.with_columns(
         pl.Series("repaired_answer", repaired_answers, dtype=pl.String),
         pl.Series("answer_plain", plains, dtype=pl.String),
@@ -413,7 +414,8 @@ def check_answers(
 
 def _check_span(sp: QuotedSpan, pids: list[str], targets, threshold: float) -> dict:
     row = {"span_no": sp.span_no, "source_k": sp.source_k, "passage_id": None, "text": sp.text,
-           "start": -1, "end": -1, "verbatim": False, "field": None, "similarity": None}
+           "start": -1, "end": -1, "verbatim": False, "field": None, "similarity": None,
+           "marker_start": sp.start, "marker_end": sp.end}
     if not 1 <= sp.source_k <= len(pids) or not pids[sp.source_k - 1]:
         return {**row, "status": "bad_source"}
     pid = pids[sp.source_k - 1]

@@ -4,22 +4,27 @@ The file needs no network: CSS and JS are inline, plots are PNGs embedded as bas
 Per run it shows the frozen config, the summary metrics, plots (`batch/plots.py`), an index of the
 questions, and a tree viewer per question: the ambiguous question, its tree of disambiguations
 (root / valid / expanded / pruned / duplicate, colour + text label, collapsible `<details>`), each
-node's retrieved passages, and the final answer with each quoted `[k span]` linked to the span's
-offsets highlighted inside source passage k. Spans that are not verbatim are marked. Several runs
-get one section each plus a comparison table (and a metric-vs-size plot when parameter counts are
-known). All text from run files is HTML-escaped: model output is untrusted.
+node's retrieved passages, and the final answer as the model wrote it with each quoted `[k span]`
+linked to the span's offsets highlighted inside source passage k. Spans that are not verbatim are
+marked. Several runs get one section each plus a comparison table (`batch/comparison.py`; and a
+metric-vs-size plot when parameter counts are known).
+
+The HTML comes from Jinja2 templates in `batch/templates/` (`report.html.j2`, its macros in
+`macros.html.j2`; `report.css` and `report.js` are inlined). The environment autoescapes: every value
+from a run file is HTML-escaped, since model output is untrusted; the only markup built here is the
+passage highlighting (`_highlight`, which escapes every text segment).
 
 Run directory files read (missing tables are tolerated and reported, except config.json):
   config.json, summary.json, questions.parquet[qid, question, dataset],
   nodes.parquet[qid, node_id, parent_id, depth, question, answers, status, wave, evidence_passage_id,
   verdict_text], hits.parquet[qid, passage_id, score, rank, retriever, (node_id, query)],
   passages.parquet[passage_id, title, text], llm_calls.parquet[qid, step, prompt_tokens,
-  output_tokens, cached], answers.parquet[qid, answer, passage_ids, style, (answer_raw)],
-  spans.parquet[qid, span_no, source_k, passage_id, text, start, end, verbatim, status, (field)],
-  scores.parquet[qid, metric, value]. Optional columns in parentheses: hits without node_id belong
-  to the root; with answer_raw (the model's text) every marker is shown with its check, span_no
-  being the marker's order there (`quotes.check_answers`); spans' `field` ("text" | "title") says
-  which passage field start/end index (default text); start/end of -1 or null = not anchored.
+  output_tokens, cached], answers.parquet[qid, answer, answer_raw, passage_ids, style],
+  spans.parquet[qid, span_no, source_k, passage_id, text, start, end, verbatim, status, field,
+  marker_start, marker_end], scores.parquet[qid, metric, value]. Hits without node_id belong to the
+  root. Every marker of answer_raw (the model's text) is shown with its check, placed by its span's
+  marker_start/marker_end (`quotes.check_answers`); spans' `field` ("text" | "title") says which
+  passage field start/end index (default text); start/end of -1 or null = not anchored.
 """
 
 from __future__ import annotations
@@ -27,18 +32,22 @@ from __future__ import annotations
 import argparse
 import base64
 import datetime as _dt
-import html
 import json
-import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
+import jinja2
 import polars as pl
+from markupsafe import Markup, escape
 from tqdm import tqdm
 
 from clarify import schemas
 from clarify.batch import plots, quotes
+from clarify.batch.comparison import comparison_table, flatten, fmt, plotted_metrics
 from clarify.errors import InputError
+
+# ---------------------------------------------------------------- loading a run directory
 
 # Columns the report reads from each table (a subset of the schemas in clarify.schemas).
 READ_COLUMNS: dict[str, list[str]] = {
@@ -51,30 +60,6 @@ READ_COLUMNS: dict[str, list[str]] = {
     "spans": ["qid", "span_no", "source_k", "passage_id", "text", "start", "end"],
     "scores": ["qid", "metric", "value"],
 }
-# Hit lists shown per node: the last stage of the retrieval pipeline that is present.
-RETRIEVER_PREFERENCE = ("rerank", "fused", "dense", "bm25")
-STATUS_LABELS = {
-    "root": "ROOT",
-    "valid": "VALID",
-    "expanded": "VALID · EXPANDED",
-    "pruned": "PRUNED",
-    "duplicate": "DUPLICATE",
-    "pending": "PENDING",
-}
-SPAN_LABELS = {
-    "verbatim": "verbatim",
-    "repaired": "not verbatim: repaired",
-    "unmarked": "not verbatim: unmarked",
-    "bad_source": "not verbatim: no such source",
-    "empty": "empty marker, no quote",
-    "unverified": "not verbatim",
-    "unchecked": "not checked",
-}
-
-
-def esc(value: object) -> str:
-    """HTML-escape any value (quotes too, so the result is safe inside attributes)."""
-    return html.escape("" if value is None else str(value), quote=True)
 
 
 @dataclass
@@ -153,116 +138,49 @@ def load_run(run_dir: Path | str) -> Run:
     return Run(run_dir, str(config.get("name") or run_dir.name), config, summary, tables, missing)
 
 
-# ---------------------------------------------------------------- summary and comparison tables
+# ---------------------------------------------------------------- rendering
+
+# Hit lists shown per node: the last stage of the retrieval pipeline that is present.
+RETRIEVER_PREFERENCE = ("rerank", "fused", "dense", "bm25")
+STATUS_LABELS = {
+    "root": "ROOT",
+    "valid": "VALID",
+    "expanded": "VALID · EXPANDED",
+    "pruned": "PRUNED",
+    "duplicate": "DUPLICATE",
+    "pending": "PENDING",
+}
+SPAN_LABELS = {
+    "verbatim": "verbatim",
+    "repaired": "not verbatim: repaired",
+    "unmarked": "not verbatim: unmarked",
+    "bad_source": "not verbatim: no such source",
+    "empty": "empty marker, no quote",
+    "unverified": "not verbatim",
+}
+TEMPLATES = Path(__file__).parent / "templates"  # package data (pyproject `[tool.setuptools.package-data]`)
 
 
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in d.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(_flatten(value, name + "."))
-        else:
-            out[name] = value
-    return out
-
-
-def model_params(run: Run) -> float | None:
-    """Parameter count of the run's model: summary `params`/`model_params`, else the same keys in config."""
-    for source in (run.summary, run.config):
-        for key in ("params", "model_params", "n_params"):
-            value = source.get(key)
-            if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-                return float(value)
-    return None
-
-
-def model_name(run: Run) -> str | None:
-    """The run's model: summary `model`, else config `model` (a run's config holds the `[model]` table)."""
-    value = run.summary.get("model") or run.config.get("model")
-    if isinstance(value, dict):
-        value = value.get("model")
-    return None if value is None else str(value)
-
-
-def summary_row(run: Run) -> dict:
-    """One comparison row: run, model, dataset, questions, params, metrics (bare names), the rest of
-    summary.json flattened with dots, and llm_calls_per_question / model_calls_per_question computed
-    from llm_calls (model_calls = calls not answered from the cache)."""
-    n_q = run.questions["qid"].n_unique() or run.llm_calls["qid"].n_unique()
-    row: dict = {
-        "run": run.name,
-        "model": model_name(run),
-        "dataset": run.config.get("dataset"),
-        "questions": n_q,
-        "params": model_params(run),
-    }
-    summary = dict(run.summary)
-    metrics = summary.pop("metrics", {}) or {}
-    row.update({k: v for k, v in _flatten(metrics).items()})
-    row.update(
-        {k: v for k, v in _flatten(summary).items() if k not in row and k not in ("params", "model_params")}
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    """The report's Jinja2 environment: templates from TEMPLATES, autoescape on (model output is untrusted),
+    None rendered as nothing, `fmt` (comparison.fmt) as a filter and `inline(name)` for a template folder
+    file's text as it is (report.css, report.js: ours, not from a run)."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        finalize=lambda value: "" if value is None else value,
     )
-    calls = run.llm_calls
-    row["llm_calls_per_question"] = calls.height / n_q if n_q else None
-    row["model_calls_per_question"] = (
-        calls.filter(~pl.col("cached").fill_null(False)).height / n_q if n_q else None
-    )
-    return row
+    env.filters["fmt"] = fmt
+    env.globals["inline"] = lambda name: Markup(env.loader.get_source(env, name)[0])
+    return env
 
 
-def comparison_table(runs: list[Run]) -> pl.DataFrame:
-    """One row per run (see `summary_row`); columns are the union over runs (missing → null)."""
-    rows = [summary_row(r) for r in runs]
-    columns: list[str] = []
-    for row in rows:
-        columns += [c for c in row if c not in columns]
-    data = {c: [r.get(c) for r in rows] for c in columns}
-    series = []
-    for c, values in data.items():
-        scalars = [v for v in values if v is not None]
-        if scalars and all(isinstance(v, int | float) and not isinstance(v, bool) for v in scalars):
-            series.append(pl.Series(c, [float(v) if v is not None else None for v in values], pl.Float64))
-        else:
-            series.append(pl.Series(c, [None if v is None else _fmt(v) for v in values], pl.String))
-    return pl.DataFrame(series)
-
-
-def _fmt(value: object) -> str:
-    if isinstance(value, bool) or value is None:
-        return "—" if value is None else str(value).lower()
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return str(value)
-        return f"{value:.4g}" if abs(value) < 1e6 else f"{value:.3e}"
-    if isinstance(value, list | tuple | dict):
-        return json.dumps(value, ensure_ascii=False)
-    return str(value)
-
-
-def _kv_table(d: dict, cls: str) -> str:
-    if not d:
-        return '<p class="muted">(empty)</p>'
-    rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(_fmt(v))}</td></tr>" for k, v in d.items())
-    return f'<table class="kv {cls}">{rows}</table>'
-
-
-def _df_table(df: pl.DataFrame, cls: str) -> str:
-    head = "".join(f"<th>{esc(c)}</th>" for c in df.columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{esc(_fmt(v))}</td>" for v in row) + "</tr>" for row in df.iter_rows()
-    )
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
-
-
-def _img(png: bytes | None, alt: str) -> str:
-    if png is None:
-        return f'<p class="muted">{esc(alt)}: no data</p>'
-    data = base64.b64encode(png).decode("ascii")
-    return f'<figure><img alt="{esc(alt)}" src="data:image/png;base64,{data}"><figcaption>{esc(alt)}</figcaption></figure>'
-
-
-# ---------------------------------------------------------------- per-question tree viewer
+def _data_uri(png: bytes | None) -> str | None:
+    return None if png is None else "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
 @dataclass
@@ -274,16 +192,11 @@ class _Ctx:
     hits_by_node: dict[str | None, list[dict]]
 
 
-def _passage_block(ctx: _Ctx, pid: str, elem_id: str, caption: str, open_: bool = False) -> str:
+def _passage(ctx: _Ctx, pid: str, elem_id: str, hit: dict | None = None, evidence: bool = False) -> dict:
+    """A passage as the template's `passage` macro shows it; hit: the retrieval row (rank, score), None
+    for the evidence passage."""
     title, text = ctx.passages.get(pid, (None, None))
-    body = (
-        esc(text) if text is not None else '<span class="muted">(passage text not in passages.parquet)</span>'
-    )
-    return (
-        f'<li class="passage" id="{elem_id}" data-passage-id="{esc(pid)}"><details{" open" if open_ else ""}>'
-        f'<summary><span class="ptitle">{esc(title or pid)}</span> <span class="meta">{caption}</span></summary>'
-        f'<p class="ptext">{body}</p></details></li>'
-    )
+    return {"id": elem_id, "pid": pid, "title": title or pid, "text": text, "hit": hit, "evidence": evidence}
 
 
 def _node_hits(ctx: _Ctx, node_id: str, is_root: bool, k: int) -> list[list[dict]]:
@@ -312,60 +225,47 @@ def _node_hits(ctx: _Ctx, node_id: str, is_root: bool, k: int) -> list[list[dict
     return lists
 
 
-def _node_html(ctx: _Ctx, node: dict, children: dict, idx: dict, k: int, seen: set) -> str:
+def _node(ctx: _Ctx, node: dict, children: dict, idx: dict, k: int, seen: set) -> dict:
+    """One tree node for the template's recursive `node` macro, its children nested."""
     nid = node["node_id"]
     seen.add(nid)
     status = node["status"] or "unknown"
     is_root = status == "root" or node["parent_id"] is None
-    label = STATUS_LABELS.get(status, status.upper())
     elem = f"{ctx.prefix}-n{idx[nid]}"
-    answers = node["answers"] or []
-    da = f' <span class="arrow">→</span> <span class="da">{esc("; ".join(answers))}</span>' if answers else ""
-    meta = f"depth {esc(node['depth'])}" + (
-        f" · wave {esc(node['wave'])}" if node.get("wave") is not None else ""
-    )
-    parts = [f'<div class="nbody"><p class="meta">node <code>{esc(nid)}</code> · {meta}</p>']
-    if node.get("verdict_text") is not None:
-        parts.append(f'<p>verifier said: <code class="verdict">{esc(node["verdict_text"])}</code></p>')
-    lists = _node_hits(ctx, nid, is_root, k)
     ev = node.get("evidence_passage_id")
-    if ev is not None:
-        parts.append('<p class="sub">evidence passage (shown to the verifier):</p><ol class="passages">')
-        parts.append(_passage_block(ctx, ev, f"{elem}-ev", '<span class="evtag">evidence</span>'))
-        parts.append("</ol>")
-    for li, hits in enumerate(lists):
-        query = hits[0].get("query")
-        q = f" for <q>{esc(query)}</q>" if query else ""
-        wave = f", wave {esc(hits[0]['wave'])}" if len(lists) > 1 and hits[0].get("wave") is not None else ""
-        parts.append(
-            f'<p class="sub">retrieved passages{q} ({esc(hits[0]["retriever"])}, top {len(hits)}{wave}):</p>'
-        )
-        parts.append('<ol class="passages">')
-        for j, h in enumerate(hits):
-            cap = f"rank {esc(h['rank'])} · score {esc(_fmt(h['score']))}"
-            if h["passage_id"] == ev:
-                cap += ' · <span class="evtag">evidence</span>'
-            parts.append(_passage_block(ctx, h["passage_id"], f"{elem}-l{li}p{j}", cap))
-        parts.append("</ol>")
-    if not lists:
-        parts.append('<p class="muted">no retrieved passages for this node</p>')
-    parts.append("</div>")
+    lists = _node_hits(ctx, nid, is_root, k)
+    retrievals = [
+        {
+            "query": hits[0].get("query"),
+            "retriever": hits[0]["retriever"],
+            "wave": hits[0].get("wave") if len(lists) > 1 else None,
+            "passages": [
+                _passage(ctx, h["passage_id"], f"{elem}-l{li}p{j}", h, h["passage_id"] == ev)
+                for j, h in enumerate(hits)
+            ],
+        }
+        for li, hits in enumerate(lists)
+    ]
     kids = [c for c in children.get(nid, []) if c["node_id"] not in seen]
-    if kids:
-        parts.append('<ul class="tree">')
-        parts += [f"<li>{_node_html(ctx, c, children, idx, k, seen)}</li>" for c in kids]
-        parts.append("</ul>")
-    return (
-        f'<details class="node status-{esc(status)}" id="{elem}" data-node-id="{esc(nid)}" '
-        f'data-status="{esc(status)}"{" open" if is_root else ""}><summary>'
-        f'<span class="badge b-{esc(status)}">{esc(label)}</span> <span class="dq">{esc(node["question"])}</span>'
-        f"{da}</summary>{''.join(parts)}</details>"
-    )
+    return {
+        "id": elem,
+        "node_id": nid,
+        "status": status,
+        "label": STATUS_LABELS.get(status, status.upper()),
+        "open": is_root,
+        "question": node["question"],
+        "answers": "; ".join(node["answers"] or []),
+        "depth": node["depth"],
+        "wave": node.get("wave"),
+        "verdict": node.get("verdict_text"),
+        "evidence": _passage(ctx, ev, f"{elem}-ev", evidence=True) if ev is not None else None,
+        "retrievals": retrievals,
+        "children": [_node(ctx, c, children, idx, k, seen) for c in kids],
+    }
 
 
-def _tree_html(ctx: _Ctx, nodes: list[dict], k: int) -> str:
-    if not nodes:
-        return '<p class="muted">no tree nodes for this question</p>'
+def _tree(ctx: _Ctx, nodes: list[dict], k: int) -> list[dict]:
+    """The question's top nodes (the root, orphans), each with its subtree."""
     ids = {n["node_id"] for n in nodes}
     idx = {n["node_id"]: i for i, n in enumerate(nodes)}
     children: dict[str, list[dict]] = {}
@@ -376,10 +276,10 @@ def _tree_html(ctx: _Ctx, nodes: list[dict], k: int) -> str:
         else:
             children.setdefault(n["parent_id"], []).append(n)
     seen: set[str] = set()
-    items = [f"<li>{_node_html(ctx, n, children, idx, k, seen)}</li>" for n in tops]
+    items = [_node(ctx, n, children, idx, k, seen) for n in tops]
     # Nodes on a parent cycle are never reached from a top node: still show them.
-    items += [f"<li>{_node_html(ctx, n, {}, idx, k, seen)}</li>" for n in nodes if n["node_id"] not in seen]
-    return f'<ul class="tree root-level">{"".join(items)}</ul>'
+    items += [_node(ctx, n, {}, idx, k, seen) for n in nodes if n["node_id"] not in seen]
+    return items
 
 
 def _span_status(span: dict) -> str:
@@ -389,72 +289,35 @@ def _span_status(span: dict) -> str:
     return "verbatim" if span.get("verbatim") else "unverified"
 
 
-def _highlight(text: str, spans: list[tuple[int, int, int, str]], prefix: str) -> str:
+def _highlight(text: str, spans: list[tuple[int, int, int, str]], prefix: str) -> Markup:
     """Passage text with each span's [start, end) wrapped in <mark data-spans="n ...">, and an empty
-    anchor element `{prefix}-s{n}` at each span's start. spans: (span_no, start, end, status)."""
+    anchor element `{prefix}-s{n}` at each span's start. spans: (span_no, start, end, status).
+    Every text segment and attribute is escaped (Markup.format)."""
     bounds = sorted({0, len(text)} | {s for _, s, _, _ in spans} | {e for _, _, e, _ in spans})
     starts: dict[int, list[int]] = {}
     for n, s, _, _ in spans:
         starts.setdefault(s, []).append(n)
+    anchor = Markup('<span class="anchor" id="{}-s{}" data-span="{}"></span>')
     out = []
     for a, b in zip(bounds, bounds[1:]):
-        for n in starts.get(a, []):
-            out.append(f'<span class="anchor" id="{prefix}-s{n}" data-span="{n}"></span>')
+        out += [anchor.format(prefix, n, n) for n in starts.get(a, [])]
         cover = [(n, st) for n, s, e, st in spans if s <= a and b <= e]
-        seg = esc(text[a:b])
         if cover:
             nums = " ".join(str(n) for n, _ in cover)
             cls = "quote" + ("" if all(st == "verbatim" for _, st in cover) else " nonverbatim")
-            out.append(f'<mark class="{cls}" data-spans="{nums}">{seg}</mark>')
+            out.append(Markup('<mark class="{}" data-spans="{}">{}</mark>').format(cls, nums, text[a:b]))
         else:
-            out.append(seg)
-    for n in starts.get(len(text), []):  # an empty span at the very end
-        out.append(f'<span class="anchor" id="{prefix}-s{n}" data-span="{n}"></span>')
-    return "".join(out)
+            out.append(escape(text[a:b]))
+    out += [anchor.format(prefix, n, n) for n in starts.get(len(text), [])]  # an empty span at the very end
+    return Markup("").join(out)
 
 
-def _pair_markers(answer: dict, rows: list[dict]) -> tuple[str, list[tuple]]:
-    """The answer text to show and its markers paired with their span rows: [(QuotedSpan, row | None)].
-
-    With `answer_raw` (the model's text, kept by the pipeline) every marker is shown, and span_no is
-    the marker's 1-based order there (`quotes.check_answers`), so pairing is exact. Without it, the
-    answer holds only the kept (verbatim/repaired) markers: pair them in order when sources agree,
-    else by source and text.
-    """
-    raw = answer.get("answer_raw")
-    text = raw if raw is not None else (answer.get("answer") or "")
-    markers, _ = quotes.parse_quoted(text)
-    if raw is not None:
-        by_no = {r["span_no"]: r for r in rows}
-        return text, [(m, by_no.get(m.span_no)) for m in markers]
-    kept = [r for r in rows if _span_status(r) in quotes.KEPT]
-    if len(kept) == len(markers) and all(r["source_k"] == m.source_k for r, m in zip(kept, markers)):
-        return text, list(zip(markers, kept))
-    unused, pairs = list(rows), []
-    for m in markers:
-        norm = " ".join(m.text.split())
-        row = next(
-            (
-                r
-                for r in unused
-                if r["source_k"] == m.source_k and " ".join((r["text"] or "").split()) == norm
-            ),
-            None,
-        )
-        row = row or next((r for r in unused if r["source_k"] == m.source_k), None)
-        if row is not None:
-            unused.remove(row)
-        pairs.append((m, row))
-    return text, pairs
-
-
-def _answer_html(ctx: _Ctx, answer: dict | None, spans: list[dict]) -> str:
-    if answer is None:
-        return '<p class="muted">no answer for this question (answers.parquet has no row)</p>'
+def _answer(ctx: _Ctx, answer: dict, spans: list[dict]) -> dict:
+    """The answer as the model wrote it (answer_raw), cut at each span's marker_start/marker_end into
+    text and markers, with the span table and the numbered sources (spans highlighted)."""
     pids = list(answer.get("passage_ids") or [])
-    style = answer.get("style") or ""
     # Which spans can be linked: a source that exists and offsets inside the passage field they index.
-    linkable: dict[int, dict] = {}
+    linkable: set[int] = set()
     per_field: dict[tuple[int, str], list[tuple[int, int, int, str]]] = {}
     for sp in spans:
         k, s, e = sp["source_k"], sp["start"], sp["end"]
@@ -465,89 +328,71 @@ def _answer_html(ctx: _Ctx, answer: dict | None, spans: list[dict]) -> str:
         target = title if fld == "title" else text
         if target is None or not 0 <= s < e <= len(target):
             continue
-        linkable[sp["span_no"]] = sp
+        linkable.add(sp["span_no"])
         per_field.setdefault((k, fld), []).append((sp["span_no"], s, e, _span_status(sp)))
-    shown, pairs = _pair_markers(answer, spans)
-    out, pos = [], 0
-    for m, sp in pairs:
-        out.append(esc(shown[pos : m.start]))
-        pos = m.end
-        k = m.source_k
-        status = _span_status(sp) if sp is not None else "unchecked"
+    raw = answer.get("answer_raw") or ""
+    segments: list = []  # str (text) | dict (a marker)
+    pos = 0
+    for sp in spans:  # in span_no order = marker order in answer_raw
+        s, e = sp.get("marker_start"), sp.get("marker_end")
+        if s is None or e is None or not pos <= s < e <= len(raw):
+            continue  # no place in the text: the span table still lists it
+        segments.append(raw[pos:s])
+        pos = e
+        written = quotes.parse_quoted(raw[s:e])[0]  # the one marker there: its text as the model wrote it
+        status = _span_status(sp)
         label = SPAN_LABELS.get(status, status)
-        flag = "" if status == "verbatim" else f'<span class="flag">⚠ {esc(label)}</span>'
-        title = f"source {k} · {label}"
-        if sp is not None and status == "repaired":
+        title = f"source {sp['source_k']} · {label}"
+        if status == "repaired":
             title += f" · passage says: {sp['text']}"
-        inner = f'<sup class="k">{k}</sup>{esc(m.text)}{flag}'
-        cls = f"qspan st-{esc(status)}" + ("" if status == "verbatim" else " nonverbatim")
-        if sp is not None and sp["span_no"] in linkable:
-            n = sp["span_no"]
-            out.append(
-                f'<a class="{cls}" href="#{ctx.prefix}-s{n}" data-span="{n}" data-source="{k}" '
-                f'title="{esc(title)}">{inner}</a>'
-            )
-        else:
-            out.append(f'<span class="{cls}" data-source="{k}" title="{esc(title)}">{inner}</span>')
-    out.append(esc(shown[pos:]))
-    raw = answer.get("answer_raw") is not None
-    parts = [
-        f'<p class="meta">style: {esc(style)}'
-        + (" · as the model wrote it; every marker shown with its check" if raw else "")
-        + "</p>",
-        f'<p class="answer">{"".join(out)}</p>',
+        segments.append(
+            {
+                "k": sp["source_k"],
+                "text": written[0].text if written else sp["text"],
+                "status": status,
+                "label": label,
+                "title": title,
+                "n": sp["span_no"] if sp["span_no"] in linkable else None,
+            }
+        )
+    segments.append(raw[pos:])
+    rows = [
+        {
+            "n": sp["span_no"],
+            "linked": sp["span_no"] in linkable,
+            "k": sp["source_k"],
+            "status": _span_status(sp),
+            "label": SPAN_LABELS.get(_span_status(sp), _span_status(sp)),
+            "field": sp.get("field") or "text",
+            "start": sp["start"],
+            "end": sp["end"],
+            "text": sp["text"],
+        }
+        for sp in spans
     ]
-    if raw and answer.get("answer") != answer.get("answer_raw"):
-        parts.append(
-            '<details class="scored"><summary>answer as scored (repaired spans re-quoted, unmarked ones '
-            f'as free text)</summary><p class="answer">{esc(answer.get("answer"))}</p></details>'
+    sources = []
+    for k, pid in enumerate(pids, 1):
+        title, ptext = ctx.passages.get(pid, (None, None))
+        marks = {fld: sorted(per_field.get((k, fld), []), key=lambda t: t[1]) for fld in ("title", "text")}
+        sources.append(
+            {
+                "k": k,
+                "pid": pid,
+                "head": _highlight(title, marks["title"], ctx.prefix) if title is not None else pid,
+                "body": _highlight(ptext, marks["text"], ctx.prefix) if ptext is not None else None,
+            }
         )
-    if spans:
-        rows = []
-        for sp in spans:
-            st = _span_status(sp)
-            n = sp["span_no"]
-            link = f'<a href="#{ctx.prefix}-s{n}">{n}</a>' if n in linkable else esc(n)
-            where = (
-                f"{esc(sp.get('field') or 'text')} {esc(sp['start'])}–{esc(sp['end'])}"
-                if n in linkable
-                else "—"
-            )
-            rows.append(
-                f'<tr class="st-{esc(st)}"><td>{link}</td><td>{esc(sp["source_k"])}</td>'
-                f"<td>{esc(SPAN_LABELS.get(st, st))}</td><td>{where}</td><td>{esc(sp['text'])}</td></tr>"
-            )
-        n_ok = sum(_span_status(s) == "verbatim" for s in spans)
-        parts.append(
-            f'<details class="spans"><summary>quoted spans: {n_ok} of {len(spans)} verbatim</summary>'
-            '<table class="grid"><thead><tr><th>span</th><th>source</th><th>status</th><th>offsets</th>'
-            f"<th>text (repaired: the passage's)</th></tr></thead><tbody>{''.join(rows)}</tbody></table></details>"
-        )
-    if pids:
-        parts.append(
-            '<p class="sub">sources (numbered as in the answer prompt):</p><ol class="passages sources">'
-        )
-        for k, pid in enumerate(pids, 1):
-            title, ptext = ctx.passages.get(pid, (None, None))
-            head = (
-                _highlight(title, sorted(per_field.get((k, "title"), []), key=lambda t: t[1]), ctx.prefix)
-                if title is not None
-                else esc(pid)
-            )
-            body = (
-                _highlight(ptext, sorted(per_field.get((k, "text"), []), key=lambda t: t[1]), ctx.prefix)
-                if ptext is not None
-                else '<span class="muted">(passage text not in passages.parquet)</span>'
-            )
-            parts.append(
-                f'<li class="passage source" id="{ctx.prefix}-src{k}" data-passage-id="{esc(pid)}" value="{k}">'
-                f'<span class="ptitle">[{k}] {head}</span><p class="ptext">{body}</p></li>'
-            )
-        parts.append("</ol>")
-    return "".join(parts)
+    return {
+        "style": answer.get("style") or "",
+        "segments": segments,
+        "scored": answer.get("answer") if answer.get("answer") != answer.get("answer_raw") else None,
+        "spans": rows,
+        "n_verbatim": sum(r["status"] == "verbatim" for r in rows),
+        "sources": sources,
+    }
 
 
-def _question_html(run: Run, ri: int, qi: int, q: dict, frames: dict, k: int, open_: bool) -> str:
+def _question(ri: int, qi: int, q: dict, frames: dict, k: int, open_: bool) -> dict:
     prefix = f"r{ri}-q{qi}"
     qid = q["qid"]
     nodes = frames["nodes"].get(qid, [])
@@ -557,23 +402,18 @@ def _question_html(run: Run, ri: int, qi: int, q: dict, frames: dict, k: int, op
     ctx = _Ctx(prefix, frames["passages"], hits_by_node)
     answer = frames["answers"].get(qid, [None])[0]
     spans = sorted(frames["spans"].get(qid, []), key=lambda s: s["span_no"])
-    scores = frames["scores"].get(qid, [])
-    n_valid = sum(n["status"] in plots.VALID_STATUSES for n in nodes)
-    depth = max((n["depth"] or 0 for n in nodes), default=0)
-    score_txt = "".join(
-        f"<tr><th>{esc(s['metric'])}</th><td>{esc(_fmt(s['value']))}</td></tr>" for s in scores
-    )
-    return (
-        f'<details class="question" id="{prefix}" data-qid="{esc(qid)}"{" open" if open_ else ""}>'
-        f'<summary><span class="qid">{esc(qid)}</span> <span class="aq">{esc(q["question"])}</span> '
-        f'<span class="pill">{n_valid} valid · depth {depth} · {len(nodes)} nodes</span></summary>'
-        '<div class="qbody"><h4>Tree of clarifications</h4>'
-        '<div class="tools"><button type="button" data-act="expand">expand all</button> '
-        '<button type="button" data-act="collapse">collapse all</button></div>'
-        f"{_tree_html(ctx, nodes, k)}<h4>Answer</h4>{_answer_html(ctx, answer, spans)}"
-        + (f'<h4>Scores</h4><table class="kv">{score_txt}</table>' if scores else "")
-        + "</div></details>"
-    )
+    return {
+        "id": prefix,
+        "qid": qid,
+        "question": q["question"],
+        "open": open_,
+        "n_valid": sum(n["status"] in plots.VALID_STATUSES for n in nodes),
+        "depth": max((n["depth"] or 0 for n in nodes), default=0),
+        "n_nodes": len(nodes),
+        "tree": _tree(ctx, nodes, k) if nodes else None,
+        "answer": _answer(ctx, answer, spans) if answer is not None else None,
+        "scores": [(s["metric"], s["value"]) for s in frames["scores"].get(qid, [])],
+    }
 
 
 def _group(df: pl.DataFrame, key: str = "qid") -> dict:
@@ -583,7 +423,8 @@ def _group(df: pl.DataFrame, key: str = "qid") -> dict:
     return out
 
 
-def _run_html(run: Run, ri: int, k: int, max_questions: int | None) -> str:
+def _run(run: Run, ri: int, k: int, max_questions: int | None) -> dict:
+    """One run's section: summary, config, plots, the question index and every question's tree."""
     questions = run.questions.unique("qid", keep="first", maintain_order=True)
     if max_questions is not None:
         questions = questions.head(max_questions)
@@ -600,25 +441,6 @@ def _run_html(run: Run, ri: int, k: int, max_questions: int | None) -> str:
     }
     summary = dict(run.summary)
     metrics = summary.pop("metrics", {}) or {}
-    head = [
-        f'<section class="run" id="run-{ri}"><h2>Run <code>{esc(run.name)}</code></h2>',
-        f'<p class="meta">directory <code>{esc(run.path)}</code> · {questions.height} questions shown'
-        f" of {run.questions.height}</p>",
-    ]
-    if run.missing:
-        head.append(
-            f'<p class="warn">files not present (parts left empty): {esc(", ".join(run.missing))}</p>'
-        )
-    head.append('<div class="cols"><div><h3>Summary metrics</h3>')
-    head.append(_kv_table(_flatten(metrics), "metrics"))
-    head.append("<h3>Run summary</h3>" + _kv_table(_flatten(summary), "summary"))
-    head.append("</div><div><h3>Config</h3>" + _kv_table(_flatten(run.config), "config") + "</div></div>")
-    head.append('<h3>Plots</h3><div class="plots">')
-    head.append(_img(plots.llm_calls_png(run.llm_calls), "LLM calls per question"))
-    head.append(_img(plots.tokens_png(run.llm_calls), "tokens"))
-    head.append(_img(plots.tree_png(run.nodes), "tree depth and valid nodes"))
-    head.append(_img(plots.scores_png(run.scores), "score distributions"))
-    head.append("</div>")
     # Question index: one row per question, linking to its tree.
     shape = (
         {r["qid"]: r for r in plots.tree_shape(run.nodes).iter_rows(named=True)} if run.nodes.height else {}
@@ -626,26 +448,25 @@ def _run_html(run: Run, ri: int, k: int, max_questions: int | None) -> str:
     calls = dict(run.llm_calls.group_by("qid").len().iter_rows()) if run.llm_calls.height else {}
     metric_names = sorted(run.scores["metric"].unique().to_list()) if run.scores.height else []
     score_map = {(r["qid"], r["metric"]): r["value"] for r in run.scores.iter_rows(named=True)}
-    span_ok = {}
-    for qid, sps in frames["spans"].items():
-        span_ok[qid] = f"{sum(_span_status(s) == 'verbatim' for s in sps)}/{len(sps)}"
-    th = "".join(f"<th>{esc(m)}</th>" for m in metric_names)
-    rows = []
-    for qi, q in enumerate(questions.iter_rows(named=True)):
-        sh = shape.get(q["qid"], {})
-        tds = "".join(f"<td>{esc(_fmt(score_map.get((q['qid'], m))))}</td>" for m in metric_names)
-        rows.append(
-            f'<tr><td><a href="#r{ri}-q{qi}">{esc(q["qid"])}</a></td><td>{esc(q["question"])}</td>'
-            f"<td>{esc(sh.get('valid_nodes', 0))}</td><td>{esc(sh.get('max_depth', 0))}</td>"
-            f"<td>{esc(calls.get(q['qid'], 0))}</td><td>{esc(span_ok.get(q['qid'], '—'))}</td>{tds}</tr>"
-        )
-    head.append(
-        '<h3>Questions</h3><div class="scroll"><table class="grid qindex"><thead><tr><th>qid</th><th>question</th>'
-        f"<th>valid nodes</th><th>depth</th><th>LLM calls</th><th>verbatim spans</th>{th}</tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table></div><h3>Trees</h3>"
-    )
-    body = [
-        _question_html(run, ri, qi, q, frames, k, open_=qi == 0)
+    span_ok = {
+        qid: f"{sum(_span_status(s) == 'verbatim' for s in sps)}/{len(sps)}"
+        for qid, sps in frames["spans"].items()
+    }
+    index = [
+        {
+            "id": f"r{ri}-q{qi}",
+            "qid": q["qid"],
+            "question": q["question"],
+            "valid_nodes": shape.get(q["qid"], {}).get("valid_nodes", 0),
+            "max_depth": shape.get(q["qid"], {}).get("max_depth", 0),
+            "calls": calls.get(q["qid"], 0),
+            "spans": span_ok.get(q["qid"], "—"),
+            "scores": [score_map.get((q["qid"], m)) for m in metric_names],
+        }
+        for qi, q in enumerate(questions.iter_rows(named=True))
+    ]
+    trees = [
+        _question(ri, qi, q, frames, k, open_=qi == 0)
         for qi, q in enumerate(
             tqdm(
                 questions.iter_rows(named=True),
@@ -656,138 +477,43 @@ def _run_html(run: Run, ri: int, k: int, max_questions: int | None) -> str:
             )
         )
     ]
-    return "".join(head) + "".join(body) + "</section>"
-
-
-CSS = """
-:root{--root:#2563eb;--valid:#15803d;--pruned:#b91c1c;--dup:#b45309;--pend:#6b7280}
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;max-width:1200px;
- padding:1em 1.5em;color:#1f2937;background:#fff}
-h1{margin:.2em 0}h2{border-bottom:2px solid #e5e7eb;padding-bottom:.2em;margin-top:2em}h4{margin:.8em 0 .3em}
-code{background:#f3f4f6;padding:0 .25em;border-radius:3px}
-.meta,.muted{color:#6b7280;font-size:.9em}.warn{color:#92400e;background:#fef3c7;padding:.3em .6em}
-table{border-collapse:collapse;margin:.4em 0}th,td{border:1px solid #e5e7eb;padding:.2em .5em;
- text-align:left;vertical-align:top}thead th{background:#f9fafb}
-table.kv th{font-weight:600;background:#f9fafb;white-space:nowrap}
-.cols{display:flex;gap:2em;flex-wrap:wrap}.cols>div{flex:1;min-width:320px}
-.plots{display:flex;flex-wrap:wrap;gap:1em}figure{margin:0}figure img{max-width:100%;border:1px solid #e5e7eb}
-figcaption{font-size:.85em;color:#6b7280}
-details.question{border:1px solid #d1d5db;border-radius:6px;margin:.6em 0;padding:.3em .8em}
-details.question>summary{cursor:pointer;font-weight:600}.qid{font-family:monospace;color:#6b7280;font-weight:400}
-.pill{font-weight:400;font-size:.85em;background:#eef2ff;border-radius:9px;padding:0 .6em}
-ul.tree{list-style:none;padding-left:1.4em;margin:.2em 0;border-left:1px dashed #d1d5db}
-ul.tree.root-level{border-left:none;padding-left:0}
-details.node{margin:.25em 0;border-left:4px solid var(--pend);padding-left:.5em}
-details.node>summary{cursor:pointer}
-.status-root{border-color:var(--root)!important}.status-valid,.status-expanded{border-color:var(--valid)!important}
-.status-pruned{border-color:var(--pruned)!important}.status-duplicate{border-color:var(--dup)!important}
-.status-pruned>summary .dq,.status-duplicate>summary .dq{color:#6b7280;text-decoration:line-through}
-.badge{display:inline-block;font-size:.72em;font-weight:700;color:#fff;border-radius:3px;padding:0 .45em;
- background:var(--pend);letter-spacing:.03em}
-.b-root{background:var(--root)}.b-valid,.b-expanded{background:var(--valid)}.b-pruned{background:var(--pruned)}
-.b-duplicate{background:var(--dup)}
-.da{font-weight:600;color:#111827}.arrow{color:#9ca3af}
-.nbody{margin:.2em 0 .4em .2em}.sub{margin:.3em 0 .1em;font-size:.9em;color:#374151}
-ol.passages{margin:.1em 0;padding-left:1.6em}li.passage{margin:.15em 0}
-.ptitle{font-weight:600}.ptext{margin:.2em 0 .5em;white-space:pre-wrap}
-.evtag{background:#fef9c3;color:#854d0e;border-radius:3px;padding:0 .3em}
-.verdict{white-space:pre-wrap}
-p.answer{background:#f9fafb;border:1px solid #e5e7eb;padding:.6em .8em;border-radius:4px}
-.qspan{background:#dcfce7;border-bottom:2px solid var(--valid);text-decoration:none;color:inherit;
- border-radius:2px;padding:0 .1em}
-.qspan.nonverbatim{background:#fee2e2;border-bottom:2px dashed var(--pruned)}
-.qspan sup.k{font-weight:700;color:#1d4ed8;margin-right:.15em}
-.flag{font-size:.75em;color:var(--pruned);font-weight:700;margin-left:.25em}
-mark.quote{background:#bbf7d0}mark.quote.nonverbatim{background:#fecaca}
-mark.flash,.flash{outline:3px solid #f59e0b;transition:outline .2s}
-tr.st-repaired td,tr.st-bad_source td,tr.st-unmarked td,tr.st-unverified td{background:#fef2f2}
-.tools button{font-size:.8em}.scroll{overflow-x:auto;max-width:100%}
-"""
-
-JS = """
-(function () {
-  'use strict';
-  function reveal(el) {
-    for (var p = el; p; p = p.parentElement) { if (p.tagName === 'DETAILS') { p.open = true; } }
-  }
-  function flash(el) {
-    var targets = [el];
-    var n = el.getAttribute('data-span');
-    var box = el.closest('.passage');
-    if (n && box) { targets = Array.prototype.slice.call(box.querySelectorAll('mark[data-spans~="' + n + '"]')); }
-    targets.forEach(function (t) { t.classList.add('flash'); });
-    window.setTimeout(function () { targets.forEach(function (t) { t.classList.remove('flash'); }); }, 1600);
-  }
-  function go(id) {
-    var el = document.getElementById(id);
-    if (!el) { return false; }
-    reveal(el);
-    el.scrollIntoView({block: 'center'});
-    flash(el);
-    return true;
-  }
-  document.addEventListener('click', function (ev) {
-    var a = ev.target.closest('a[href^="#"]');
-    if (a) {
-      var id = decodeURIComponent(a.getAttribute('href').slice(1));
-      if (go(id)) { ev.preventDefault(); history.replaceState(null, '', '#' + id); }
-      return;
+    return {
+        "id": f"run-{ri}",
+        "name": run.name,
+        "path": str(run.path),
+        "n_shown": questions.height,
+        "n_questions": run.questions.height,
+        "missing": ", ".join(run.missing),
+        "metrics": flatten(metrics),
+        "summary": flatten(summary),
+        "config": flatten(run.config),
+        "plots": [
+            (_data_uri(plots.llm_calls_png(run.llm_calls)), "LLM calls per question"),
+            (_data_uri(plots.tokens_png(run.llm_calls)), "tokens"),
+            (_data_uri(plots.tree_png(run.nodes)), "tree depth and valid nodes"),
+            (_data_uri(plots.scores_png(run.scores)), "score distributions"),
+        ],
+        "metric_names": metric_names,
+        "index": index,
+        "questions": trees,
     }
-    var b = ev.target.closest('button[data-act]');
-    if (b) {
-      var open = b.getAttribute('data-act') === 'expand';
-      b.closest('.qbody').querySelectorAll('details.node').forEach(function (d) { d.open = open; });
-    }
-  });
-  window.addEventListener('hashchange', function () { go(decodeURIComponent(location.hash.slice(1))); });
-  if (location.hash.length > 1) { go(decodeURIComponent(location.hash.slice(1))); }
-})();
-"""
 
 
 def render_report(runs: list[Run], *, passages_per_node: int = 5, max_questions: int | None = None) -> str:
     """The whole HTML document for loaded runs (see the module docstring)."""
-    now = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-    nav = " · ".join(f'<a href="#run-{i}">{esc(r.name)}</a>' for i, r in enumerate(runs))
-    parts = [
-        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>clarify report: {esc(', '.join(r.name for r in runs))}</title><style>{CSS}</style></head><body>",
-        f'<header><h1>clarify report</h1><p class="meta">written {esc(now)} · {len(runs)} run(s): {nav}</p>',
-        '<p class="meta">Node labels: <span class="badge b-root">ROOT</span> ambiguous question · '
-        '<span class="badge b-valid">VALID</span> kept by the verifier · '
-        '<span class="badge b-pruned">PRUNED</span> rejected by the verifier · '
-        '<span class="badge b-duplicate">DUPLICATE</span> repeats an earlier question/answer. '
-        'Quoted spans: <span class="qspan">verbatim</span> '
-        '<span class="qspan nonverbatim">not verbatim<span class="flag">⚠</span></span>; '
-        "click a span to see it in its source passage.</p></header>",
-    ]
+    comparison = None
     if len(runs) > 1:
         table = comparison_table(runs)
-        parts.append('<section id="comparison"><h2>Comparison</h2>')
-        parts.append(f'<div class="scroll">{_df_table(table, "grid compare")}</div>')
-        # Plot the quality metrics plus cost per question; raw totals depend on the question count.
-        metric_names = []
-        for run in runs:
-            metric_names += [m for m in _flatten(run.summary.get("metrics") or {}) if m not in metric_names]
-        metric_cols = [
-            c
-            for c in [*metric_names, "llm_calls_per_question", "wall_s"]
-            if c in table.columns and table.schema[c] == pl.Float64
-        ]
+        metric_cols = plotted_metrics(runs, table)
+        plot = None
         if table["params"].drop_nulls().len() >= 2 and metric_cols:
-            fig = plots.compare_figure(table, metric_cols)
-            parts.append(_img(plots._png(fig), "each metric against model size (parameters, log scale)"))
-        else:
-            parts.append(
-                '<p class="muted">no metric-vs-size plot: fewer than two runs state a parameter count '
-                "(summary.json `params`)</p>"
-            )
-        parts.append("</section>")
-    for ri, run in enumerate(runs):
-        parts.append(_run_html(run, ri, passages_per_node, max_questions))
-    parts.append(f"<script>{JS}</script></body></html>")
-    return "".join(parts)
+            plot = _data_uri(plots._png(plots.compare_figure(table, metric_cols)))
+        comparison = {"columns": table.columns, "rows": list(table.iter_rows()), "plot": plot}
+    return environment().get_template("report.html.j2").render(
+        written=_dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        runs=[_run(run, ri, passages_per_node, max_questions) for ri, run in enumerate(runs)],
+        comparison=comparison,
+    )
 
 
 def write_report(

@@ -217,6 +217,30 @@ def test_offsets_highlight_the_quote(quotesum, checked):
     assert (spans.filter(pl.col("start") < 0)["status"] == "unmarked").all()
 
 
+def test_marker_offsets_slice_the_markers(quotesum, checked):
+    """On every human summary, answer[marker_start:marker_end] is the span_no-th marker as written:
+    markers in order, not overlapping, each one parsing alone to the same source and (unless repaired)
+    the same text; a nested and an unclosed marker too."""
+    answers, _, _ = quotesum
+    _, spans = checked
+    text = dict(zip(answers["qid"], answers["answer"]))
+    for qid, rows in spans.sort("qid", "span_no").group_by("qid", maintain_order=True):
+        answer, end = text[qid[0]], 0
+        assert rows["span_no"].to_list() == list(range(1, rows.height + 1))
+        for r in rows.iter_rows(named=True):
+            assert end <= r["marker_start"] < r["marker_end"] <= len(answer)
+            end = r["marker_end"]
+            (alone,), _ = parse_quoted(answer[r["marker_start"] : r["marker_end"]])
+            assert alone.source_k == r["source_k"]
+            assert r["status"] == "repaired" or alone.text == r["text"]
+    nested = "Intro [1 a [2 b] c] then [2 cut off"
+    _, spans = check_answers(pl.DataFrame({"qid": ["n"], "answer": [nested], "passage_ids": [["x", "y"]]}),
+                             pl.DataFrame({"passage_id": ["x", "y"], "text": ["a b c", "cut off"]}),
+                             progress=False)
+    assert [nested[s:e] for s, e in zip(spans["marker_start"], spans["marker_end"])] == [
+        "[1 a [2 b] c]", "[2 cut off"]
+
+
 def test_repaired_answers_are_canonical(quotesum, checked):
     """repaired_answer keeps verbatim/repaired spans as `[ k text ]` (strict official regex) and the
     unmarked ones as free text; answer_plain is the repaired answer without markers."""
@@ -302,6 +326,20 @@ def test_check_answers_statuses_on_real_passages(wiki):
     assert r4["text"] == "the Danish Navy halted all German maritime trade in the North and Baltic Seas"
     assert text[navy][r4["start"] : r4["end"]] == r4["text"] and 0.9 <= r4["similarity"] < 1
     assert (spans.filter(~pl.col("status").is_in(["verbatim", "repaired"]))["start"] == -1).all()
+    # marker_start/marker_end slice each marker, as written, out of the answer the model wrote
+    markers = [answer[s:e] for s, e in zip(spans["marker_start"], spans["marker_end"])]
+    assert markers == [
+        "[1 The Rams' new stadium was not ready]",
+        "[ 1 a 28-17 victory against the Carolina Panthers ]",
+        "[2 during the First War of Schleswig of 1848-1851]",
+        "[1 History of the St. Louis Rams]",
+        "[2 the Danish Navy halted all German trade in the North and Baltic Seas]",
+        "[1 the Rams moved to Los Angeles in 2016]",
+        "[3 nonsense]",  # bad_source
+        "[0 zero]",  # bad_source
+        "[1]",  # empty
+    ]
+    assert spans["marker_start"].dtype == pl.Int32 == spans["marker_end"].dtype
 
     row = out.row(0, named=True)
     assert row["style"] == "quoted" and row["answer"] == answer  # input columns passed through

@@ -503,16 +503,97 @@ def test_span_links_resolve_to_highlighted_passage_offsets(one_run):
     assert "title" in spans["field"].to_list()  # a span quoting a title is highlighted in the title
 
 
-def test_answer_without_raw_text_links_kept_spans(tmp_path):
-    written = build_run_dir(tmp_path / "r", n_questions=2)
-    answers = written["tables"]["answers"].drop("answer_raw")
-    answers.write_parquet(tmp_path / "r" / "answers.parquet")
-    dom = parse(report.write_report([tmp_path / "r"], tmp_path / "r.html").read_text())
-    spans = written["tables"]["spans"]
-    linked, unlinked = _check_span_links(dom, spans, written["tables"]["passages"])
-    assert linked == {"verbatim", "repaired"} and unlinked == set()
-    links = [n for n in dom.iter() if n.tag == "a" and "qspan" in n.classes]
-    assert len(links) == spans.filter(pl.col("status").is_in(["verbatim", "repaired"])).height
+def _answer_pieces(p: Node) -> list:
+    """The children of a `p.answer`: text (str) and the quoted-span elements, in order."""
+    out: list = []
+    for c in p.children:
+        if isinstance(c, Node) and "qspan" in c.classes:
+            out.append(c)
+        elif isinstance(c, str) and out and isinstance(out[-1], str):
+            out[-1] += c
+        else:
+            out.append(c if isinstance(c, str) else c.text())
+    return out
+
+
+def _status_class(el: Node) -> str:
+    return next(c[3:] for c in el.classes if c.startswith("st-"))
+
+
+def test_markers_sit_where_marker_start_end_say(one_run):
+    """The answer shown is answer_raw with each span's marker (answer_raw[marker_start:marker_end]) replaced
+    by its quoted-span element, in span_no order; the answer as scored is there too when it differs."""
+    _, written, text = one_run
+    dom = parse(text)
+    answers, spans = written["tables"]["answers"], written["tables"]["spans"]
+    questions = [n for n in dom.iter() if n.tag == "details" and "question" in n.classes]
+    assert len(questions) == answers.height
+    for q in questions:
+        row = answers.filter(pl.col("qid") == q.attrs["data-qid"]).row(0, named=True)
+        mine = spans.filter(pl.col("qid") == q.attrs["data-qid"]).sort("span_no")
+        raw, pos, want = row["answer_raw"], 0, []
+        for sp in mine.iter_rows(named=True):
+            want += [raw[pos : sp["marker_start"]], (sp["source_k"], sp["status"])]
+            pos = sp["marker_end"]
+        want.append(raw[pos:])
+        shown = next(n for n in q.iter() if n.tag == "p" and "answer" in n.classes)
+        got = [
+            x if isinstance(x, str) else (int(x.attrs["data-source"]), _status_class(x))
+            for x in _answer_pieces(shown)
+        ]
+        assert got == [w for w in want if w != ""]
+        scored = [n for n in q.iter() if n.tag == "details" and "scored" in n.classes]
+        if row["answer"] != raw:
+            assert scored[0].children[1].text() == row["answer"]
+        else:
+            assert scored == []
+    # Question 0 has every status and its answer was repaired: the scored answer is shown.
+    assert set(spans["status"]) == set(quotes.STATUSES)
+
+
+def test_environment_autoescapes_and_inlines_css_and_js(one_run):
+    env = report.environment()
+    assert env.from_string("{{ x }}").render(x="<b>") == "&lt;b&gt;"
+    assert env.get_template("report.html.j2").environment.autoescape is True
+    _, _, text = one_run
+    dom = parse(text)
+    style = next(n for n in dom.iter() if n.tag == "style").text()
+    script = next(n for n in dom.iter() if n.tag == "script").text()
+    css = (report.TEMPLATES / "report.css").read_text(encoding="utf-8")
+    js = (report.TEMPLATES / "report.js").read_text(encoding="utf-8")
+    assert style.strip() == css.strip() and ".qspan.nonverbatim{" in style
+    assert script.strip() == js.strip() and "addEventListener('click'" in script
+
+
+def test_hostile_text_in_every_run_file_is_escaped(tmp_path):
+    """Model output and run files are untrusted: <script> in a question, an answer, a passage, a node,
+    a config or summary value (or key) and a score name comes out as text, never as markup."""
+    run_dir = tmp_path / "r"
+    written = build_run_dir(run_dir, n_questions=1)
+    t = written["tables"]
+    t["questions"].with_columns(question=pl.lit(HOSTILE)).write_parquet(run_dir / "questions.parquet")
+    t["nodes"].with_columns(question=pl.lit(HOSTILE), answers=pl.lit([HOSTILE])).write_parquet(
+        run_dir / "nodes.parquet"
+    )
+    # Appended at the end of every passage: the spans' offsets stay where they were.
+    passages = t["passages"].with_columns(text=pl.col("text") + HOSTILE, title=pl.col("title") + HOSTILE)
+    passages.write_parquet(run_dir / "passages.parquet")
+    answers = t["answers"].with_columns(answer_raw=pl.col("answer_raw") + HOSTILE, style=pl.lit(HOSTILE))
+    answers.write_parquet(run_dir / "answers.parquet")
+    t["scores"].with_columns(metric=pl.lit(HOSTILE)).write_parquet(run_dir / "scores.parquet")
+    config = {**written["config"], "name": HOSTILE, "dataset": HOSTILE, HOSTILE: HOSTILE}
+    (run_dir / "config.json").write_text(json.dumps(config))
+    (run_dir / "summary.json").write_text(json.dumps({**written["summary"], "note": HOSTILE}))
+    text = report.write_report([run_dir], tmp_path / "r.html").read_text(encoding="utf-8")
+    dom = parse(text)
+    assert len([n for n in dom.iter() if n.tag == "script"]) == 1  # ours
+    assert not any(n.tag == "img" and "onerror" in n.attrs for n in dom.iter())
+    assert "<script>alert" not in text and "<img src=x" not in text
+    shown = [n.text() for n in dom.iter() if not any(isinstance(c, Node) for c in n.children)]
+    for where in ("aq", "dq", "da", "ptext", "ptitle", "answer"):
+        assert any(HOSTILE in n.text() for n in dom.iter() if where in n.classes), where
+    assert text.count("&lt;script&gt;alert(") >= 10
+    assert HOSTILE in shown  # a config/summary cell holding the value alone
 
 
 def test_overlapping_spans_highlight_each_offset_range():
@@ -540,7 +621,7 @@ def test_report_is_self_contained_and_escapes_model_output(one_run):
     scripts = [n for n in dom.iter() if n.tag == "script"]
     assert len(scripts) == 1 and "src" not in scripts[0].attrs  # only our inline script
     assert not any("onerror" in n.attrs for n in dom.iter())
-    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in text
+    assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in text
     verdicts = [n.text() for n in dom.iter() if "verdict" in n.classes]
     assert HOSTILE in verdicts
     assert "Meanwhile <b>bold</b> &" in next(n for n in dom.iter() if "answer" in n.classes).text()
