@@ -1,26 +1,17 @@
 """The comparison of runs in `clarify report` (DESIGN §8): one row per run, pure functions over loaded runs.
 
-A loaded run here is anything with the attributes `LoadedRun` names (`report.load_run` returns one); the
-rendering in `batch/report.py` turns the table into HTML and the metric-vs-size plot (`plots.compare_figure`).
+The runs are read by the one run reader (`batch/rundir.py` Run.open); the rendering in `batch/report.py`
+turns the table into HTML and the metric-vs-size plot (`plots.compare_figure`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Protocol
 
 import polars as pl
 
-
-class LoadedRun(Protocol):
-    """What the comparison reads of a run: its name, config.json, summary.json and tables."""
-
-    name: str
-    config: dict
-    summary: dict
-    questions: pl.DataFrame
-    llm_calls: pl.DataFrame
+from clarify.batch.rundir import Run
 
 
 def flatten(d: dict, prefix: str = "") -> dict:
@@ -48,33 +39,21 @@ def fmt(value: object) -> str:
     return str(value)
 
 
-def model_params(run: LoadedRun) -> float | None:
-    """Parameter count of the run's model: summary `params`/`model_params`, else the same keys in config."""
-    for source in (run.summary, run.config):
-        for key in ("params", "model_params", "n_params"):
-            value = source.get(key)
-            if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-                return float(value)
-    return None
+def model_params(run: Run) -> float | None:
+    """Parameter count of the run's model (summary `params`, read from the model's files by the run)."""
+    value = run.summary.get("params")
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
 
 
-def model_name(run: LoadedRun) -> str | None:
-    """The run's model: summary `model`, else config `model` (a run's config holds the `[model]` table)."""
-    value = run.summary.get("model") or run.config.get("model")
-    if isinstance(value, dict):
-        value = value.get("model")
-    return None if value is None else str(value)
-
-
-def summary_row(run: LoadedRun) -> dict:
+def summary_row(run: Run) -> dict:
     """One comparison row: run, model, dataset, questions, params, metrics (bare names), the rest of
     summary.json flattened with dots, and llm_calls_per_question / model_calls_per_question computed
     from llm_calls (model_calls = calls not answered from the cache)."""
-    n_q = run.questions["qid"].n_unique() or run.llm_calls["qid"].n_unique()
+    n_q = run.questions["qid"].n_unique()
     row: dict = {
         "run": run.name,
-        "model": model_name(run),
-        "dataset": run.config.get("dataset"),
+        "model": run.config.model.model,
+        "dataset": run.config.dataset,
         "questions": n_q,
         "params": model_params(run),
     }
@@ -82,7 +61,7 @@ def summary_row(run: LoadedRun) -> dict:
     metrics = summary.pop("metrics", {}) or {}
     row.update({k: v for k, v in flatten(metrics).items()})
     row.update(
-        {k: v for k, v in flatten(summary).items() if k not in row and k not in ("params", "model_params")}
+        {k: v for k, v in flatten(summary).items() if k not in row and k != "params"}
     )
     calls = run.llm_calls
     row["llm_calls_per_question"] = calls.height / n_q if n_q else None
@@ -92,7 +71,7 @@ def summary_row(run: LoadedRun) -> dict:
     return row
 
 
-def comparison_table(runs: list[LoadedRun]) -> pl.DataFrame:
+def comparison_table(runs: list[Run]) -> pl.DataFrame:
     """One row per run (see `summary_row`); columns are the union over runs (missing → null)."""
     rows = [summary_row(r) for r in runs]
     columns: list[str] = []
@@ -109,7 +88,7 @@ def comparison_table(runs: list[LoadedRun]) -> pl.DataFrame:
     return pl.DataFrame(series)
 
 
-def plotted_metrics(runs: list[LoadedRun], table: pl.DataFrame) -> list[str]:
+def plotted_metrics(runs: list[Run], table: pl.DataFrame) -> list[str]:
     """Columns of `table` worth plotting against model size: the quality metrics plus cost per question
     (raw totals depend on the question count), numeric ones only."""
     names: list[str] = []

@@ -16,8 +16,8 @@ import polars as pl
 from clarify.errors import InputError
 from clarify.files import write_atomic
 
-# Node statuses that count as a valid disambiguation: a valid node stays valid once it is expanded.
-VALID_STATUSES = ("valid", "expanded")
+# Node statuses that count as a valid disambiguation (batch/tree.py: a valid node stays valid once expanded).
+VALID_STATUSES = ("valid",)
 STEP_ORDER = ("clarify", "verify", "answer")
 
 

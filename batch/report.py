@@ -3,7 +3,7 @@
 The file needs no network: CSS and JS are inline, plots are PNGs embedded as base64 `data:` URIs.
 Per run it shows the frozen config, the summary metrics, plots (`batch/plots.py`), an index of the
 questions, and a tree viewer per question: the ambiguous question, its tree of disambiguations
-(root / valid / expanded / pruned / duplicate, colour + text label, collapsible `<details>`), each
+(root / valid / pruned / duplicate / pending, colour + text label, collapsible `<details>`), each
 node's retrieved passages, and the final answer as the model wrote it with each quoted `[k span]`
 linked to the span's offsets highlighted inside source passage k. Spans that are not verbatim are
 marked. Several runs get one section each plus a comparison table (`batch/comparison.py`; and a
@@ -14,17 +14,11 @@ The HTML comes from Jinja2 templates in `batch/templates/` (`report.html.j2`, it
 from a run file is HTML-escaped, since model output is untrusted; the only markup built here is the
 passage highlighting (`_highlight`, which escapes every text segment).
 
-Run directory files read (missing tables are tolerated and reported, except config.json):
-  config.json, summary.json, questions.parquet[qid, question, dataset],
-  nodes.parquet[qid, node_id, parent_id, depth, question, answers, status, wave, evidence_passage_id,
-  verdict_text], hits.parquet[qid, passage_id, score, rank, retriever, (node_id, query)],
-  passages.parquet[passage_id, title, text], llm_calls.parquet[qid, step, prompt_tokens,
-  output_tokens, cached], answers.parquet[qid, answer, answer_raw, passage_ids, style],
-  spans.parquet[qid, span_no, source_k, passage_id, text, start, end, verbatim, status, field,
-  marker_start, marker_end], scores.parquet[qid, metric, value]. Hits without node_id belong to the
-  root. Every marker of answer_raw (the model's text) is shown with its check, placed by its span's
-  marker_start/marker_end (`quotes.check_answers`); spans' `field` ("text" | "title") says which
-  passage field start/end index (default text); start/end of -1 or null = not anchored.
+Runs are read by the one run reader (`batch/rundir.py` Run.open: config.json, summary.json and every
+table, checked against its schema in `schemas.py`; a table not written yet is shown empty and named).
+Every marker of answer_raw (the model's text) is shown with its check, placed by its span's
+marker_start/marker_end (`quotes.check_answers`); spans' `field` ("text" | "title") says which
+passage field start/end index; start/end of -1 or null = not anchored.
 """
 
 from __future__ import annotations
@@ -32,8 +26,7 @@ from __future__ import annotations
 import argparse
 import base64
 import datetime as _dt
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -42,101 +35,10 @@ import polars as pl
 from markupsafe import Markup, escape
 from tqdm import tqdm
 
-from clarify import schemas
 from clarify.batch import plots, quotes
 from clarify.batch.comparison import comparison_table, flatten, fmt, plotted_metrics
+from clarify.batch.rundir import Run
 from clarify.errors import InputError
-
-# ---------------------------------------------------------------- loading a run directory
-
-# Columns the report reads from each table (a subset of the schemas in clarify.schemas).
-READ_COLUMNS: dict[str, list[str]] = {
-    "questions": ["qid", "question"],
-    "nodes": ["qid", "node_id", "parent_id", "depth", "question", "answers", "status"],
-    "hits": ["qid", "passage_id", "score", "rank"],
-    "passages": ["passage_id", "title", "text"],
-    "llm_calls": ["qid", "step", "prompt_tokens", "output_tokens", "cached"],
-    "answers": ["qid", "answer", "passage_ids"],
-    "spans": ["qid", "span_no", "source_k", "passage_id", "text", "start", "end"],
-    "scores": ["qid", "metric", "value"],
-}
-
-
-@dataclass
-class Run:
-    """One run directory, loaded. Tables missing on disk are empty frames listed in `missing`."""
-
-    path: Path
-    name: str
-    config: dict
-    summary: dict
-    tables: dict[str, pl.DataFrame]
-    missing: list[str] = field(default_factory=list)
-
-    def __getattr__(self, name: str) -> pl.DataFrame:
-        tables = self.__dict__.get("tables", {})
-        if name in tables:
-            return tables[name]
-        raise AttributeError(name)
-
-
-def _read_json(path: Path, required: bool) -> dict:
-    if not path.is_file():
-        if required:
-            raise InputError("not a run directory: config.json is missing", path=str(path.parent))
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON: {exc.msg}", path=str(path), line=exc.lineno) from exc
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8: {exc}", path=str(path)) from exc
-    if not isinstance(data, dict):
-        raise InputError(f"expected a JSON object, got {type(data).__name__}", path=str(path), line=1)
-    return data
-
-
-def _read_table(run_dir: Path, name: str) -> pl.DataFrame | None:
-    path = run_dir / f"{name}.parquet"
-    if not path.is_file():
-        return None
-    try:
-        df = pl.read_parquet(path)
-    except Exception as exc:  # polars raises several error types for broken files
-        raise InputError(f"cannot read Parquet file: {exc}", path=str(path)) from exc
-    if df.height == 0 and df.width == 0:  # an empty table written without columns (older runs)
-        return schemas.empty(name)
-    try:
-        schemas.check(df, name, columns=READ_COLUMNS[name])
-    except schemas.SchemaError as exc:
-        missing = [c for c in READ_COLUMNS[name] if c not in df.columns]
-        raise InputError(str(exc), path=str(path), field=missing[0] if missing else None) from exc
-    return df
-
-
-def load_run(run_dir: Path | str) -> Run:
-    """Load a run directory; raise InputError naming the file for anything unreadable."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise InputError("run directory does not exist", path=str(run_dir))
-    config = _read_json(run_dir / "config.json", required=True)
-    summary = _read_json(run_dir / "summary.json", required=False)
-    tables: dict[str, pl.DataFrame] = {}
-    missing = []
-    for name in READ_COLUMNS:
-        df = _read_table(run_dir, name)
-        if df is None:
-            missing.append(f"{name}.parquet")
-            df = schemas.empty(name)
-        tables[name] = df
-    if tables["questions"].height == 0 and tables["nodes"].height:
-        # No questions table yet: the roots carry the ambiguous questions.
-        roots = tables["nodes"].filter(pl.col("parent_id").is_null())
-        tables["questions"] = roots.select("qid", "question").unique("qid", keep="first", maintain_order=True)
-    if "node_id" not in tables["hits"].columns:
-        tables["hits"] = tables["hits"].with_columns(pl.lit(None, pl.String).alias("node_id"))
-    return Run(run_dir, str(config.get("name") or run_dir.name), config, summary, tables, missing)
-
 
 # ---------------------------------------------------------------- rendering
 
@@ -145,7 +47,6 @@ RETRIEVER_PREFERENCE = ("rerank", "fused", "dense", "bm25")
 STATUS_LABELS = {
     "root": "ROOT",
     "valid": "VALID",
-    "expanded": "VALID · EXPANDED",
     "pruned": "PRUNED",
     "duplicate": "DUPLICATE",
     "pending": "PENDING",
@@ -199,12 +100,10 @@ def _passage(ctx: _Ctx, pid: str, elem_id: str, hit: dict | None = None, evidenc
     return {"id": elem_id, "pid": pid, "title": title or pid, "text": text, "hit": hit, "evidence": evidence}
 
 
-def _node_hits(ctx: _Ctx, node_id: str, is_root: bool, k: int) -> list[list[dict]]:
+def _node_hits(ctx: _Ctx, node_id: str, k: int) -> list[list[dict]]:
     """The node's retrieval lists, one per retrieval (a root retrieved again after a restart has one
     per wave): the top k of the last pipeline stage present, best rank first, passages not repeated."""
     hits = ctx.hits_by_node.get(node_id, [])
-    if not hits and is_root:
-        hits = ctx.hits_by_node.get(None, [])  # hits without node_id belong to the root query
     if not hits:
         return []
     present = {h["retriever"] for h in hits}
@@ -233,7 +132,7 @@ def _node(ctx: _Ctx, node: dict, children: dict, idx: dict, k: int, seen: set) -
     is_root = status == "root" or node["parent_id"] is None
     elem = f"{ctx.prefix}-n{idx[nid]}"
     ev = node.get("evidence_passage_id")
-    lists = _node_hits(ctx, nid, is_root, k)
+    lists = _node_hits(ctx, nid, k)
     retrievals = [
         {
             "query": hits[0].get("query"),
@@ -486,7 +385,7 @@ def _run(run: Run, ri: int, k: int, max_questions: int | None) -> dict:
         "missing": ", ".join(run.missing),
         "metrics": flatten(metrics),
         "summary": flatten(summary),
-        "config": flatten(run.config),
+        "config": flatten(run.settings),
         "plots": [
             (_data_uri(plots.llm_calls_png(run.llm_calls)), "LLM calls per question"),
             (_data_uri(plots.tokens_png(run.llm_calls)), "tokens"),
@@ -522,7 +421,7 @@ def write_report(
     """Write one self-contained HTML report for `run_dirs` to `out` (atomically) and return `out`."""
     if not run_dirs:
         raise InputError("no run directory given", field="run_dirs")
-    runs = [load_run(d) for d in run_dirs]
+    runs = [Run.open(d) for d in run_dirs]
     doc = render_report(runs, passages_per_node=passages_per_node, max_questions=max_questions)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ def full_table(df: pl.DataFrame, name: str) -> pl.DataFrame:
     """`df` with every column of the run table `name`: the missing ones null, all cast and ordered."""
     schema = schemas.SCHEMAS[TABLE_SCHEMAS[name]]
     df = df.with_columns([pl.lit(None, dtype).alias(c) for c, dtype in schema.items() if c not in df.columns])
-    return schemas.conform(df, TABLE_SCHEMAS[name])
+    return schemas.conform(df.with_columns([pl.col(c).cast(t) for c, t in schema.items()]), TABLE_SCHEMAS[name])
 
 
 def write_run(path: Path, settings: dict | None = None, summary: dict | None = None,

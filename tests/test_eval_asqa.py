@@ -182,7 +182,7 @@ def test_answer_f1_uses_kept_non_root_nodes():
             "qid": ["q1", "q1", "q1", "q1", "q1", "q2"],
             "node_id": ["r", "a", "b", "c", "d", "r"],
             "depth": [0, 1, 1, 2, 1, 0],
-            "status": ["root", "valid", "pruned", "expanded", "duplicate", "root"],
+            "status": ["root", "valid", "pruned", "valid", "duplicate", "root"],
             "answers": [["Paris"], ["Paris", "City of Paris"], ["Lyon"], ["Marseille"], ["Lyon"], []],
         },
         schema={"qid": pl.String, "node_id": pl.String, "depth": pl.Int32, "status": pl.String,

@@ -24,7 +24,10 @@ import pytest
 
 from clarify import schemas
 from clarify.batch import plots, quotes, report
+from clarify.batch.config import load as load_config
+from clarify.batch.rundir import Run
 from clarify.errors import InputError
+from tests.run_fixtures import full_table
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = "<script>alert('x')</script><img src=x onerror=alert(1)> True"
@@ -166,7 +169,7 @@ def build_run_dir(
             ),
             cached=False,
         )
-        plan = ["expanded", "valid", "pruned", "valid", "valid", "valid"]
+        plan = ["valid", "valid", "pruned", "valid", "valid", "valid"]
         for i, pair in enumerate(item["qa_pairs"][:6]):
             status = plan[i] if qi == 0 else ("valid" if i < 2 else "pruned")
             node_id = f"n{i + 1}"
@@ -268,7 +271,7 @@ def build_run_dir(
     tables = {
         "questions": schemas.conform(pl.DataFrame(questions), "questions"),
         "nodes": schemas.conform(pl.DataFrame(nodes, schema=schemas.NODES), "nodes"),
-        "hits": pl.DataFrame(hits).with_columns(pl.col("rank").cast(pl.Int32)),
+        "hits": full_table(pl.DataFrame(hits), "hits"),
         "llm_calls": schemas.conform(pl.DataFrame(calls, schema=schemas.LLM_CALLS), "llm_calls"),
         "answers": answers_df,
         "spans": spans_df,
@@ -276,7 +279,7 @@ def build_run_dir(
         "scores": schemas.conform(pl.DataFrame(scores), "scores"),
     }
     for name, df in tables.items():
-        _write(df, run_dir / f"{name}.parquet")
+        _write(full_table(df, name), run_dir / f"{name}.parquet")
     metrics = {m: v for m, v in tables["scores"].group_by("metric").agg(pl.col("value").mean()).iter_rows()}
     all_spans = tables["spans"]
     summary = {
@@ -291,15 +294,10 @@ def build_run_dir(
     }
     if params is not None:
         summary["params"] = params
-    config = {
-        "name": run_dir.name,
-        "dataset": "asqa",
-        "model": {"model": model, "max_model_len": 6144, "stop": []},  # the [model] table, as a run writes it
-        "index": "wiki-bm25",
-        "answer_style": "quoted",
-        "limit": n_questions,
-        "toc": {"max_depth": 3, "max_valid": 10, "max_expansions": 15},
-    }
+    summary["name"] = run_dir.name
+    config = load_config(None, {"dataset": "asqa", "model.model": model, "model.max_model_len": 6144,
+                                "index": "wiki-bm25", "answer_style": "quoted", "limit": n_questions,
+                                "toc.max_depth": 3, "toc.max_nodes": 10, "toc.max_expansions": 15}).to_dict()
     (run_dir / "config.json").write_text(json.dumps(config))
     (run_dir / "summary.json").write_text(json.dumps(summary))
     return {"tables": tables, "summary": summary, "config": config}
@@ -405,7 +403,6 @@ def test_every_node_present_with_its_status(one_run):
     assert {r["status"] for r in nodes.iter_rows(named=True)} >= {
         "root",
         "valid",
-        "expanded",
         "pruned",
         "duplicate",
     }
@@ -581,9 +578,10 @@ def test_hostile_text_in_every_run_file_is_escaped(tmp_path):
     answers = t["answers"].with_columns(answer_raw=pl.col("answer_raw") + HOSTILE, style=pl.lit(HOSTILE))
     answers.write_parquet(run_dir / "answers.parquet")
     t["scores"].with_columns(metric=pl.lit(HOSTILE)).write_parquet(run_dir / "scores.parquet")
-    config = {**written["config"], "name": HOSTILE, "dataset": HOSTILE, HOSTILE: HOSTILE}
+    # config.json is a checked RunConfig: the hostile text goes into its free-text settings
+    config = {**written["config"], "index": HOSTILE, "questions": HOSTILE}
     (run_dir / "config.json").write_text(json.dumps(config))
-    (run_dir / "summary.json").write_text(json.dumps({**written["summary"], "note": HOSTILE}))
+    (run_dir / "summary.json").write_text(json.dumps({**written["summary"], "name": HOSTILE, HOSTILE: HOSTILE}))
     text = report.write_report([run_dir], tmp_path / "r.html").read_text(encoding="utf-8")
     dom = parse(text)
     assert len([n for n in dom.iter() if n.tag == "script"]) == 1  # ours
@@ -651,7 +649,7 @@ def test_tree_shape_counts(one_run):
     shape = plots.tree_shape(written["tables"]["nodes"])
     q0 = list(_asqa())[0]
     row = shape.filter(pl.col("qid") == q0).row(0, named=True)
-    # Question 0 (3 qa_pairs): n1 expanded + n2 valid; n3 pruned; n1.1 duplicate at depth 2.
+    # Question 0 (3 qa_pairs): n1 (expanded) + n2 valid; n3 pruned; n1.1 duplicate at depth 2.
     assert (row["valid_nodes"], row["max_depth"], row["nodes"]) == (2, 2, 5)
 
 
@@ -680,7 +678,7 @@ def test_several_runs_get_sections_and_a_comparison(tmp_path):
     assert [s.attrs["id"] for s in sections] == ["comparison", "run-0", "run-1"]
     ids = by_id(dom)  # ids stay unique across runs
     assert "r0-q0" in ids and "r1-q2" in ids
-    table = report.comparison_table([report.load_run(tmp_path / "smol"), report.load_run(tmp_path / "gemma")])
+    table = report.comparison_table([Run.open(tmp_path / "smol"), Run.open(tmp_path / "gemma")])
     assert table["model"].to_list() == ["SmolLM2-135M-Instruct", "gemma-3-270m"]
     assert table["str_em"].to_list() == [
         small["summary"]["metrics"]["str_em"],
@@ -741,35 +739,33 @@ def test_cli_report_prints_path(tmp_path, capsys):
 
 
 def test_bad_run_directories_name_the_file(tmp_path):
-    with pytest.raises(InputError, match="does not exist"):
-        report.load_run(tmp_path / "nope")
+    with pytest.raises(InputError, match="no such folder"):
+        Run.open(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="config.json is missing"):
-        report.load_run(tmp_path / "empty")
+        Run.open(tmp_path / "empty")
     build_run_dir(tmp_path / "r", n_questions=1)
     (tmp_path / "r" / "summary.json").write_text('{"metrics": {"a": 1},\n oops}')
-    with pytest.raises(InputError, match=r"summary.json:2"):
-        report.load_run(tmp_path / "r")
+    with pytest.raises(InputError, match=r"summary.json: damaged .*line 2"):
+        Run.open(tmp_path / "r")
     (tmp_path / "r" / "summary.json").write_text("{}")
     (tmp_path / "r" / "spans.parquet").write_bytes(b"not parquet")
     with pytest.raises(InputError, match="spans.parquet"):
-        report.load_run(tmp_path / "r")
+        report.write_report([tmp_path / "r"], tmp_path / "r.html")
     (tmp_path / "r" / "spans.parquet").unlink()  # a missing table is fine: the report says so
     nodes = pl.read_parquet(tmp_path / "r" / "nodes.parquet").drop("status")
     nodes.write_parquet(tmp_path / "r" / "nodes.parquet")
     with pytest.raises(InputError, match="nodes.parquet.*'status'"):
-        report.load_run(tmp_path / "r")
+        report.write_report([tmp_path / "r"], tmp_path / "r.html")
 
 
 def test_partial_run_still_reports(tmp_path):
     build_run_dir(tmp_path / "r", n_questions=2)
-    for name in ("answers", "spans", "scores", "llm_calls", "questions"):
+    for name in ("answers", "spans", "scores", "llm_calls"):  # questions.parquet is written first (rundir.py)
         (tmp_path / "r" / f"{name}.parquet").unlink()
     out = report.write_report([tmp_path / "r"], tmp_path / "r.html")
     dom = parse(out.read_text())
-    assert (
-        len([n for n in dom.iter() if n.tag == "details" and "question" in n.classes]) == 2
-    )  # from the roots
+    assert len([n for n in dom.iter() if n.tag == "details" and "question" in n.classes]) == 2
     assert "answers.parquet" in next(n for n in dom.iter() if "warn" in n.classes).text()
 
 
@@ -795,7 +791,7 @@ def test_report_of_a_pipeline_run_directory(tmp_path):
     )
     out = report.write_report([tmp_path / "run"], tmp_path / "run.html")
     dom = parse(out.read_text())
-    loaded = report.load_run(tmp_path / "run")
+    loaded = Run.open(tmp_path / "run")
     assert loaded.missing == []
     shown = {
         (
