@@ -21,6 +21,7 @@ from pathlib import Path
 import polars as pl
 
 from clarify.errors import InputError
+from clarify.eval import datasets
 
 
 def _slug(model: str) -> str:
@@ -170,7 +171,7 @@ def compare(models: list[str], args: argparse.Namespace, out: Path, *, parallel:
 
         # the quality metrics and the few run measures worth a panel each (not every counter)
         measures = ["quote_share_verbatim_after_repair", "llm_calls_per_question"]
-        if args.dataset != "quotesum":  # QuoteSum mode builds no tree
+        if args.dataset is None or datasets.get(args.dataset).builds_trees:  # QuoteSum mode builds no tree
             measures.insert(1, "valid_nodes_per_question")
         shown = metric_names + [c for c in measures if c in table.columns]
         plot_compare(table, out / "comparison.png", metrics=shown)
