@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from clarify.batch.config import PART_TREES, TOKENS_PER_QUESTION
+from clarify.eval import datasets
 
 RUN_EPILOG = """\
 examples:
@@ -112,7 +113,7 @@ def _run_logs(args: argparse.Namespace) -> Path:
 def _run_args(p: argparse.ArgumentParser, *, with_model: bool = True) -> None:
     p.add_argument("--config", help="TOML config file, or a run's frozen config.json (flags override it); default: the "
                                     "paper's settings")
-    p.add_argument("--dataset", choices=["asqa", "quotesum", "jsonl"], help="question set (default: asqa)")
+    p.add_argument("--dataset", choices=datasets.names(), help="question set (default: asqa)")
     p.add_argument("--questions", help="questions file (JSONL {qid, question} for --dataset jsonl; for asqa "
                                        "and quotesum the default is the shipped dev set)")
     p.add_argument("--limit", type=int, help="answer N questions (default 20; 0 = all; ASQA questions 500-947 "

@@ -21,6 +21,7 @@ import polars as pl
 from clarify.batch.config import RunConfig
 from clarify.batch.rundir import Run
 from clarify.errors import InputError
+from clarify.eval import datasets
 from clarify.files import write_json, write_parquet
 
 
@@ -162,7 +163,7 @@ def compare(models: list[str], cfg: RunConfig, out: Path, *, parallel: bool = Fa
 
         # the quality metrics and the few run measures worth a panel each (not every counter)
         measures = ["quote_share_verbatim_after_repair", "llm_calls_per_question"]
-        if cfg.dataset != "quotesum":  # QuoteSum mode builds no tree
+        if datasets.get(cfg.dataset).builds_trees:  # QuoteSum mode builds no tree
             measures.insert(1, "valid_nodes_per_question")
         shown = metric_names + [c for c in measures if c in table.columns]
         plot_compare(table, out / "comparison.png", metrics=shown)

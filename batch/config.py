@@ -15,11 +15,13 @@ import json
 import math
 import tomllib
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from clarify.errors import InputError
+from clarify.eval import datasets
 from clarify.local_llm.hardware import DTYPES
 
 # What a ToC question costs the engine (prompt + output tokens actually computed: identical re-expansion
@@ -29,7 +31,6 @@ from clarify.local_llm.hardware import DTYPES
 TOKENS_PER_QUESTION = 4_400
 PART_TREES = 64  # finished trees per checkpoint part (batch/rundir.py), unless a minute passes first
 
-DATASETS = ("asqa", "quotesum", "jsonl")
 ANSWER_STYLES = ("free", "quoted")
 # How trees are driven (batch/scheduler.py). It never changes results: tables are identical under each,
 # so it is the one setting a run may change when resumed (RunDir.freeze ignores RESULT_FREE).
@@ -166,12 +167,13 @@ class Rule:
     lo: float | None = None  # inclusive lower bound (exclusive when lo_open)
     hi: float | None = None  # inclusive upper bound
     lo_open: bool = False
-    choices: tuple[str, ...] | None = None
+    choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None  # a callable: asked at each check
     nonempty: bool = False
 
     def problem(self, value: Any) -> str | None:
-        if self.choices is not None and value not in self.choices:
-            return f"unknown value {value!r}; choose one of {self.choices}"
+        choices = self.choices() if callable(self.choices) else self.choices
+        if choices is not None and value not in choices:
+            return f"unknown value {value!r}; choose one of {choices}"
         if self.nonempty and not value:
             return "must not be empty"
         below = self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo)
@@ -187,7 +189,7 @@ class Rule:
 
 POSITIVE = Rule(lo=1)
 RULES: dict[str, Rule] = {
-    "dataset": Rule(choices=DATASETS),
+    "dataset": Rule(choices=datasets.names),  # the registry (eval/datasets/), datasets registered later too
     "answer_style": Rule(choices=ANSWER_STYLES),
     "scheduler": Rule(choices=SCHEDULERS),
     "offset": Rule(lo=0),
@@ -272,8 +274,9 @@ def _cross_problems(top: dict[str, Any], sections: dict[str, dict[str, Any]]) ->
     r = {f.name: f.default for f in dataclasses.fields(RetrievalConfig)} | sections.get("retrieval", {})
     if isinstance(r["pool"], int) and isinstance(r["top_k"], int) and r["pool"] < r["top_k"]:
         out.append(("retrieval.pool", f"must be >= retrieval.top_k ({r['top_k']}), got {r['pool']}"))
-    if top.get("dataset") == "jsonl" and not top.get("questions"):
-        out.append(("questions", "dataset 'jsonl' needs a questions file"))
+    name = top.get("dataset", RunConfig.dataset)
+    if datasets.get(name).default_file is None and not top.get("questions"):
+        out.append(("questions", f"dataset '{name}' needs a questions file"))
     return out
 
 

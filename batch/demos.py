@@ -17,10 +17,12 @@ from pathlib import Path
 import numpy as np
 
 from clarify.batch.parse import Disambiguation
-from clarify.batch.prompts import Demo, Passage, QuotedDemo
+from clarify.batch.prompts import Demo, QuotedDemo
 from clarify.batch.tree import normalize
 from clarify.errors import InputError
-from clarify.files import data_dir, home, write_npy
+from clarify.eval import datasets
+from clarify.eval.datasets.quotesum import numbered_sources
+from clarify.files import home, write_npy
 
 Embed = Callable[[list[str]], np.ndarray]
 
@@ -71,7 +73,7 @@ def load_asqa_demos(path: Path | None = None, start: int = 500, stop: int | None
     """ASQA dev[start:stop] as clarification demos: each qa_pair → DQ with its first short answer
     (toc/utils.py make_str_disambig, ambigQA=True), the first annotation's long answer."""
     try:
-        path = path or data_dir() / "asqa" / "dev.json"
+        path = path or datasets.get("asqa").default_path()
         dev = json.loads(Path(path).read_text(encoding="utf-8"))["dev"]
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(f"cannot read ASQA demos: {exc}", path=str(path)) from exc
@@ -94,9 +96,10 @@ def parse_pool_spec(spec: str) -> tuple[str, int, int | None]:
 
 def load_quotesum_demos(path: Path | None = None) -> list[QuotedDemo]:
     """QuoteSum dev rows (one per qid: the first) as SEMQA demos. Only rows whose non-empty sources are
-    numbered 1..K without gaps are used, so the `[k span]` markers keep pointing at the right source."""
+    numbered 1..K without gaps are used, so the `[k span]` markers keep pointing at the right source;
+    their ids are those of a QuoteSum run's given sources (eval/datasets/quotesum.py `numbered_sources`)."""
     demos, seen = [], set()
-    path = path or data_dir() / "quotesum" / "dev.jsonl"
+    path = path or datasets.get("quotesum").default_path()
     with open(path, encoding="utf-8") as fh:
         for line in fh:
             row = json.loads(line)
@@ -107,6 +110,6 @@ def load_quotesum_demos(path: Path | None = None) -> list[QuotedDemo]:
             if n < 2 or any(not s for _, s in srcs[:n]):
                 continue
             seen.add(row["qid"])
-            sources = tuple(Passage(f"{row['qid']}:s{k}", t, s) for k, (t, s) in enumerate(srcs[:n], 1))
+            sources = tuple(numbered_sources(row["qid"], [t for t, _ in srcs[:n]], [s for _, s in srcs[:n]]))
             demos.append(QuotedDemo(row["qid"], row["question"], sources, row["summary"]))
     return demos

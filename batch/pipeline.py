@@ -25,72 +25,27 @@ from clarify.batch.rundir import Run, RunDir
 from clarify.batch.scheduler import DRIVERS, SchedStats
 from clarify.batch.tree import Tree
 from clarify.errors import InputError
-from clarify.files import data_dir, write_json
+from clarify.eval import datasets
 from clarify.files import sha256 as file_sha256
-from clarify.jsonl import iter_jsonl, record_id
-
-MAX_QUESTION_CHARS = 2000  # a "question" longer than this is almost surely a broken input line
-
-
-def read_questions_jsonl(path: str | Path) -> pl.DataFrame:
-    """JSONL of {qid, question}: every bad line is reported with its number; nothing is dropped silently."""
-    rows, errors = [], []
-    for no, obj in iter_jsonl(path, on_error=lambda p: errors.append(p.error())):
-        try:
-            qid = record_id(obj, path, no)
-        except InputError as exc:
-            errors.append(exc)
-            continue
-        question = obj.get("question")
-        if qid is None or qid.strip() == "":
-            errors.append(InputError("missing", path=str(path), line=no, field="qid"))
-        elif not isinstance(question, str) or not question.strip():
-            errors.append(InputError("missing or empty", path=str(path), line=no, field="question"))
-        elif len(question) > MAX_QUESTION_CHARS:
-            errors.append(InputError(f"question of {len(question)} characters (limit {MAX_QUESTION_CHARS})",
-                                     path=str(path), line=no, field="question"))
-        else:
-            rows.append({"qid": qid, "question": " ".join(question.split()), "dataset": "jsonl"})
-    if errors:
-        more = f" (and {len(errors) - 1} more bad line(s))" if len(errors) > 1 else ""
-        raise InputError(str(errors[0]) + more)
-    if not rows:
-        raise InputError("no questions", path=str(path))
-    df = pl.DataFrame(rows, schema=schemas.QUESTIONS)
-    dup = df.filter(pl.col("qid").is_duplicated())["qid"].unique().to_list()
-    if dup:
-        raise InputError(f"duplicate qid(s) {dup[:5]}", path=str(path), field="qid")
-    return df
+from clarify.files import write_json
 
 
 def questions_path(cfg: RunConfig) -> Path:
     """The file the run's questions come from: `questions`, else the dataset's shipped file."""
     if cfg.questions:
         return Path(cfg.questions)
-    return {"asqa": data_dir() / "asqa" / "dev.json", "quotesum": data_dir() / "quotesum" / "dev.jsonl"}[cfg.dataset]
+    path = datasets.get(cfg.dataset).default_path()
+    if path is None:
+        raise InputError(f"dataset '{cfg.dataset}' needs a questions file", field="questions")
+    return path
 
 
 def load_questions(cfg: RunConfig) -> tuple[pl.DataFrame, pl.DataFrame | None]:
-    """(questions, gold-or-None) for the configured dataset, sliced to offset:offset+limit."""
-    gold = None
-    if cfg.dataset == "asqa":
-        from clarify.batch.demos import parse_pool_spec
-        from clarify.eval.asqa import load_asqa
-
-        questions, gold = load_asqa(questions_path(cfg))
-        _check_offset(cfg, questions)
-        _, pool_start, pool_stop = parse_pool_spec(cfg.demo_pool)
-        stop = cfg.offset + cfg.limit if cfg.limit else questions.height  # limit 0 = every question
-        if cfg.offset < (pool_stop or 10**9) and stop > pool_start:
-            raise InputError(f"questions {cfg.offset}..{stop - 1} overlap the demo pool {cfg.demo_pool}; "
-                             f"evaluate questions before {pool_start}", field="limit")
-    elif cfg.dataset == "quotesum":
-        from clarify.eval.quotesum import load_quotesum
-
-        questions, gold = load_quotesum(questions_path(cfg))
-    else:
-        questions = read_questions_jsonl(cfg.questions)
+    """(questions, gold-or-None) for the configured dataset (eval/datasets/), sliced to offset:offset+limit."""
+    ds = datasets.get(cfg.dataset)
+    questions, gold = ds.load(questions_path(cfg))
     _check_offset(cfg, questions)
+    ds.check_slice(cfg, questions)
     return questions.slice(cfg.offset, cfg.limit if cfg.limit else None), gold
 
 
@@ -166,13 +121,14 @@ def open_resources(cfg: RunConfig, questions: pl.DataFrame, cache_dir: Path,
     _, start, stop = parse_pool_spec(cfg.demo_pool)
     demos = KnnPool(load_asqa_demos(start=start, stop=stop), embed, name="asqa-demos", encoder_id=enc_id)
     quoted = None
-    if cfg.answer_style == "quoted" or cfg.dataset == "quotesum":
+    ds = datasets.get(cfg.dataset)
+    if cfg.answer_style == "quoted" or ds.quoted_gold:
         quoted = KnnPool(load_quotesum_demos(), embed, name="quotesum-demos", encoder_id=enc_id)
 
     own = Path(cache_dir) / cache_name
     engine = CachedEngine((engine_factory or engine_for)(cfg), own, also=union_of(cache_dir, own))
     searcher, rerank = None, None
-    if cfg.dataset != "quotesum":
+    if ds.builds_trees:
         cross = cfg.retrieval.cross_encoder or None
         searcher = index.searcher(cfg.retrieval.searcher, candidates=cfg.retrieval.candidates, cross_encoder=cross)
         # the reranker every node's pool, the evidence and the answer passages are scored with: the
@@ -187,12 +143,8 @@ def open_resources(cfg: RunConfig, questions: pl.DataFrame, cache_dir: Path,
 
 
 def fixed_passages(cfg: RunConfig, questions: pl.DataFrame) -> dict[str, list[Passage]]:
-    """qid → the question's own sources (QuoteSum), numbered from 1; {} for searched datasets."""
-    if cfg.dataset != "quotesum":
-        return {}
-    return {row["qid"]: [Passage(f"{row['qid']}:s{k}", t, s)
-                         for k, (t, s) in enumerate(zip(row["titles"], row["sources"]), 1)]
-            for row in questions.iter_rows(named=True)}
+    """qid → the question's own sources (QuoteSum: `qid:s1`..), numbered from 1; {} for searched datasets."""
+    return datasets.get(cfg.dataset).given_sources(questions)
 
 
 def passage_store(fixed: dict[str, list[Passage]], index) -> Callable[[list[str]], dict[str, Passage]]:
@@ -511,20 +463,9 @@ def score(cfg: RunConfig, answers: pl.DataFrame, nodes: pl.DataFrame, gold) -> t
     """Per-question long scores table + summary metrics, by the dataset's evaluator."""
     if gold is None:
         return schemas.empty("scores"), {}
-    from clarify.eval.summary import summarize
-
-    if cfg.dataset == "asqa":
-        from clarify.eval.asqa import answer_f1, score_asqa
-
-        per_q = score_asqa(answers.select("qid", pl.col("answer_plain").alias("answer")), gold)
-        af1 = answer_f1(nodes, gold)
-        per_q = per_q.join(af1, on="qid", how="left")
-        summ = summarize(per_q)
-    else:
-        from clarify.eval.quotesum import score_quotesum, summarize_quotesum
-
-        per_q = score_quotesum(answers.select("qid", "answer"), gold)
-        summ = summarize_quotesum(per_q, gold)
+    ds = datasets.get(cfg.dataset)
+    per_q = ds.score(answers.select("qid", pl.col(ds.answer_column).alias("answer")), gold, nodes=nodes)
+    summ = ds.summarize(per_q, gold)
     metrics = {r["metric"]: r["value"] for r in summ.iter_rows(named=True)}
     value_cols = [c for c, t in per_q.schema.items() if c != "qid" and t.is_numeric()]
     long = per_q.unpivot(index="qid", on=value_cols, variable_name="metric", value_name="value").with_columns(

@@ -23,8 +23,9 @@ from pathlib import Path  # noqa: E402
 
 import polars as pl  # noqa: E402
 
+from clarify.eval.asqa import load_asqa  # noqa: E402
 from clarify.index import build_index, default_corpus_files, ensure_default_index, open_index  # noqa: E402
-from clarify.index.coverage import answer_coverage, coverage_table, load_asqa  # noqa: E402
+from clarify.index.coverage import answer_coverage, coverage_table, retrieval_inputs  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 ASQA = REPO / "data" / "asqa" / "dev.json"
@@ -68,7 +69,7 @@ def main() -> None:
         print(f"{kind:7s} {speed[kind]['queries_per_s']:8.1f} q/s  ({searcher.name})", flush=True)
     results["search_k100"] = speed
 
-    aq, gold = load_asqa(ASQA, first=500)
+    aq, gold = retrieval_inputs(*load_asqa(ASQA), first=500)
     per_q = []
     for kind in KINDS:
         hits = idx.searcher(kind, candidates=100).search(aq, 100)

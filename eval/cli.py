@@ -19,15 +19,14 @@ from pathlib import Path
 import polars as pl
 
 from clarify.errors import InputError
-from clarify.files import data_dir, write_parquet
-
-DEFAULT_GOLD = {"asqa": ("asqa", "dev.json"), "quotesum": ("quotesum", "dev.jsonl")}  # under files.data_dir()
+from clarify.eval import datasets
+from clarify.files import write_parquet
 
 
 def register(sub) -> None:
     p = sub.add_parser("eval", help="score predictions with the ASQA or QuoteSum/SEMQA metrics",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", required=True, choices=["asqa", "quotesum"])
+    p.add_argument("--dataset", required=True, choices=datasets.names(with_gold=True))
     p.add_argument("--predictions", required=True, type=Path,
                    help="official prediction file (ASQA JSON {id: answer}; QuoteSum JSONL qid + prediction/"
                         "answer/summary) or a clarify run directory")
@@ -50,10 +49,10 @@ def _warn(msg: str) -> None:
 def evaluate(args: argparse.Namespace) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
     """Run the evaluation described by the CLI arguments; return (per_question, summary, report)."""
     from clarify.eval import io
-    from clarify.eval.summary import summarize
 
     if args.limit is not None and args.limit < 0:
         raise InputError("--limit must be >= 0 (0 = every question, as for clarify run)", field="limit")
+    ds = datasets.get(args.dataset)
     pred_path: Path = args.predictions
     run = None
     if pred_path.is_dir():
@@ -63,21 +62,14 @@ def evaluate(args: argparse.Namespace) -> tuple[pl.DataFrame, pl.DataFrame, dict
         if run.config.dataset != args.dataset:
             raise InputError(f"the run is a '{run.config.dataset}' run, not '{args.dataset}'",
                              path=str(pred_path / "config.json"), field="dataset")
-        predictions = io.run_predictions(run, prefer_plain=args.dataset == "asqa")
+        predictions = io.run_predictions(run, ds.answer_column)
     else:
         predictions = io.read_predictions(pred_path)
     if predictions.height == 0:
         raise InputError("no predictions", path=str(pred_path))
 
-    gold_path = args.gold or data_dir().joinpath(*DEFAULT_GOLD[args.dataset])
-    if args.dataset == "asqa":
-        from clarify.eval.asqa import load_asqa
-
-        questions, gold = load_asqa(gold_path, split=args.split)
-    else:
-        from clarify.eval.quotesum import load_quotesum
-
-        questions, gold = load_quotesum(gold_path)
+    gold_path = args.gold or ds.default_path()
+    questions, gold = ds.load(gold_path, split=args.split)
     gold_qids = questions["qid"].to_list()
 
     # A run is scored on the questions it was asked (its questions table).
@@ -98,29 +90,10 @@ def evaluate(args: argparse.Namespace) -> tuple[pl.DataFrame, pl.DataFrame, dict
         print(f"clarify eval: {al.predictions.height} question(s) scored; {al.not_scored} gold question(s) had no "
               f"prediction and were not scored", file=sys.stderr)
 
-    notes = {}
-    if args.dataset == "asqa":
-        from clarify.eval.asqa import answer_f1, score_asqa
-
-        per_q = score_asqa(al.predictions, gold, reader=args.reader)
-        if run is not None and "nodes.parquet" not in run.missing:
-            af1 = answer_f1(run.nodes.filter(pl.col("qid").is_in(al.predictions["qid"].to_list())), gold)
-            per_q = per_q.join(af1.select("qid", "answer_f1"), on="qid", how="left", maintain_order="left")
-        else:
-            notes["answer_f1"] = "not computed: needs a run directory with nodes.parquet"
-    else:
-        from clarify.eval.quotesum import canonical_markers, score_quotesum
-
-        preds = al.predictions
-        if args.canonical_markers:
-            preds = preds.with_columns(pl.col("answer").map_elements(canonical_markers, return_dtype=pl.String))
-        per_q = score_quotesum(preds, gold)
-    if args.dataset == "quotesum":
-        from clarify.eval.quotesum import summarize_quotesum
-
-        summary = summarize_quotesum(per_q, gold, notes)
-    else:
-        summary = summarize(per_q, notes)
+    preds = ds.canonical_markers(al.predictions) if args.canonical_markers else al.predictions
+    nodes = run.nodes if run is not None and "nodes.parquet" not in run.missing else None
+    per_q = ds.score(preds, gold, nodes=nodes, reader=args.reader)
+    summary = ds.summarize(per_q, gold)
     report = {"scored": per_q.height, "unknown": al.unknown, "missing": al.missing, "not_scored": al.not_scored,
               "gold": str(gold_path), "predictions": str(pred_path)}
     return per_q, summary, report

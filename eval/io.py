@@ -107,11 +107,11 @@ def _second_key_line(text: str, key: str) -> int | None:
     return text.count("\n", 0, found[1].start()) + 1 if len(found) > 1 else None
 
 
-def run_predictions(run, *, prefer_plain: bool) -> pl.DataFrame:
-    """A run's answers (`batch/rundir.py` Run) as predictions [qid, answer]. `prefer_plain`: the answer
-    with its markers removed (`answer_plain`, ASQA's scorers read plain text) where there is one."""
+def run_predictions(run, column: str = "answer") -> pl.DataFrame:
+    """A run's answers (`batch/rundir.py` Run) as predictions [qid, answer]: the dataset's scored `column`
+    (eval/datasets: ASQA reads `answer_plain`, markers removed), the answer itself where it is null."""
     answers = run.table("answers", required=True)
-    answer = pl.coalesce(pl.col("answer_plain"), pl.col("answer")) if prefer_plain else pl.col("answer")
+    answer = pl.coalesce(pl.col(column), pl.col("answer"))
     return answers.select(pl.col("qid"), answer.alias("answer"))
 
 

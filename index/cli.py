@@ -15,7 +15,6 @@ from pathlib import Path
 
 from clarify.console import home_logs
 from clarify.errors import InputError, need_file
-from clarify.files import data_dir
 
 
 def _passive_omp() -> None:
@@ -203,10 +202,12 @@ def cmd_coverage(args) -> int:
     _passive_omp()
     import polars as pl
 
-    from clarify.index.coverage import answer_coverage, coverage_table, load_asqa
+    from clarify.eval import datasets
+    from clarify.eval.asqa import load_asqa
+    from clarify.index.coverage import answer_coverage, coverage_table, retrieval_inputs
 
-    data = args.data or data_dir() / "asqa" / "dev.json"
-    queries, gold = load_asqa(data, first=args.first)
+    data = args.data or datasets.get(args.dataset).default_path()
+    queries, gold = retrieval_inputs(*load_asqa(data), first=args.first)
     idx = _open(args)
     per_q = []
     for kind in [r.strip() for r in args.retrievers.split(",") if r.strip()]:

@@ -12,31 +12,21 @@ This is clarify's only AC@k; clarify.eval reports it from here (DESIGN: "AC@k ma
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 
 from clarify.errors import InputError
 from clarify.eval.normalize import normalize_answer  # the ASQA/SQuAD rule; re-exported by clarify.index
 
-GOLD = {"qid": pl.String, "pair_no": pl.Int32, "short_answers": pl.List(pl.String)}
 
-
-def load_asqa(path, *, first: int | None = None, split: str = "dev") -> tuple[pl.DataFrame, pl.DataFrame]:
-    """ASQA json (official layout {split: {sample_id: {...}}}) -> (queries [qid, query], gold [qid, pair_no,
-    short_answers]) for the first `first` questions in file order (all when None).
-
-    Read and checked by `clarify.eval.asqa.load_asqa` (InputError naming file and field); only the
-    columns retrieval needs are kept.
-    """
-    from clarify.eval.asqa import load_asqa as load_asqa_eval  # numpy-only imports, kept out of module load
-
-    questions, gold = load_asqa_eval(Path(path), split=split)
+def retrieval_inputs(questions: pl.DataFrame, gold: pl.DataFrame, *, first: int | None = None
+                     ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """What AC@k needs from `clarify.eval.asqa.load_asqa`'s tables (the one ASQA reader, which checks the
+    file and names the bad field): the first `first` questions in file order (all when None) as search
+    queries [qid, query], and their gold pairs [qid, pair_no, short_answers]."""
     if first is not None:
         questions = questions.head(first)
         gold = gold.join(questions.select("qid"), on="qid", how="semi")
-    return (questions.select("qid", pl.col("question").alias("query")),
-            gold.select("qid", "pair_no", "short_answers").cast(GOLD))
+    return questions.select("qid", pl.col("question").alias("query")), gold.select("qid", "pair_no", "short_answers")
 
 
 def _first_cover_rank(answers: list[list[str]], ranked_texts: list[str]) -> list[int | None]:

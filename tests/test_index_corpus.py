@@ -8,8 +8,9 @@ import polars as pl
 import pytest
 
 from clarify.errors import InputError
+from clarify.eval.asqa import load_asqa
 from clarify.index import BuildOptions, load_corpus, normalize_answer, open_index, read_passages, rrf_fuse
-from clarify.index.coverage import answer_coverage, coverage_table, load_asqa
+from clarify.index.coverage import answer_coverage, coverage_table, retrieval_inputs
 from clarify.index.store import default_corpus_files
 from clarify.schemas import check
 
@@ -170,8 +171,8 @@ def test_normalize_and_whole_token_coverage():
     assert table.filter(pl.col("k") == 2)["ac"].item() == pytest.approx(100 * 2 / 4)
 
 
-def test_load_asqa_gold():
-    queries, gold = load_asqa(REPO / "data" / "asqa" / "dev.json", first=500)
+def test_asqa_retrieval_inputs():
+    queries, gold = retrieval_inputs(*load_asqa(REPO / "data" / "asqa" / "dev.json"), first=500)
     assert queries.height == 500 and queries["qid"].n_unique() == 500
     assert gold["qid"].n_unique() == 500 and gold.height >= 1000
     assert gold["short_answers"].list.len().min() >= 1

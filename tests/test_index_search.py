@@ -11,7 +11,8 @@ import pytest
 
 from clarify.batch.cli import main as clarify_main
 from clarify.errors import InputError
-from clarify.index.coverage import answer_coverage, coverage_table, load_asqa
+from clarify.eval.asqa import load_asqa
+from clarify.index.coverage import answer_coverage, coverage_table, retrieval_inputs
 from clarify.schemas import check
 
 from .fixtures_index import REPO, WIKI
@@ -61,7 +62,7 @@ def _asqa_relevance(n: int = 200) -> tuple[pl.DataFrame, dict[str, set[str]]]:
             for origin in row["origins"]:
                 if origin.startswith("asqa_dev:"):
                     rel.setdefault(origin.split(":")[1], set()).add(row["id"])
-    queries, _ = load_asqa(REPO / "data" / "asqa" / "dev.json", first=n)
+    queries, _ = retrieval_inputs(*load_asqa(REPO / "data" / "asqa" / "dev.json"), first=n)
     queries = queries.filter(pl.col("qid").is_in(list(rel)))
     return queries, rel
 
@@ -79,7 +80,7 @@ def recall_at_10(default_local_index):
     queries, rel = _asqa_relevance()
     rel = {q: rel[q] for q in queries["qid"]}
     assert len(rel) >= 150
-    _, gold = load_asqa(REPO / "data" / "asqa" / "dev.json", first=200)
+    _, gold = retrieval_inputs(*load_asqa(REPO / "data" / "asqa" / "dev.json"), first=200)
     gold = gold.filter(pl.col("qid").is_in(queries["qid"].to_list()))
     out = {}
     for kind in ("bm25", "dense", "hybrid"):
@@ -153,7 +154,7 @@ def test_encoder_and_lookup(default_local_index):
 
 
 def test_answer_coverage_on_asqa(default_local_index):
-    queries, gold = load_asqa(REPO / "data" / "asqa" / "dev.json", first=100)
+    queries, gold = retrieval_inputs(*load_asqa(REPO / "data" / "asqa" / "dev.json"), first=100)
     hits = default_local_index.searcher("bm25").search(queries, 100)
     cov = answer_coverage(hits, default_local_index.passages, gold, [5, 20, 100])
     ac = dict(coverage_table(cov).select("k", "ac").iter_rows())

@@ -350,7 +350,7 @@ def test_eval_limit_zero_means_every_question_as_for_run(tmp_path, capsys):
 
 
 def test_ids_must_be_strings_or_integers(tmp_path):
-    from clarify.batch.pipeline import read_questions_jsonl
+    from clarify.eval.datasets.jsonl import read_questions_jsonl
     from clarify.eval.io import read_predictions
 
     p = tmp_path / "q.jsonl"
@@ -365,8 +365,8 @@ def test_ids_must_be_strings_or_integers(tmp_path):
 
 
 def test_a_directory_given_as_a_file_is_named_so(tmp_path):
-    from clarify.batch.pipeline import read_questions_jsonl
     from clarify.eval.asqa import load_asqa
+    from clarify.eval.datasets.jsonl import read_questions_jsonl
     from clarify.local_llm.cli import read_prompts
 
     for reader in (read_questions_jsonl, load_asqa, read_prompts):

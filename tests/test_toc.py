@@ -14,11 +14,12 @@ import pytest
 
 from clarify.batch import config
 from clarify.batch.parse import parse_disambiguations, parse_verdict
-from clarify.batch.pipeline import nodes_table, read_questions_jsonl, run
+from clarify.batch.pipeline import nodes_table, run
 from clarify.batch.program import Resources
 from clarify.batch.scheduler import SCHEDULERS, drive
 from clarify.batch.tree import Tree
 from clarify.errors import InputError
+from clarify.eval.datasets.jsonl import read_questions_jsonl
 from clarify.local_llm.scripted import ScriptedEngine
 from tests.toc_fakes import FakeIndex
 

@@ -1,0 +1,117 @@
+"""Datasets as adapters: everything that differs between question sets lives in one module each.
+
+`clarify run`, `clarify eval`, `clarify compare` and the config ask the registry (`get(name)`) and call a
+`Dataset`; none of them tests a dataset's name. Shipped: `asqa` (ASQA, Stelmakh et al. 2022), `quotesum`
+(QuoteSum/SEMQA, Schuster et al. 2023), `jsonl` (a user's JSONL of {qid, question}, no gold).
+
+What an adapter answers (`Dataset`, the defaults below fit a searched dataset without gold):
+- `default_file`: its shipped questions/gold file under `clarify.files.data_dir()` (None: the user gives one);
+- `load(path, split=)`: (questions [schemas.QUESTIONS + own columns], gold or None);
+- `check_slice(cfg, questions)`: its own checks of the run's offset/limit (ASQA: not the demo pool);
+- `given_sources(questions)`: qid → the question's own numbered passages (QuoteSum), else {};
+- `builds_trees`: False when a run answers from the given sources, with no index search and no tree;
+- `quoted_gold`: its gold answers are SEMQA quoted answers (a run then loads the SEMQA demos);
+- `answer_column`: which column of a run's answers.parquet is scored (ASQA: `answer_plain`);
+- `canonical_markers(predictions)`: `clarify eval --canonical-markers` (QuoteSum's `[ k span ]`);
+- `score(predictions, gold, nodes=, reader=)`: the per-question table; `summarize(per_q, gold)`: the summary.
+
+Adding a dataset (e.g. AmbigQA), one new module and nothing else:
+1. write `clarify/eval/datasets/ambigqa.py` with a `Dataset` subclass: `name`, `default_file` (ship the file
+   under `data/` with a SOURCE.md), `load`, and `score`/`summarize` if it has gold (override what else differs);
+2. end the module with `register(AmbigQA())`;
+3. add its module name to `BUILTIN` below so it is imported with the registry (a dataset outside the
+   package registers itself the same way once its module is imported).
+`clarify run --dataset`, `clarify eval --dataset` (datasets with gold) and the config's `dataset` check then
+list it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from clarify.errors import InputError
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from clarify.batch.prompts import Passage
+
+
+class Dataset:
+    """One question set. Subclasses set the class attributes and override what differs."""
+
+    name: str = ""
+    default_file: tuple[str, ...] | None = None  # under files.data_dir(); None: the user gives the file
+    has_gold: bool = False
+    builds_trees: bool = True  # searches the index and builds a tree per question
+    quoted_gold: bool = False  # gold answers are SEMQA quoted answers
+    answer_column: str = "answer"  # the column of a run's answers that is scored
+
+    def default_path(self) -> Path | None:
+        """The shipped file (`$CLARIFY_DATA` honoured), or None when the user must give one."""
+        from clarify.files import data_dir
+
+        return data_dir().joinpath(*self.default_file) if self.default_file else None
+
+    def load(self, path: str | Path, *, split: str = "dev") -> tuple[pl.DataFrame, pl.DataFrame | None]:
+        """(questions, gold or None) from `path`, in file order."""
+        raise NotImplementedError
+
+    def check_slice(self, cfg: Any, questions: pl.DataFrame) -> None:
+        """Refuse a run's offset/limit that this dataset cannot answer (InputError); `cfg`: a RunConfig."""
+
+    def given_sources(self, questions: pl.DataFrame) -> dict[str, list[Passage]]:
+        """qid → the question's own passages, for datasets that come with them; {} for searched ones."""
+        return {}
+
+    def canonical_markers(self, predictions: pl.DataFrame) -> pl.DataFrame:
+        """Predictions [qid, answer] with quote markers rewritten into the official form (none: as given)."""
+        return predictions
+
+    def score(self, predictions: pl.DataFrame, gold: pl.DataFrame, *, nodes: pl.DataFrame | None = None,
+              reader: Any = None) -> pl.DataFrame:
+        """Per-question scores of predictions [qid, answer] (+ `missing`): one row per qid, one column per
+        metric. nodes: the run's tree nodes (schemas.NODES) when there are any; reader: a QA reader."""
+        raise InputError(f"dataset '{self.name}' has no gold answers to score against", field="dataset")
+
+    def summarize(self, per_question: pl.DataFrame, gold: pl.DataFrame) -> pl.DataFrame:
+        """One row per metric (eval/summary.py SUMMARY_SCHEMA)."""
+        from clarify.eval.summary import summarize
+
+        return summarize(per_question)
+
+
+_REGISTRY: dict[str, Dataset] = {}
+BUILTIN = ("asqa", "quotesum", "jsonl")  # modules of this package, imported with it
+
+
+def register(dataset: Dataset) -> Dataset:
+    """Make `dataset` known by its name (a later registration under the same name replaces it)."""
+    if not dataset.name:
+        raise ValueError(f"{type(dataset).__name__} has no name")
+    _REGISTRY[dataset.name] = dataset
+    return dataset
+
+
+def unregister(name: str) -> None:
+    """Forget a dataset (tests that register their own)."""
+    _REGISTRY.pop(name, None)
+
+
+def get(name: str) -> Dataset:
+    """The dataset registered as `name`; InputError naming the known ones otherwise."""
+    try:
+        return _REGISTRY[name]
+    except (KeyError, TypeError):
+        raise InputError(f"unknown dataset {name!r}; known: {', '.join(names())}", field="dataset") from None
+
+
+def names(*, with_gold: bool = False) -> tuple[str, ...]:
+    """Registered dataset names, in registration order (`with_gold`: only those that can be scored)."""
+    return tuple(n for n, d in _REGISTRY.items() if d.has_gold or not with_gold)
+
+
+for _module in BUILTIN:
+    importlib.import_module(f"{__name__}.{_module}")
