@@ -232,10 +232,12 @@ def tree_program(t: Tree, res: Resources, cfg: RunConfig, rows: TreeRows) -> Pro
     yield from answer(t, res, cfg, wave + 1, rows)
 
 
-def _record(res: Resources, rows: TreeRows, t: Tree, req: Generate, wave: int,
-            comps: Sequence[Completion]) -> list[dict]:
+def _record(res: Resources, rows: TreeRows, t: Tree, req: Generate, wave: int, comps: Sequence[Completion],
+            errors: Sequence[str | None]) -> None:
+    """The request's llm_calls rows, complete when written: `errors[i]` is why completion i did not parse
+    (None: it did); a prompt too long for the model says so instead."""
     out = []
-    for node_id, prompt, p, c in zip(req.node_ids, req.prompts, req.params, comps):
+    for node_id, prompt, p, c, err in zip(req.node_ids, req.prompts, req.params, comps, errors):
         if not c.cached:  # tokens the engine really processed in this session
             rows.tokens += c.prompt_tokens + c.output_tokens
         out.append({
@@ -243,10 +245,9 @@ def _record(res: Resources, rows: TreeRows, t: Tree, req: Generate, wave: int,
             "node_id": node_id, "wave": wave, "model": res.engine.model_id, "prompt": prompt,
             "completion": c.text, "finish_reason": c.finish_reason, "prompt_tokens": c.prompt_tokens,
             "output_tokens": c.output_tokens, "cached": c.cached,
-            "parse_error": TOO_LONG if c.finish_reason == "prompt_too_long" else None,
+            "parse_error": TOO_LONG if c.finish_reason == "prompt_too_long" else err,
         })
     rows.llm_calls.extend(out)
-    return out
 
 
 def node_passages(t: Tree, n: Node, cfg: RunConfig) -> Generator[Request, Any, tuple[list[tuple[str, float]], str]]:
@@ -293,9 +294,8 @@ def expand(t: Tree, n: Node, res: Resources, cfg: RunConfig, wave: int, rows: Tr
                        stop=CLARIFY_STOP + cfg.model.stop, seed=clarify_seed(cfg, t, n, prompt))
     req = Generate("clarify", (n.node_id,), (prompt,), (params,), _priority("clarify", t, cfg))
     comps = yield req
-    (call,) = _record(res, rows, t, req, wave, comps)
     parsed = parse_disambiguations(comps[0].text, comps[0].finish_reason)
-    call["parse_error"] = call["parse_error"] or parsed.error
+    _record(res, rows, t, req, wave, comps, [parsed.error])
     children = t.add_candidates(n, parsed.pairs, wave, toc.duplicates)
     if toc.verify and parsed.pairs:
         # run_toc.py:229-231 (only with --verify, pruning or not): with every parsed pair (before
@@ -316,9 +316,9 @@ def expand(t: Tree, n: Node, res: Resources, cfg: RunConfig, wave: int, rows: Tr
                        tuple(GenParams(temperature=0.0, max_tokens=toc.verify_max_tokens, choices=("True", "False"))
                              for _ in pending), _priority("verify", t, cfg))
         comps = yield req
-        for c, ev, comp, call in zip(pending, evidence, comps, _record(res, rows, t, req, wave, comps)):
-            keep, err = parse_verdict(comp.text)
-            call["parse_error"] = call["parse_error"] or err
+        parsed_verdicts = [parse_verdict(comp.text) for comp in comps]
+        _record(res, rows, t, req, wave, comps, [err for _, err in parsed_verdicts])
+        for c, ev, comp, (keep, _) in zip(pending, evidence, comps, parsed_verdicts):
             verdicts[c.node_id] = (keep, comp.text.strip(), ev.passage_id if ev else None)
     t.settle(children, verdicts, toc)
 
@@ -380,9 +380,7 @@ def answer(t: Tree, res: Resources, cfg: RunConfig, wave: int, rows: TreeRows) -
     params = GenParams(temperature=0.0, max_tokens=toc.answer_max_tokens, stop=ANSWER_STOP + cfg.model.stop)
     req = Generate("answer", (ROOT,), (prompt,), (params,), _priority("answer", t, cfg))
     comps = yield req
-    (call,) = _record(res, rows, t, req, wave, comps)
     text = clean_long_answer(comps[0].text)
-    if not text:
-        call["parse_error"] = call["parse_error"] or "empty answer"
+    _record(res, rows, t, req, wave, comps, [None if text else "empty answer"])
     rows.answers.append({"qid": t.qid, "answer": text, "passage_ids": [p.passage_id for p in ctx],
                          "style": cfg.answer_style})

@@ -84,6 +84,8 @@ def read_json(path: Path, what_to_do: str) -> object:
     """A JSON file of the run directory; a damaged one is an InputError naming it and what to do."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"missing; {what_to_do}", path=str(path)) from None
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
         raise InputError(f"damaged ({exc}); {what_to_do}", path=str(path)) from None
 
@@ -153,13 +155,10 @@ class RunDir:
                                  f"{restart}. Differences: " + "; ".join(diffs), path=str(cfg_path))
             if old != config:  # only settings in `ignore` differ: record the latest
                 write_json(config, cfg_path)
-            if in_path.exists():
-                changed = input_changes(read_json(in_path, f"restore it, or {restart}"), inputs)
-                if changed:
-                    raise InputError("the inputs of this run changed since it started: " + "; ".join(changed)
-                                     + f"; restore them, or {restart}", path=str(self.path))
-                return
-            write_json(inputs, in_path)  # a run directory from before inputs were pinned: pin them now
+            changed = input_changes(read_json(in_path, f"restore it, or {restart}"), inputs)
+            if changed:
+                raise InputError("the inputs of this run changed since it started: " + "; ".join(changed)
+                                 + f"; restore them, or {restart}", path=str(self.path))
             return
         write_json(inputs, in_path)
         faults.point("freeze")
