@@ -46,8 +46,8 @@ from clarify.batch.prompts import (
     quoted_answer_prompt,
     verify_prompt,
 )
-from clarify.batch.tree import ROOT, Node, Tree, has_answer
-from clarify.eval.normalize import token_f1
+from clarify.batch.tree import ROOT, Node, Tree
+from clarify.eval.normalize import has_answer, token_f1
 from clarify.local_llm.engine import Completion, Engine, GenParams, request_key
 
 Embed = Callable[[list[str]], np.ndarray]

@@ -29,13 +29,6 @@ from clarify.eval.normalize import normalize_answer as normalize  # SQuAD-style,
 ROOT = "0"
 
 
-def has_answer(passage_text: str, answers: tuple[str, ...] | list[str]) -> bool:
-    """Whole-token match of any normalised answer in the normalised passage (dsp `passage_has_answers`,
-    DPR's has_answer)."""
-    hay = f" {normalize(passage_text)} "
-    return any((n := normalize(a)) and f" {n} " in hay for a in answers)
-
-
 def official_unique(valid: list[Node], pair: Disambiguation) -> bool:
     """toc/pruning.py:7-15 check_unique: a candidate is a duplicate only when an earlier valid node has
     the same question (raw `==`) AND its whole DA string is a raw substring of the candidate's. It is

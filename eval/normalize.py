@@ -67,6 +67,20 @@ def exact_match(gold: str, pred: str) -> float:
     return float(normalize_answer(gold) == normalize_answer(pred))
 
 
+def holds_answer(normalized_text: str, normalized_answers) -> bool:
+    """Whole-token match: any (non-empty) normalised answer occurs as whole tokens in the normalised text
+    (" ans " in " text "; dsp `passage_has_answers`, DPR's has_answer). The one "answer in text" of the
+    tree (batch/tree.py) and of retrieval coverage (index/coverage.py); ASQA's STR-EM is a plain substring
+    test instead (`exact_presence`, the official scorer's definition)."""
+    hay = f" {normalized_text} "
+    return any(a and f" {a} " in hay for a in normalized_answers)
+
+
+def has_answer(text: str, answers) -> bool:
+    """`holds_answer` on raw text and answers (both normalised here)."""
+    return holds_answer(normalize_answer(text), [normalize_answer(a) for a in answers])
+
+
 def exact_presence(short_answers: list[str], context: str) -> bool:
     """True when any normalised short answer is a substring of the normalised context.
 

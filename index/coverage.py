@@ -15,7 +15,10 @@ from __future__ import annotations
 import polars as pl
 
 from clarify.errors import InputError
-from clarify.eval.normalize import normalize_answer  # the ASQA/SQuAD rule; re-exported by clarify.index
+from clarify.eval.normalize import (  # the ASQA/SQuAD rule; re-exported by clarify.index
+    holds_answer,
+    normalize_answer,
+)
 
 
 def retrieval_inputs(questions: pl.DataFrame, gold: pl.DataFrame, *, first: int | None = None
@@ -31,13 +34,8 @@ def retrieval_inputs(questions: pl.DataFrame, gold: pl.DataFrame, *, first: int 
 
 def _first_cover_rank(answers: list[list[str]], ranked_texts: list[str]) -> list[int | None]:
     """For each answer set (already normalised), the first 1-based rank whose passage holds one of them."""
-    out: list[int | None] = []
-    padded = [f" {t} " for t in ranked_texts]
-    for alts in answers:
-        alts = [a for a in alts if a]
-        rank = next((r for r, text in enumerate(padded, start=1) if any(f" {a} " in text for a in alts)), None)
-        out.append(rank)
-    return out
+    return [next((r for r, text in enumerate(ranked_texts, start=1) if holds_answer(text, alts)), None)
+            for alts in answers]
 
 
 def answer_coverage(hits: pl.DataFrame, passages: pl.DataFrame, gold: pl.DataFrame, ks=(5, 10, 20, 100)) -> pl.DataFrame:
