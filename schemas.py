@@ -111,6 +111,31 @@ SPANS = {
 
 SCORES = {"qid": pl.String, "metric": pl.String, "value": pl.Float64}
 
+# A summary of metrics (eval/summary.py): one row per metric, its mean over `n` questions, a note.
+METRICS = {"metric": pl.String, "value": pl.Float64, "n": pl.Int64, "note": pl.String}
+
+# Predictions read by `clarify eval` (eval/io.py): an official prediction file or a run's answers.
+PREDICTIONS = {"qid": pl.String, "answer": pl.String}
+
+# Gold tables, one row per gold item (eval/datasets). ASQA: one row per qa_pair (asqa/scoring.py reads
+# `qa_pairs[].short_answers` and `annotations[].long_answer`); the question's long answers repeat on each.
+ASQA_GOLD = {
+    "qid": pl.String,
+    "pair_no": pl.Int32,
+    "dq": pl.String,
+    "short_answers": pl.List(pl.String),
+    "long_answers": pl.List(pl.String),
+}
+
+# QuoteSum: one row per human reference summary (the dataset's rows; SEMQA metrics hold one out).
+QUOTESUM_GOLD = {
+    "qid": pl.String,
+    "ref_id": pl.String,
+    "summary": pl.String,
+    "covered_short_answers": pl.String,
+    "sources_present": pl.List(pl.Int32),
+}
+
 SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "questions": QUESTIONS,
     "passages": PASSAGES,
@@ -123,6 +148,10 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "answers": ANSWERS,
     "spans": SPANS,
     "scores": SCORES,
+    "metrics": METRICS,
+    "predictions": PREDICTIONS,
+    "asqa_gold": ASQA_GOLD,
+    "quotesum_gold": QUOTESUM_GOLD,
 }
 
 

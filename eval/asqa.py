@@ -32,13 +32,7 @@ from clarify.eval.normalize import exact_match, exact_presence, normalize_answer
 from clarify.eval.reader import Reader, as_reader
 from clarify.eval.rouge import asqa_rouge_l
 
-GOLD_SCHEMA = {
-    "qid": pl.String,
-    "pair_no": pl.Int32,
-    "dq": pl.String,
-    "short_answers": pl.List(pl.String),
-    "long_answers": pl.List(pl.String),
-}
+GOLD_SCHEMA = schemas.ASQA_GOLD
 
 NO_READER = "not computed: no QA reader configured (pass --reader DIR, a SQuAD 2.0 extractive model)"
 

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import polars as pl
 
+from clarify import schemas
 from clarify.errors import InputError
 from clarify.jsonl import iter_jsonl, read_text, record_id
 
-PRED_SCHEMA = {"qid": pl.String, "answer": pl.String}
+PRED_SCHEMA = schemas.PREDICTIONS
 ANSWER_FIELDS = ("prediction", "answer", "summary")
 
 

@@ -37,13 +37,7 @@ MARKER = re.compile(r"\[ ([1-9]) ([^\[\]]*) \]")  # scorers.py::strip_attributio
 SEM_SOURCES = range(1, 8)  # scorers.py::score_semqa_f1 / score_semqa_short_recall loop over sources 1..7
 MAX_SOURCES = 8  # QuoteSum rows carry source1..source8
 
-GOLD_SCHEMA = {
-    "qid": pl.String,
-    "ref_id": pl.String,
-    "summary": pl.String,
-    "covered_short_answers": pl.String,
-    "sources_present": pl.List(pl.Int32),
-}
+GOLD_SCHEMA = schemas.QUOTESUM_GOLD
 
 
 # ---------------------------------------------------------------- markers

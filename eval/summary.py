@@ -28,7 +28,7 @@ NON_METRICS = {"qid", "ref_id", "n_pairs", "n_refs", "n_predicted", "n_gold", "m
 DEFAULT_NOTES = {"d_f1": NO_READER, "qa_em": NO_READER, "qa_hit": NO_READER}
 DERIVED = {"dr": ("d_f1", "rouge_l"), "semqa": ("sem_f1", "rouge_l")}
 
-SUMMARY_SCHEMA = {"metric": pl.String, "value": pl.Float64, "n": pl.Int64, "note": pl.String}
+SUMMARY_SCHEMA = schemas.METRICS
 
 
 def metric_columns(per_question: pl.DataFrame) -> list[str]:
