@@ -114,6 +114,10 @@ SCORES = {"qid": pl.String, "metric": pl.String, "value": pl.Float64}
 # A summary of metrics (eval/summary.py): one row per metric, its mean over `n` questions, a note.
 METRICS = {"metric": pl.String, "value": pl.Float64, "n": pl.Int64, "note": pl.String}
 
+# `clarify generate` (local_llm/cli.py): one row per prompt of the user's file.
+GENERATIONS = {"id": pl.String, **{c: LLM_CALLS[c] for c in ("prompt", "completion", "finish_reason",
+                                                             "prompt_tokens", "output_tokens", "cached")}}
+
 # Predictions read by `clarify eval` (eval/io.py): an official prediction file or a run's answers.
 PREDICTIONS = {"qid": pl.String, "answer": pl.String}
 
@@ -149,6 +153,7 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "spans": SPANS,
     "scores": SCORES,
     "metrics": METRICS,
+    "generations": GENERATIONS,
     "predictions": PREDICTIONS,
     "asqa_gold": ASQA_GOLD,
     "quotesum_gold": QUOTESUM_GOLD,

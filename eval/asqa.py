@@ -28,6 +28,7 @@ import polars as pl
 
 from clarify import schemas
 from clarify.errors import InputError
+from clarify.eval.io import check_prediction_ids
 from clarify.eval.normalize import exact_match, exact_presence, normalize_answer, token_f1
 from clarify.eval.reader import Reader, as_reader
 from clarify.eval.rouge import asqa_rouge_l
@@ -136,7 +137,7 @@ def score_asqa(
     from tqdm import tqdm
 
     schemas.check(predictions, "answers", columns=["qid", "answer"])
-    _check_ids(predictions, set(gold["qid"].unique().to_list()))
+    check_prediction_ids(predictions, set(gold["qid"].unique().to_list()))
     by_qid = {
         r["qid"]: r
         for r in gold.group_by("qid", maintain_order=True)
@@ -191,15 +192,6 @@ def _reader_scores(preds: pl.DataFrame, by_qid: dict, reader: Reader | None) -> 
         f1, em, hit = qa_scores(grouped[qid], by_qid[qid]["short_answers"])
         rows.append({"qid": qid, "d_f1": f1, "qa_em": em, "qa_hit": hit})
     return pl.DataFrame(rows, schema=schema)
-
-
-def _check_ids(predictions: pl.DataFrame, known: set[str]) -> None:
-    unknown = [q for q in predictions["qid"].to_list() if q not in known]
-    if unknown:
-        raise InputError(f"{len(unknown)} prediction id(s) not in the gold data, e.g. {unknown[:5]}", field="qid")
-    dup = predictions.filter(pl.col("qid").is_duplicated())["qid"].unique().to_list()
-    if dup:
-        raise InputError(f"{len(dup)} prediction id(s) given more than once, e.g. {dup[:5]}", field="qid")
 
 
 # ---------------------------------------------------------------- ToC Answer-F1 and AC@k

@@ -116,6 +116,16 @@ def run_predictions(run, column: str = "answer") -> pl.DataFrame:
     return answers.select(pl.col("qid"), answer.alias("answer"))
 
 
+def check_prediction_ids(predictions: pl.DataFrame, known: set[str]) -> None:
+    """A scorer's input: every predicted id is a gold id, and none is given twice (InputError otherwise)."""
+    unknown = [q for q in predictions["qid"].to_list() if q not in known]
+    if unknown:
+        raise InputError(f"{len(unknown)} prediction id(s) not in the gold data, e.g. {unknown[:5]}", field="qid")
+    dup = predictions.filter(pl.col("qid").is_duplicated())["qid"].unique().to_list()
+    if dup:
+        raise InputError(f"{len(dup)} prediction id(s) given more than once, e.g. {dup[:5]}", field="qid")
+
+
 @dataclass
 class Alignment:
     """Predictions lined up with the questions to score, and what did not fit."""

@@ -29,6 +29,7 @@ import polars as pl
 
 from clarify import schemas
 from clarify.errors import InputError
+from clarify.eval.io import check_prediction_ids
 from clarify.eval.normalize import normalize_answer_quotesum, prf_tokens
 from clarify.eval.rouge import quotesum_scorer
 from clarify.jsonl import iter_jsonl
@@ -199,12 +200,7 @@ def score_quotesum(predictions: pl.DataFrame, gold: pl.DataFrame, *, progress: b
 
     schemas.check(predictions, "answers", columns=["qid", "answer"])
     refs_by = _refs_by_qid(gold)
-    unknown = [q for q in predictions["qid"].to_list() if q not in refs_by]
-    if unknown:
-        raise InputError(f"{len(unknown)} prediction id(s) not in the gold data, e.g. {unknown[:5]}", field="qid")
-    dup = predictions.filter(pl.col("qid").is_duplicated())["qid"].unique().to_list()
-    if dup:
-        raise InputError(f"{len(dup)} prediction id(s) given more than once, e.g. {dup[:5]}", field="qid")
+    check_prediction_ids(predictions, set(refs_by))
     preds = predictions.with_columns(pl.col("answer").fill_null(""))
     missing = preds["missing"].to_list() if "missing" in preds.columns else [False] * preds.height
     rows = [

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from clarify import schemas
 from clarify.console import home_logs
 from clarify.errors import InputError, need_file
 from clarify.files import write_parquet
@@ -133,15 +134,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             "output_tokens": [c.output_tokens for c in completions],
             "cached": [c.cached for c in completions],
         },
-        schema={
-            "id": pl.String,
-            "prompt": pl.String,
-            "completion": pl.String,
-            "finish_reason": pl.String,
-            "prompt_tokens": pl.Int64,
-            "output_tokens": pl.Int64,
-            "cached": pl.Boolean,
-        },
+        schema=schemas.GENERATIONS,
     )
     write_parquet(df, out)
     new = [c for c in completions if not c.cached]
