@@ -48,6 +48,7 @@ from clarify.batch.prompts import (
 )
 from clarify.batch.tree import ROOT, Node, Tree
 from clarify.eval.normalize import has_answer, token_f1
+from clarify.index.search import Searcher
 from clarify.local_llm.engine import Completion, Engine, GenParams, request_key
 
 Embed = Callable[[list[str]], np.ndarray]
@@ -65,7 +66,7 @@ class Resources:
     """What the programs need, passed in (never looked up from a global)."""
 
     engine: Engine
-    searcher: object | None  # clarify.index Searcher: search(DataFrame[qid, query], k) -> hits
+    searcher: Searcher | None  # search(DataFrame[qid, query], k) -> hits; None: the dataset gives the sources
     passages: Callable[[list[str]], dict[str, Passage]]  # passage ids → passages
     embed: Embed
     demos: KnnPool | None  # clarification demos

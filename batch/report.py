@@ -39,6 +39,7 @@ from clarify.batch import plots, quotes
 from clarify.batch.comparison import comparison_table, flatten, fmt, plotted_metrics
 from clarify.batch.rundir import Run
 from clarify.errors import InputError
+from clarify.files import write_text
 
 # ---------------------------------------------------------------- rendering
 
@@ -423,12 +424,7 @@ def write_report(
         raise InputError("no run directory given", field="run_dirs")
     runs = [Run.open(d) for d in run_dirs]
     doc = render_report(runs, passages_per_node=passages_per_node, max_questions=max_questions)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(doc, encoding="utf-8")
-    tmp.replace(out)
-    return out
+    return write_text(doc, out)
 
 
 def default_out(run_dirs: list[Path]) -> Path:
