@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -48,8 +48,10 @@ from clarify.batch.prompts import (
 )
 from clarify.batch.tree import ROOT, Node, Tree
 from clarify.eval.normalize import has_answer, token_f1
-from clarify.index.search import Searcher
 from clarify.local_llm.engine import Completion, Engine, GenParams, request_key
+
+if TYPE_CHECKING:
+    from clarify.index.search import Searcher
 
 Embed = Callable[[list[str]], np.ndarray]
 # The configured reranker (index.search.PairScorer.score): per query, one score per candidate passage id.
