@@ -22,7 +22,7 @@ from clarify.batch.config import RunConfig
 from clarify.batch.rundir import Run
 from clarify.errors import InputError
 from clarify.eval import datasets
-from clarify.files import write_json, write_parquet
+from clarify.files import write_json, write_parquet, write_text
 
 
 def _slug(model: str) -> str:
@@ -157,7 +157,7 @@ def compare(models: list[str], cfg: RunConfig, out: Path, *, parallel: bool = Fa
         rows.append(row)
     table = pl.DataFrame(rows, infer_schema_length=None)
     write_parquet(table, out / "comparison.parquet")
-    (out / "comparison.md").write_text(_markdown(table), encoding="utf-8")
+    write_text(_markdown(table), out / "comparison.md")
     try:
         from clarify.batch.plots import plot_compare
 

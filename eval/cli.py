@@ -20,7 +20,7 @@ import polars as pl
 
 from clarify.errors import InputError
 from clarify.eval import datasets
-from clarify.files import write_parquet
+from clarify.files import write_parquet, write_text
 
 
 def register(sub) -> None:
@@ -112,11 +112,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     write_parquet(to_scores(per_q), out / "scores.parquet")
     write_parquet(summary, out / "summary.parquet")
     table = format_table(summary)
-    (out / "summary.txt").write_text(
+    write_text(
         f"dataset: {args.dataset}\npredictions: {report['predictions']}\ngold: {report['gold']}\n"
         f"scored: {report['scored']}  missing (scored empty): {len(report['missing'])}  "
         f"unknown ids: {len(report['unknown'])}  gold not scored: {report['not_scored']}\n\n{table}\n",
-        encoding="utf-8",
+        out / "summary.txt",
     )
     print(table)
     print(f"clarify eval: wrote {out}", file=sys.stderr)

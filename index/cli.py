@@ -15,6 +15,7 @@ from pathlib import Path
 
 from clarify.console import home_logs
 from clarify.errors import InputError, need_file
+from clarify.files import write_atomic, write_parquet
 
 
 def _passive_omp() -> None:
@@ -187,8 +188,7 @@ def cmd_search(args) -> int:
     hits = searcher.search(queries, args.k)
     print(f"# {searcher.name}: {hits.height} hits for {queries.height} queries", file=sys.stderr)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        hits.write_parquet(args.out)
+        write_parquet(hits, args.out)
         print(f"wrote {args.out}")
     else:
         shown = hits.join(idx.passage_lookup(hits["passage_id"].unique().to_list()), on="passage_id", how="left",
@@ -222,12 +222,7 @@ def cmd_coverage(args) -> int:
     with pl.Config(tbl_rows=20, float_precision=1):
         print(wide)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         suffix = args.out.suffix.lower()
-        if suffix == ".parquet":
-            table.write_parquet(args.out)
-        elif suffix == ".csv":
-            table.write_csv(args.out)
-        else:
-            table.write_json(args.out)
+        write = table.write_parquet if suffix == ".parquet" else table.write_csv if suffix == ".csv" else table.write_json
+        write_atomic(args.out, write)
     return 0

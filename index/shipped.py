@@ -87,6 +87,7 @@ def write(files: list[Path], *, encoder_spec: str = "default") -> Path:
     """Encode the corpus `files` (in this order, as `build_index` reads them) and write the vectors and
     their sidecar beside the first; returns the sidecar's path."""
     from clarify.files import sha256 as sha256_file
+    from clarify.files import write_json
     from clarify.index.corpus import load_corpus
     from clarify.index.dense import Encoder, encode_to_memmap
     from clarify.index.store import LAYOUT, _corpus_entries
@@ -106,7 +107,7 @@ def write(files: list[Path], *, encoder_spec: str = "default") -> Path:
             "corpus": _corpus_key(entries), "count": passages.height, "dim": encoder.dim, "dtype": "float32",
             "sha256": sha256_file(npy), "encode_s": round(time.perf_counter() - t0, 1), "cpu": describe(),
             "command": "python -m clarify.index.shipped write " + " ".join(str(f) for f in files)}
-    meta.write_text(json.dumps(side, indent=2) + "\n", encoding="utf-8")
+    write_json(side, meta, sort_keys=False)
     return meta
 
 
