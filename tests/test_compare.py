@@ -94,3 +94,25 @@ def test_parallel_runs_get_disjoint_devices(monkeypatch):
     assert [g["VLLM_CPU_OMP_THREADS_BIND"] for g in groups] == [str(c) for c in cores]
     with pytest.raises(InputError, match=f"{len(cores) + 1} models at once need at least"):
         device_groups(len(cores) + 1)
+
+
+def test_every_model_runs_on_one_resolved_config(tmp_path, monkeypatch):
+    """compare resolves the TOML and the flags once (<out>/config.json) and hands that file to every
+    model's run: a setting given only in the TOML (here the dataset) reaches each run."""
+    from types import SimpleNamespace
+
+    from clarify.batch import compare as cmp
+    from clarify.batch import config
+
+    toml = tmp_path / "qs.toml"
+    toml.write_text('dataset = "quotesum"\nlimit = 3\n[toc]\nmax_depth = 2\n')
+    cfg = config.load(toml, {"seed": 7})
+    cmds = []
+    monkeypatch.setattr(cmp.subprocess, "run", lambda cmd, **kw: cmds.append(cmd) or SimpleNamespace(returncode=0))
+    cmp._launch(["/models/a", "/models/b"], cfg, tmp_path / "out", parallel=False, verbose=False)
+    shared = tmp_path / "out" / "config.json"
+    assert [c[c.index("--config") + 1] for c in cmds] == [str(shared)] * 2
+    assert [c[c.index("--model") + 1] for c in cmds] == ["/models/a", "/models/b"]
+    for model in ("/models/a", "/models/b"):
+        got = config.load(shared, {"model.model": model})
+        assert (got.dataset, got.limit, got.seed, got.toc.max_depth, got.model.model) == ("quotesum", 3, 7, 2, model)
