@@ -43,6 +43,7 @@ from clarify.batch.rundir import RunDir
 from clarify.batch.scheduler import SchedStats
 from clarify.batch.tree import Tree
 from clarify.errors import InputError
+from clarify.local_llm.hardware import affinity
 
 MAX_RESTARTS = 3  # a worker slot whose actor died this many times is given up (the others go on)
 POLL_S = 1.0  # seconds between progress polls of the workers
@@ -79,9 +80,9 @@ class Worker:
         if env.get(WORKER_KILL_ENV):
             os.environ[faults.ENV] = env[WORKER_KILL_ENV]
         if cores:  # before vLLM is imported: it reads the binding at start (local_llm/vllm_engine.py)
-            from clarify.local_llm.vllm_engine import _cpu_list
+            from clarify.local_llm.hardware import cpu_list
 
-            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = _cpu_list(set(cores))
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_list(set(cores))
         self.slot, self.node = slot, socket.gethostname()
         self._logs = contextlib.ExitStack()  # vLLM's and the libraries' output: run_dir/logs/worker-NN-….log
         self._logs.enter_context(console.session(Path(run_dir) / "logs", f"worker-{slot:02d}"))
@@ -225,15 +226,16 @@ def _start_ray(c: ClusterConfig) -> bool:
     ray_log.propagate = True
     kw = dict(include_dashboard=False, logging_level=logging.INFO, configure_logging=False, log_to_driver=False)
     if c.ray_address:
-        try:
-            with _fatal_signal_handlers_kept():
-                ray.init(address=c.ray_address, **kw)
-        except (ConnectionError, RuntimeError) as exc:
-            raise InputError(f"cannot join the Ray cluster at {c.ray_address!r}: {exc}", field="--ray-address") from None
-        return True
-    # a small object store: chunks' tables are kilobytes (Ray's default takes 30% of the RAM)
-    with _fatal_signal_handlers_kept():
-        ray.init(num_cpus=len(os.sched_getaffinity(0)), object_store_memory=256 * 2**20, **kw)
+        kw["address"] = c.ray_address
+    else:  # a local cluster with a small object store: chunks' tables are kilobytes (Ray's default: 30% of RAM)
+        kw.update(num_cpus=len(affinity()), object_store_memory=256 * 2**20)
+    try:
+        with _fatal_signal_handlers_kept():
+            ray.init(**kw)
+    except (ConnectionError, RuntimeError) as exc:
+        if not c.ray_address:
+            raise
+        raise InputError(f"cannot join the Ray cluster at {c.ray_address!r}: {exc}", field="--ray-address") from None
     return True
 
 
@@ -269,7 +271,7 @@ def _plan(cfg: RunConfig) -> _Plan:
         from clarify.local_llm.vllm_engine import RAY_TP_ENGINE_KWARGS
 
         return _Plan(workers, options, [None] * workers, dict(RAY_TP_ENGINE_KWARGS))
-    cores = sorted(os.sched_getaffinity(0))
+    cores = sorted(affinity())
     workers = c.workers or 1
     per = c.cores_per_worker or max(1, len(cores) // workers)
     cpus = int(ray.cluster_resources().get("CPU", 0))
@@ -447,18 +449,18 @@ def _loop(rd: RunDir, pool: Pool, todo: deque, outcome: Outcome, display, run_s,
             calls, tokens, running = calls + max(0, c - before[0]), tokens + max(0, t - before[1]), running + r
             seen[slot] = (c, t)
             for out in done:
-                _write(rd, pool, slot, out, outcome, display, run_s)
+                n = _write(rd, pool, slot, out, outcome, display, run_s)
                 if on_part is not None:
                     on_part(pool)
-                if stop_after_parts is not None and len(rd.part_dirs()) >= stop_after_parts:
+                if stop_after_parts is not None and n >= stop_after_parts:
                     outcome.stopped = True
                     return
         if ready:
             display.engine_update(calls, tokens, running)
 
 
-def _write(rd: RunDir, pool: Pool, slot: int, out: dict, outcome: Outcome, display, run_s) -> None:
-    """A finished chunk, written as one part."""
+def _write(rd: RunDir, pool: Pool, slot: int, out: dict, outcome: Outcome, display, run_s) -> int:
+    """A finished chunk, written as one part; returns the part's number."""
     trees = [Tree.from_dict(t) for t in out["trees"]]
     n = rd.write_part(out["tables"], trees, run_s=run_s(), engine=out["engine"],
                       extra={"worker": slot, "node": out["node"], "qids": out["qids"]})
@@ -473,3 +475,4 @@ def _write(rd: RunDir, pool: Pool, slot: int, out: dict, outcome: Outcome, displ
     w["engine_tokens"] += out["tokens"]
     for _ in trees:
         display.tree_done(running=0)
+    return n

