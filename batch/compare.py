@@ -39,16 +39,6 @@ def _fd_stream(stream):
     return stream
 
 
-def model_params(model: str) -> int | None:
-    """Parameter count read from the model's files (local_llm.models.model_info)."""
-    try:
-        from clarify.local_llm.models import model_info, resolve_model
-
-        return model_info(resolve_model(model)).get("parameters")
-    except Exception:  # a model that cannot be inspected still gets compared; size is then unknown
-        return None
-
-
 def device_groups(n: int) -> list[dict[str, str]]:
     """Environment pinning each of `n` concurrent runs to its own devices: the GPUs split into n groups
     (CUDA_VISIBLE_DEVICES), else this process's CPU cores (VLLM_CPU_OMP_THREADS_BIND, each engine's own
@@ -138,7 +128,7 @@ def compare(models: list[str], cfg: RunConfig, out: Path, *, parallel: bool = Fa
         run_dir = out / _slug(model)
         run = Run.open(run_dir)
         summary = run.summary
-        row = {"model": model, "params": model_params(model), "run_dir": str(run_dir),
+        row = {"model": model, "params": summary["params"], "run_dir": str(run_dir),
                "started": times[model]["started"], "finished": times[model]["finished"],
                "devices": times[model]["devices"],
                "n_questions": summary["n_questions"],

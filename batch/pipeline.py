@@ -17,7 +17,6 @@ import polars as pl
 
 from clarify import console, faults, schemas
 from clarify.batch import cluster
-from clarify.batch.compare import model_params
 from clarify.batch.config import PART_TREES, RESULT_FREE, TOKENS_PER_QUESTION, RunConfig
 from clarify.batch.program import Resources, TreeRows
 from clarify.batch.prompts import Passage
@@ -28,6 +27,7 @@ from clarify.errors import InputError
 from clarify.eval import datasets
 from clarify.files import sha256 as file_sha256
 from clarify.files import write_json
+from clarify.local_llm.models import parameter_count
 
 
 def questions_path(cfg: RunConfig) -> Path:
@@ -452,7 +452,7 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
         # completion-cache rows found damaged (checksum mismatch, unreadable) and recomputed, this session
         "cache_recomputed": res.engine.stats.recomputed() if res.engine is not None else {"rows": 0, "reasons": {}},
         "quote_fidelity": fidelity,
-        "params": model_params(cfg.model.model),
+        "params": parameter_count(cfg.model.model),
         **(extra or {}),
     }
     write_json(summary, rd.path / "summary.json")

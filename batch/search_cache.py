@@ -19,7 +19,7 @@ from pathlib import Path
 import polars as pl
 
 from clarify.files import write_json, write_parquet
-from clarify.schemas import SEARCH_CACHE as _SCHEMA
+from clarify.schemas import SEARCH_CACHE
 
 
 class CachingSearcher:
@@ -33,12 +33,17 @@ class CachingSearcher:
             write_json(identity, self.folder / "identity.json")
         self.searched = 0  # queries that reached the inner searcher
         self.reused = 0
+        self._files: dict[str, pl.DataFrame] = {}  # the folder's files read so far (each file is written once)
 
     def _known(self) -> pl.DataFrame:
-        files = sorted(self.folder.glob("*.parquet"))
-        if not files:
-            return pl.DataFrame(schema=_SCHEMA)
-        return pl.concat([pl.read_parquet(f) for f in files]).unique(["query", "k", "rank"], keep="first")
+        """Every result in the folder: the files read before, plus those other processes added since."""
+        for f in self.folder.glob("*.parquet"):
+            if f.name not in self._files:
+                self._files[f.name] = pl.read_parquet(f).cast(SEARCH_CACHE)
+        if not self._files:
+            return pl.DataFrame(schema=SEARCH_CACHE)
+        frames = [self._files[name] for name in sorted(self._files)]
+        return pl.concat(frames).unique(["query", "k", "rank"], keep="first")
 
     def search(self, queries: pl.DataFrame, k: int) -> pl.DataFrame:
         known = self._known().filter(pl.col("k") == k)
@@ -51,8 +56,10 @@ class CachingSearcher:
             fresh = self.inner.search(missing.select("qid", "query"), k)
             fresh = fresh.join(missing.select("qid", "query"), on="qid").select(
                 "query", pl.lit(k, pl.Int32).alias("k"), "passage_id", "score", "rank", "retriever")
-            write_parquet(fresh, self.folder / f"{uuid.uuid4().hex}.parquet")
-            known = pl.concat([known, fresh.cast(_SCHEMA)])
+            name = f"{uuid.uuid4().hex}.parquet"
+            write_parquet(fresh, self.folder / name)
+            self._files[name] = fresh = fresh.cast(SEARCH_CACHE)
+            known = pl.concat([known, fresh])
         return (queries.select("qid", "query")
                 .join(known, on="query", how="inner")
                 .select("qid", "passage_id", "score", "rank", "retriever")

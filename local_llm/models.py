@@ -312,6 +312,15 @@ def config_dtype(path: Path) -> str | None:
     return cfg.get("dtype") or cfg.get("torch_dtype") or text_cfg.get("dtype") or text_cfg.get("torch_dtype")
 
 
+def parameter_count(model: str) -> int | None:
+    """The model's parameter count read from its files (`model_info`); None when it cannot be inspected
+    (a run and a comparison still go on, the size then unknown)."""
+    try:
+        return model_info(resolve_model(model)).get("parameters")
+    except Exception:  # any reason the files cannot be read: the size is only reported
+        return None
+
+
 def model_info(path: str | os.PathLike) -> dict:
     """Facts about a model directory: architecture, parameter count, chat template, context length, and
     the dtype the engine would run it in on this machine (local_llm/hardware.py)."""
