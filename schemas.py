@@ -161,7 +161,11 @@ SCHEMAS: dict[str, dict[str, pl.DataType]] = {
 
 
 class SchemaError(ValueError):
-    """A table handed to a stage lacks columns (or has them with the wrong type)."""
+    """A table handed to a stage lacks columns (or has them with the wrong type): `columns` names them."""
+
+    def __init__(self, message: str, columns: list[str]):
+        super().__init__(message)
+        self.columns = columns
 
 
 def check(df: pl.DataFrame, name: str, *, columns: list[str] | None = None) -> pl.DataFrame:
@@ -173,14 +177,11 @@ def check(df: pl.DataFrame, name: str, *, columns: list[str] | None = None) -> p
     wanted = columns if columns is not None else list(schema)
     missing = [c for c in wanted if c not in df.columns]
     if missing:
-        raise SchemaError(f"table '{name}' is missing column(s) {missing}; it has {df.columns}")
-    wrong = [
-        f"{c}: {df.schema[c]} (expected {schema[c]})"
-        for c in wanted
-        if c in schema and df.schema[c] != schema[c] and df.schema[c] != pl.Null
-    ]
+        raise SchemaError(f"table '{name}' is missing column(s) {missing}; it has {df.columns}", missing)
+    wrong = [c for c in wanted if c in schema and df.schema[c] != schema[c] and df.schema[c] != pl.Null]
     if wrong:
-        raise SchemaError(f"table '{name}' has mistyped column(s): {'; '.join(wrong)}")
+        raise SchemaError(f"table '{name}' has mistyped column(s): "
+                          + "; ".join(f"{c}: {df.schema[c]} (expected {schema[c]})" for c in wrong), wrong)
     return df
 
 

@@ -32,12 +32,8 @@ from clarify.local_llm.models import parameter_count
 
 def questions_path(cfg: RunConfig) -> Path:
     """The file the run's questions come from: `questions`, else the dataset's shipped file."""
-    if cfg.questions:
-        return Path(cfg.questions)
-    path = datasets.get(cfg.dataset).default_path()
-    if path is None:
-        raise InputError(f"dataset '{cfg.dataset}' needs a questions file", field="questions")
-    return path
+    # a dataset without a shipped file needs `questions`: the config refuses it otherwise (config.py)
+    return Path(cfg.questions) if cfg.questions else datasets.get(cfg.dataset).default_path()
 
 
 def load_questions(cfg: RunConfig) -> tuple[pl.DataFrame, pl.DataFrame | None]:
@@ -464,7 +460,7 @@ def score(cfg: RunConfig, answers: pl.DataFrame, nodes: pl.DataFrame, gold) -> t
     if gold is None:
         return schemas.empty("scores"), {}
     ds = datasets.get(cfg.dataset)
-    per_q = ds.score(answers.select("qid", pl.col(ds.answer_column).alias("answer")), gold, nodes=nodes)
+    per_q = ds.score(ds.predictions(answers), gold, nodes=nodes)
     summ = ds.summarize(per_q, gold)
     metrics = {r["metric"]: r["value"] for r in summ.iter_rows(named=True)}
     value_cols = [c for c, t in per_q.schema.items() if c != "qid" and t.is_numeric()]

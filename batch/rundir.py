@@ -48,10 +48,11 @@ from clarify.files import fsync as _fsync
 from clarify.files import sha256 as file_sha256
 from clarify.files import write_json, write_parquet
 
-FINAL_TABLES = ("nodes", "hits", "llm_calls", "answers", "spans", "passages", "scores")
 # The schema (clarify.schemas) each table file of a run directory is checked against when read.
 TABLE_SCHEMAS = {"questions": "questions", "nodes": "nodes", "hits": "run_hits", "llm_calls": "llm_calls",
                  "answers": "answers", "spans": "spans", "passages": "passages", "scores": "scores"}
+# Written by finalize (questions.parquet comes first, when the run starts)
+FINAL_TABLES = tuple(name for name in TABLE_SCHEMAS if name != "questions")
 
 
 class Checkpoint(NamedTuple):
@@ -176,7 +177,7 @@ class RunDir:
                 os.replace(self.path / name, trash)
                 faults.point("restart-cleared")
                 shutil.rmtree(trash)
-        for name in (*FINAL_TABLES, "questions"):
+        for name in TABLE_SCHEMAS:
             (self.path / f"{name}.parquet").unlink(missing_ok=True)
         for name in ("inputs.json", "config.json"):
             (self.path / name).unlink(missing_ok=True)
@@ -332,8 +333,7 @@ class Run:
             try:
                 schemas.check(df, TABLE_SCHEMAS[name])
             except schemas.SchemaError as exc:
-                lacking = [c for c in schemas.SCHEMAS[TABLE_SCHEMAS[name]] if c not in df.columns]
-                raise InputError(str(exc), path=str(path), field=lacking[0] if lacking else None) from None
+                raise InputError(str(exc), path=str(path), field=exc.columns[0]) from None
             self._tables[name] = df
         return self._tables[name]
 

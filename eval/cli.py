@@ -62,7 +62,7 @@ def evaluate(args: argparse.Namespace) -> tuple[pl.DataFrame, pl.DataFrame, dict
         if run.config.dataset != args.dataset:
             raise InputError(f"the run is a '{run.config.dataset}' run, not '{args.dataset}'",
                              path=str(pred_path / "config.json"), field="dataset")
-        predictions = io.run_predictions(run, ds.answer_column)
+        predictions = ds.predictions(run.table("answers", required=True))
     else:
         predictions = io.read_predictions(pred_path)
     if predictions.height == 0:

@@ -108,14 +108,6 @@ def _second_key_line(text: str, key: str) -> int | None:
     return text.count("\n", 0, found[1].start()) + 1 if len(found) > 1 else None
 
 
-def run_predictions(run, column: str = "answer") -> pl.DataFrame:
-    """A run's answers (`batch/rundir.py` Run) as predictions [qid, answer]: the dataset's scored `column`
-    (eval/datasets: ASQA reads `answer_plain`, markers removed), the answer itself where it is null."""
-    answers = run.table("answers", required=True)
-    answer = pl.coalesce(pl.col(column), pl.col("answer"))
-    return answers.select(pl.col("qid"), answer.alias("answer"))
-
-
 def check_prediction_ids(predictions: pl.DataFrame, known: set[str]) -> None:
     """A scorer's input: every predicted id is a gold id, and none is given twice (InputError otherwise)."""
     unknown = [q for q in predictions["qid"].to_list() if q not in known]

@@ -66,6 +66,13 @@ class Dataset:
         """qid → the question's own passages, for datasets that come with them; {} for searched ones."""
         return {}
 
+    def predictions(self, answers: pl.DataFrame) -> pl.DataFrame:
+        """A run's answers table as the predictions [qid, answer] this dataset scores: `answer_column`
+        (ASQA: `answer_plain`, markers removed), the answer itself where that is null."""
+        import polars as pl
+
+        return answers.select("qid", pl.coalesce(pl.col(self.answer_column), pl.col("answer")).alias("answer"))
+
     def canonical_markers(self, predictions: pl.DataFrame) -> pl.DataFrame:
         """Predictions [qid, answer] with quote markers rewritten into the official form (none: as given)."""
         return predictions
