@@ -98,10 +98,14 @@ def _launch(models: list[str], cfg: RunConfig, out: Path, parallel: bool, verbos
         with open(log, "w", encoding="utf-8") as fh:  # the child keeps its own descriptor
             procs[model] = (subprocess.Popen([*cmd, "--no-progress"], stdout=fh, stderr=subprocess.STDOUT,
                                              env={**os.environ, **env}), time.time(), where)
-    for model, (proc, t0, where) in procs.items():
-        rc = proc.wait()
-        times[model] = {"started": t0, "finished": time.time(), "devices": where}
-        print(f"== {model}: finished (exit {rc}) after {time.time() - t0:.0f} s", flush=True)
+    running = dict(procs)
+    while running:  # each run's finish time as it finishes, whichever order they finish in
+        for model, (proc, t0, where) in list(running.items()):
+            if proc.poll() is not None:
+                del running[model]
+                times[model] = {"started": t0, "finished": time.time(), "devices": where}
+                print(f"== {model}: finished (exit {proc.returncode}) after {time.time() - t0:.0f} s", flush=True)
+        time.sleep(0.5)
     for model, (proc, _, _) in procs.items():
         _check(model, proc.returncode, out, f"see {out / (_slug(model) + '.log')}")
     return times

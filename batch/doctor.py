@@ -166,12 +166,12 @@ def _size(path: Path) -> int:
 
 
 def collect() -> dict:
-    from clarify.files import home as clarify_home
+    from clarify.files import home
 
     eng = engine()
     bf16 = bool((eng.get("cpu") or {}).get("bf16_native"))
     facts = {"models": models(eng["device"], bf16), "index": index(), "java": java(), "engine": eng,
-             "clarify_home": disk(clarify_home())}
+             "clarify_home": disk(home())}
     default = next(m for m in facts["models"] if m["default"])
     missing = [what for what, ok in (("the default model", default["ready"]),
                                      ("the embedded index", facts["index"]["built"]),

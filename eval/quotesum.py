@@ -242,9 +242,8 @@ def empty_answer_floor(qids: Sequence[str], gold: pl.DataFrame) -> pl.DataFrame:
     The official Sem-F1 gives 1 to a source that neither the prediction nor the reference quotes, and
     Sem-Rec gives recall 1 to a reference with no short answer marked k, so a model that quotes nothing
     still earns these (about 39 and 40 on QuoteSum dev). Reported next to the real values so a reader can
-    tell quoting skill from the scorer's credit. Rows follow eval/summary.py's SUMMARY_SCHEMA.
+    tell quoting skill from the scorer's credit. Rows follow schemas.METRICS.
     """
-    from clarify.eval.summary import SUMMARY_SCHEMA
 
     refs_by = _refs_by_qid(gold)
     refs = [refs_by[q] for q in qids if q in refs_by]
@@ -258,7 +257,7 @@ def empty_answer_floor(qids: Sequence[str], gold: pl.DataFrame) -> pl.DataFrame:
         rows.append({"metric": f"{metric}_empty", "value": sum(vals) / len(vals) if vals else None, "n": len(vals),
                      "note": f"{metric} of an empty answer on these questions (the scorer's credit for "
                              "sources nobody quotes)"})
-    return pl.DataFrame(rows, schema=SUMMARY_SCHEMA)
+    return pl.DataFrame(rows, schema=schemas.METRICS)
 
 
 def summarize_quotesum(per_question: pl.DataFrame, gold: pl.DataFrame,

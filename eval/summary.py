@@ -28,8 +28,6 @@ NON_METRICS = {"qid", "ref_id", "n_pairs", "n_refs", "n_predicted", "n_gold", "m
 DEFAULT_NOTES = {"d_f1": NO_READER, "qa_em": NO_READER, "qa_hit": NO_READER}
 DERIVED = {"dr": ("d_f1", "rouge_l"), "semqa": ("sem_f1", "rouge_l")}
 
-SUMMARY_SCHEMA = schemas.METRICS
-
 
 def metric_columns(per_question: pl.DataFrame) -> list[str]:
     """The numeric metric columns of a per-question table."""
@@ -74,7 +72,7 @@ def summarize(per_question: pl.DataFrame, notes: dict[str, str] | None = None) -
     if "missing" in per_question.columns:
         rows.append({"metric": "missing_predictions", "value": float(per_question["missing"].sum()),
                      "n": per_question.height, "note": "ids without a prediction, scored as empty answers"})
-    return pl.DataFrame(rows, schema=SUMMARY_SCHEMA)
+    return pl.DataFrame(rows, schema=schemas.METRICS)
 
 
 def to_scores(per_question: pl.DataFrame) -> pl.DataFrame:

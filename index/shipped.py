@@ -87,7 +87,7 @@ def write(files: list[Path], *, encoder_spec: str = "default") -> Path:
     """Encode the corpus `files` (in this order, as `build_index` reads them) and write the vectors and
     their sidecar beside the first; returns the sidecar's path."""
     from clarify.files import sha256 as sha256_file
-    from clarify.files import write_json
+    from clarify.files import write_atomic, write_json
     from clarify.index.corpus import load_corpus
     from clarify.index.dense import Encoder, encode_to_memmap
     from clarify.index.store import LAYOUT, _corpus_entries
@@ -99,10 +99,7 @@ def write(files: list[Path], *, encoder_spec: str = "default") -> Path:
     encoder = Encoder(encoder_spec, batch_size=16)
     npy, meta = paths(folder, encoder.name)
     t0 = time.perf_counter()
-    tmp = npy.with_name(npy.name + ".tmp.npy")
-    emb = encode_to_memmap(encoder, passages, tmp)
-    del emb
-    tmp.replace(npy)
+    write_atomic(npy, lambda tmp: encode_to_memmap(encoder, passages, tmp))  # flushed when it returns
     side = {"format": FORMAT, "version": VERSION, "encoder": encoder.name, "layout": LAYOUT,
             "corpus": _corpus_key(entries), "count": passages.height, "dim": encoder.dim, "dtype": "float32",
             "sha256": sha256_file(npy), "encode_s": round(time.perf_counter() - t0, 1), "cpu": describe(),
@@ -135,6 +132,7 @@ def check_full(folder: Path, *, queries: int = 100) -> dict:
 
     import faiss
 
+    from clarify.eval import datasets
     from clarify.eval.asqa import load_asqa
     from clarify.index.dense import encode_to_memmap
     from clarify.local_llm.hardware import describe
@@ -144,7 +142,7 @@ def check_full(folder: Path, *, queries: int = 100) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         fresh = np.array(encode_to_memmap(encoder, passages, Path(tmp) / "fresh.npy"))
     encode_s = time.perf_counter() - t0
-    qs = load_asqa(folder.parent / "asqa" / "dev.json")[0]["question"].to_list()[:queries]
+    qs = load_asqa(datasets.get("asqa").default_path())[0]["question"].to_list()[:queries]
     q = encoder.encode(qs)
     tops = []
     for vecs in (np.asarray(shipped), fresh):

@@ -84,7 +84,7 @@ class Dataset:
         raise InputError(f"dataset '{self.name}' has no gold answers to score against", field="dataset")
 
     def summarize(self, per_question: pl.DataFrame, gold: pl.DataFrame) -> pl.DataFrame:
-        """One row per metric (eval/summary.py SUMMARY_SCHEMA)."""
+        """One row per metric (schemas.METRICS)."""
         from clarify.eval.summary import summarize
 
         return summarize(per_question)
