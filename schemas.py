@@ -60,6 +60,10 @@ NODES = {
     "verdict_text": pl.String,
 }
 
+# The node statuses that count as a disambiguation the tree kept (summary, report, plots, Answer-F1): a
+# valid node stays valid once expanded; the root is the ambiguous question itself.
+KEPT_STATUSES = ("valid",)
+
 # One row per prompt sent to (or answered from the cache of) an engine. step: clarify | verify | answer
 LLM_CALLS = {
     "call_id": pl.String,

@@ -420,7 +420,7 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
     n_q = questions.height
     session_s = time.perf_counter() - session_start
     per_q = calls.group_by("qid").len()
-    valid = nodes.filter(pl.col("status") == "valid")
+    valid = nodes.filter(pl.col("status").is_in(schemas.KEPT_STATUSES))
     summary = {
         "name": rd.path.name, "dataset": cfg.dataset, "model": cfg.model.model,
         "engine_model_id": calls["model"][0] if calls.height else None,

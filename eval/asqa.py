@@ -224,7 +224,7 @@ def ambigqa_answer_f1(gold_clusters: Sequence[Sequence[str]], predicted: Sequenc
     return 2 * precision * recall / (precision + recall)
 
 
-KEPT_STATUSES = ("valid",)
+KEPT_STATUSES = schemas.KEPT_STATUSES
 
 
 def answer_f1(nodes: pl.DataFrame, gold: pl.DataFrame, *, statuses: Sequence[str] = KEPT_STATUSES) -> pl.DataFrame:
