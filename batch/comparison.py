@@ -1,7 +1,7 @@
 """The comparison of runs in `clarify report` (DESIGN §8): one row per run, pure functions over loaded runs.
 
 The runs are read by the one run reader (`batch/rundir.py` Run.open); the rendering in `batch/report.py`
-turns the table into HTML and the metric-vs-size plot (`plots.compare_figure`).
+turns the table into HTML and the metric-vs-size plot (`plots.compare_png`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,13 @@ def flatten(d: dict, prefix: str = "") -> dict:
         else:
             out[name] = value
     return out
+
+
+def split_summary(summary: dict) -> tuple[dict, dict]:
+    """summary.json as (its metrics, everything else), each flattened with dots (`flatten`)."""
+    rest = dict(summary)
+    metrics = rest.pop("metrics", {}) or {}
+    return flatten(metrics), flatten(rest)
 
 
 def fmt(value: object) -> str:
@@ -57,12 +64,9 @@ def summary_row(run: Run) -> dict:
         "questions": n_q,
         "params": model_params(run),
     }
-    summary = dict(run.summary)
-    metrics = summary.pop("metrics", {}) or {}
-    row.update({k: v for k, v in flatten(metrics).items()})
-    row.update(
-        {k: v for k, v in flatten(summary).items() if k not in row and k != "params"}
-    )
+    metrics, rest = split_summary(run.summary)
+    row.update(metrics)
+    row.update({k: v for k, v in rest.items() if k not in row and k != "params"})
     calls = run.llm_calls
     row["llm_calls_per_question"] = calls.height / n_q if n_q else None
     row["model_calls_per_question"] = (
@@ -93,7 +97,7 @@ def plotted_metrics(runs: list[Run], table: pl.DataFrame) -> list[str]:
     (raw totals depend on the question count), numeric ones only."""
     names: list[str] = []
     for run in runs:
-        names += [m for m in flatten(run.summary.get("metrics") or {}) if m not in names]
+        names += [m for m in split_summary(run.summary)[0] if m not in names]
     return [
         c
         for c in [*names, "llm_calls_per_question", "wall_s"]

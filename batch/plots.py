@@ -250,6 +250,11 @@ def compare_figure(table: pl.DataFrame, metrics: list[str] | None = None):
     return fig
 
 
+def compare_png(table: pl.DataFrame, metrics: list[str] | None = None) -> bytes:
+    """`compare_figure(table, metrics)` as PNG bytes (the report embeds it)."""
+    return _png(compare_figure(table, metrics))
+
+
 def plot_compare(table: pl.DataFrame, out_png: Path | str, metrics: list[str] | None = None) -> Path:
     """Write `compare_figure(table, metrics)` to `out_png` and return its path.
 

@@ -404,7 +404,7 @@ def check_answers(
         repaired_answers.append(_tidy("".join(out_marked)))
         plains.append(_tidy("".join(out_plain)))
 
-    spans_df = pl.DataFrame(rows, schema=schemas.SPANS) if rows else schemas.empty("spans")
+    spans_df = pl.DataFrame(rows, schema=schemas.SPANS)
     out = answers.with_columns(
         pl.Series("repaired_answer", repaired_answers, dtype=pl.String),
         pl.Series("answer_plain", plains, dtype=pl.String),

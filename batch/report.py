@@ -36,7 +36,7 @@ from markupsafe import Markup, escape
 from tqdm import tqdm
 
 from clarify.batch import plots, quotes
-from clarify.batch.comparison import comparison_table, flatten, fmt, plotted_metrics
+from clarify.batch.comparison import comparison_table, flatten, fmt, plotted_metrics, split_summary
 from clarify.batch.rundir import Run
 from clarify.errors import InputError
 from clarify.files import write_text
@@ -189,6 +189,12 @@ def _span_status(span: dict) -> str:
     return "verbatim" if span.get("verbatim") else "unverified"
 
 
+def _labelled(span: dict) -> dict:
+    """The span row with its status filled in (`_span_status`) and that status's label (SPAN_LABELS)."""
+    status = _span_status(span)
+    return {**span, "status": status, "label": SPAN_LABELS.get(status, status)}
+
+
 def _highlight(text: str, spans: list[tuple[int, int, int, str]], prefix: str) -> Markup:
     """Passage text with each span's [start, end) wrapped in <mark data-spans="n ...">, and an empty
     anchor element `{prefix}-s{n}` at each span's start. spans: (span_no, start, end, status).
@@ -214,7 +220,8 @@ def _highlight(text: str, spans: list[tuple[int, int, int, str]], prefix: str) -
 
 def _answer(ctx: _Ctx, answer: dict, spans: list[dict]) -> dict:
     """The answer as the model wrote it (answer_raw), cut at each span's marker_start/marker_end into
-    text and markers, with the span table and the numbered sources (spans highlighted)."""
+    text and markers, with the span table and the numbered sources (spans highlighted). spans: the
+    question's, in span_no order, each `_labelled`."""
     pids = list(answer.get("passage_ids") or [])
     # Which spans can be linked: a source that exists and offsets inside the passage field they index.
     linkable: set[int] = set()
@@ -229,7 +236,7 @@ def _answer(ctx: _Ctx, answer: dict, spans: list[dict]) -> dict:
         if target is None or not 0 <= s < e <= len(target):
             continue
         linkable.add(sp["span_no"])
-        per_field.setdefault((k, fld), []).append((sp["span_no"], s, e, _span_status(sp)))
+        per_field.setdefault((k, fld), []).append((sp["span_no"], s, e, sp["status"]))
     raw = answer.get("answer_raw") or ""
     segments: list = []  # str (text) | dict (a marker)
     pos = 0
@@ -240,17 +247,15 @@ def _answer(ctx: _Ctx, answer: dict, spans: list[dict]) -> dict:
         segments.append(raw[pos:s])
         pos = e
         written = quotes.parse_quoted(raw[s:e])[0]  # the one marker there: its text as the model wrote it
-        status = _span_status(sp)
-        label = SPAN_LABELS.get(status, status)
-        title = f"source {sp['source_k']} · {label}"
-        if status == "repaired":
+        title = f"source {sp['source_k']} · {sp['label']}"
+        if sp["status"] == "repaired":
             title += f" · passage says: {sp['text']}"
         segments.append(
             {
                 "k": sp["source_k"],
                 "text": written[0].text if written else sp["text"],
-                "status": status,
-                "label": label,
+                "status": sp["status"],
+                "label": sp["label"],
                 "title": title,
                 "n": sp["span_no"] if sp["span_no"] in linkable else None,
             }
@@ -261,8 +266,8 @@ def _answer(ctx: _Ctx, answer: dict, spans: list[dict]) -> dict:
             "n": sp["span_no"],
             "linked": sp["span_no"] in linkable,
             "k": sp["source_k"],
-            "status": _span_status(sp),
-            "label": SPAN_LABELS.get(_span_status(sp), _span_status(sp)),
+            "status": sp["status"],
+            "label": sp["label"],
             "field": sp.get("field") or "text",
             "start": sp["start"],
             "end": sp["end"],
@@ -293,6 +298,8 @@ def _answer(ctx: _Ctx, answer: dict, spans: list[dict]) -> dict:
 
 
 def _question(ri: int, qi: int, q: dict, frames: dict, k: int, open_: bool) -> dict:
+    """One question's section for the template's `question` macro; `verbatim` ("n/m" spans, — for none)
+    and `scores` also fill its row of the question index (`_run`)."""
     prefix = f"r{ri}-q{qi}"
     qid = q["qid"]
     nodes = frames["nodes"].get(qid, [])
@@ -301,7 +308,7 @@ def _question(ri: int, qi: int, q: dict, frames: dict, k: int, open_: bool) -> d
         hits_by_node.setdefault(h["node_id"], []).append(h)
     ctx = _Ctx(prefix, frames["passages"], hits_by_node)
     answer = frames["answers"].get(qid, [None])[0]
-    spans = sorted(frames["spans"].get(qid, []), key=lambda s: s["span_no"])
+    spans = [_labelled(s) for s in sorted(frames["spans"].get(qid, []), key=lambda s: s["span_no"])]
     return {
         "id": prefix,
         "qid": qid,
@@ -312,6 +319,7 @@ def _question(ri: int, qi: int, q: dict, frames: dict, k: int, open_: bool) -> d
         "n_nodes": len(nodes),
         "tree": _tree(ctx, nodes, k) if nodes else None,
         "answer": _answer(ctx, answer, spans) if answer is not None else None,
+        "verbatim": f"{sum(s['status'] == 'verbatim' for s in spans)}/{len(spans)}" if spans else "—",
         "scores": [(s["metric"], s["value"]) for s in frames["scores"].get(qid, [])],
     }
 
@@ -328,43 +336,15 @@ def _run(run: Run, ri: int, k: int, max_questions: int | None) -> dict:
     questions = run.questions.unique("qid", keep="first", maintain_order=True)
     if max_questions is not None:
         questions = questions.head(max_questions)
+    shown = pl.col("qid").is_in(questions["qid"].implode())  # --max-questions: group only those rows
     frames = {
-        "nodes": _group(run.nodes),
-        "hits": _group(run.hits),
-        "answers": _group(run.answers),
-        "spans": _group(run.spans),
-        "scores": _group(run.scores),
-        "passages": {
-            r["passage_id"]: (r["title"], r["text"])
-            for r in run.passages.unique("passage_id", keep="first").iter_rows(named=True)
-        },
+        name: _group(run.table(name).filter(shown)) for name in ("nodes", "hits", "answers", "spans", "scores")
     }
-    summary = dict(run.summary)
-    metrics = summary.pop("metrics", {}) or {}
-    # Question index: one row per question, linking to its tree.
-    shape = (
-        {r["qid"]: r for r in plots.tree_shape(run.nodes).iter_rows(named=True)} if run.nodes.height else {}
-    )
-    calls = dict(run.llm_calls.group_by("qid").len().iter_rows()) if run.llm_calls.height else {}
-    metric_names = sorted(run.scores["metric"].unique().to_list()) if run.scores.height else []
-    score_map = {(r["qid"], r["metric"]): r["value"] for r in run.scores.iter_rows(named=True)}
-    span_ok = {
-        qid: f"{sum(_span_status(s) == 'verbatim' for s in sps)}/{len(sps)}"
-        for qid, sps in frames["spans"].items()
+    frames["passages"] = {
+        r["passage_id"]: (r["title"], r["text"])
+        for r in run.passages.unique("passage_id", keep="first").iter_rows(named=True)
     }
-    index = [
-        {
-            "id": f"r{ri}-q{qi}",
-            "qid": q["qid"],
-            "question": q["question"],
-            "valid_nodes": shape.get(q["qid"], {}).get("valid_nodes", 0),
-            "max_depth": shape.get(q["qid"], {}).get("max_depth", 0),
-            "calls": calls.get(q["qid"], 0),
-            "spans": span_ok.get(q["qid"], "—"),
-            "scores": [score_map.get((q["qid"], m)) for m in metric_names],
-        }
-        for qi, q in enumerate(questions.iter_rows(named=True))
-    ]
+    metrics, summary = split_summary(run.summary)
     trees = [
         _question(ri, qi, q, frames, k, open_=qi == 0)
         for qi, q in enumerate(
@@ -377,6 +357,24 @@ def _run(run: Run, ri: int, k: int, max_questions: int | None) -> dict:
             )
         )
     ]
+    # Question index: one row per question, linking to its tree.
+    calls = dict(run.llm_calls.group_by("qid").len().iter_rows())
+    metric_names = sorted(run.scores["metric"].unique().to_list())
+    index = []
+    for t in trees:
+        scores = dict(t["scores"])
+        index.append(
+            {
+                "id": t["id"],
+                "qid": t["qid"],
+                "question": t["question"],
+                "valid_nodes": t["n_valid"],
+                "max_depth": t["depth"],
+                "calls": calls.get(t["qid"], 0),
+                "spans": t["verbatim"],
+                "scores": [scores.get(m) for m in metric_names],
+            }
+        )
     return {
         "id": f"run-{ri}",
         "name": run.name,
@@ -384,8 +382,8 @@ def _run(run: Run, ri: int, k: int, max_questions: int | None) -> dict:
         "n_shown": questions.height,
         "n_questions": run.questions.height,
         "missing": ", ".join(run.missing),
-        "metrics": flatten(metrics),
-        "summary": flatten(summary),
+        "metrics": metrics,
+        "summary": summary,
         "config": flatten(run.settings),
         "plots": [
             (_data_uri(plots.llm_calls_png(run.llm_calls)), "LLM calls per question"),
@@ -407,7 +405,7 @@ def render_report(runs: list[Run], *, passages_per_node: int = 5, max_questions:
         metric_cols = plotted_metrics(runs, table)
         plot = None
         if table["params"].drop_nulls().len() >= 2 and metric_cols:
-            plot = _data_uri(plots._png(plots.compare_figure(table, metric_cols)))
+            plot = _data_uri(plots.compare_png(table, metric_cols))
         comparison = {"columns": table.columns, "rows": list(table.iter_rows()), "plot": plot}
     return environment().get_template("report.html.j2").render(
         written=_dt.datetime.now().strftime("%Y-%m-%d %H:%M"),

@@ -1,5 +1,7 @@
 """A run directory written by hand for tests of its readers: the frozen config of `config.load` and
-tables in the run's schemas (batch/rundir.py TABLE_SCHEMAS), the columns a test leaves out as nulls."""
+tables in the run's schemas (batch/rundir.py TABLE_SCHEMAS), the columns a test leaves out as nulls.
+Also what the real-engine runs (test_toc_real, test_cluster) share: their small settings, as overrides
+and as a --config TOML, and the comparison of two run directories' tables."""
 
 from __future__ import annotations
 
@@ -10,6 +12,27 @@ import polars as pl
 from clarify import schemas
 from clarify.batch import config
 from clarify.batch.rundir import TABLE_SCHEMAS, RunDir
+
+# Small trees and short outputs: the real engine on CPU stays quick.
+SMALL = {"toc.max_expansions": 3, "toc.clarify_max_tokens": 96, "toc.answer_max_tokens": 96,
+         "toc.n_demos": 3}
+# The tables two runs over the same completions write alike (llm_calls too, but for `cached`).
+TABLES = ("nodes", "hits", "answers", "spans", "passages", "scores")
+
+
+def small_toml(path: Path, head: str = "", toc: str = "") -> Path:
+    """SMALL as a --config file at `path`: `head` (top-level settings, TOML lines) before its [toc]
+    table, `toc` (more [toc] lines) after SMALL's."""
+    path.write_text(head + "[toc]\n" + "".join(f"{k.split('.')[1]} = {v}\n" for k, v in SMALL.items()) + toc)
+    return path
+
+
+def same_tables(a: Path, b: Path) -> None:
+    """The run directories `a` and `b` hold equal TABLES, and equal llm_calls but for `cached`."""
+    for name in TABLES:
+        assert pl.read_parquet(a / f"{name}.parquet").equals(pl.read_parquet(b / f"{name}.parquet")), name
+    ca, cb = (pl.read_parquet(d / "llm_calls.parquet").drop("cached") for d in (a, b))
+    assert ca.equals(cb)
 
 
 def full_table(df: pl.DataFrame, name: str) -> pl.DataFrame:

@@ -23,26 +23,14 @@ import pytest
 from clarify.batch import config
 from clarify.batch.cluster import chunks_of
 from clarify.batch.pipeline import run
+from clarify.batch.rundir import Run
+from tests.run_fixtures import SMALL, same_tables, small_toml
 
 pytestmark = pytest.mark.integration
-
-SMALL = {"toc.max_expansions": 3, "toc.clarify_max_tokens": 96, "toc.answer_max_tokens": 96, "toc.n_demos": 3}
-TABLES = ("nodes", "hits", "answers", "spans", "passages", "scores")
 
 
 def _cfg(**over):
     return config.load(None, {"answer_style": "free", **SMALL, **over})
-
-
-def _parts(run_dir: Path) -> list[dict]:
-    return [json.loads((d / "state.json").read_text()) for d in sorted((run_dir / "parts").iterdir())]
-
-
-def _same_tables(a: Path, b: Path) -> None:
-    for name in TABLES:
-        assert pl.read_parquet(a / f"{name}.parquet").equals(pl.read_parquet(b / f"{name}.parquet")), name
-    ca, cb = (pl.read_parquet(d / "llm_calls.parquet").drop("cached") for d in (a, b))
-    assert ca.equals(cb)
 
 
 def test_chunks_keep_question_order():
@@ -87,7 +75,7 @@ def test_two_workers_equal_one_process_replaying_their_caches(two_workers, tmp_p
     out, summary = two_workers
     c = summary["cluster"]
     assert summary["n_questions"] == 6 and c["workers"] == 2 and c["chunks"] == 3 and c["requeued"] == 0
-    parts = _parts(out)
+    parts = Run.open(out).parts()
     qids = pl.read_parquet(out / "questions.parquet")["qid"].to_list()
     assert sorted(p["ran_on"]["qids"] for p in parts) == sorted(chunks_of(qids, 2))
     # both workers took chunks, each wrote its own cache file; every question is in exactly one part
@@ -106,7 +94,7 @@ def test_two_workers_equal_one_process_replaying_their_caches(two_workers, tmp_p
     one = run(_cfg(limit=6), replay, engine_factory=lambda c: llm_engine, index=default_local_index,
               progress=False)
     assert llm_engine.stats.prompts == prompts and one["cached_calls"] == one["llm_calls"]
-    _same_tables(out, replay)
+    same_tables(out, replay)
 
 
 def test_a_killed_worker_has_its_chunk_redone_once(tmp_path, default_index):
@@ -129,7 +117,7 @@ def kill_one(pool):
     assert killed, "no chunk was in flight after the first part"
     c = summary["cluster"]
     assert 1 <= c["requeued"] <= 2 and c["restarts"] == 1 and c["chunks"] == 4  # a worker holds ≤ 2 chunks
-    parts = _parts(out)
+    parts = Run.open(out).parts()
     qids = [q for p in parts for q in p["ran_on"]["qids"]]
     assert len(parts) == 4 and len(qids) == len(set(qids)) == 4  # no chunk answered twice
     calls = pl.read_parquet(out / "llm_calls.parquet")
@@ -149,8 +137,7 @@ def test_sigkilled_driver_resumes_from_written_chunks(two_workers, tmp_path, def
     out = tmp_path / "resumed"
     out.mkdir()
     shutil.copytree(done / "cache", out / "cache")
-    toml = tmp_path / "small.toml"
-    toml.write_text("answer_style = \"free\"\n[toc]\n" + "".join(f"{k.split('.')[1]} = {v}\n" for k, v in SMALL.items()))
+    toml = small_toml(tmp_path / "small.toml", head='answer_style = "free"\n')
     flags = ["--dataset", "asqa", "--limit", "6", "--index", str(default_index), "--config", str(toml),
              "--no-progress", "--chunk-questions", "2", "--out", str(out)]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -158,19 +145,19 @@ def test_sigkilled_driver_resumes_from_written_chunks(two_workers, tmp_path, def
                           capture_output=True, timeout=900)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-3000:]
     assert (out / "parts" / "0001").exists() and not (out / "summary.json").exists()
-    first = _parts(out)
+    first = Run.open(out).parts()
     mtime = (out / "parts" / "0001").stat().st_mtime_ns
 
     proc = subprocess.run(_cli("run", *flags, "--workers", "1"), env=env, capture_output=True, timeout=900)
     assert proc.returncode == 0, proc.stderr.decode()[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert (out / "parts" / "0001").stat().st_mtime_ns == mtime
-    parts = _parts(out)
+    parts = Run.open(out).parts()
     # only the chunks no part held were scheduled again
     assert summary["cluster"]["chunks"] == len(parts) - len(first) and summary["cluster"]["workers"] == 1
     qids = [q for p in parts for q in p["ran_on"]["qids"]]
     assert len(qids) == len(set(qids)) == 6
-    _same_tables(done, out)
+    same_tables(done, out)
 
 
 def test_plan_gives_each_worker_a_gpu_or_a_tensor_parallel_group(monkeypatch):

@@ -24,10 +24,9 @@ import pytest
 
 from clarify import schemas
 from clarify.batch import plots, quotes, report
-from clarify.batch.config import load as load_config
 from clarify.batch.rundir import Run
 from clarify.errors import InputError
-from tests.run_fixtures import full_table
+from tests.run_fixtures import write_run
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = "<script>alert('x')</script><img src=x onerror=alert(1)> True"
@@ -74,10 +73,6 @@ def bm25_top(query: str, k: int = 5) -> list[tuple[dict, float]]:
     return scored[:k]
 
 
-def _write(df: pl.DataFrame, path: Path) -> None:
-    df.write_parquet(path)
-
-
 def build_run_dir(
     run_dir: Path,
     *,
@@ -91,7 +86,6 @@ def build_run_dir(
     a quoted answer with verbatim, repaired and bad-source spans; its pruned node carries HOSTILE
     model output as verdict and the answer's connector text too.
     """
-    run_dir.mkdir(parents=True)
     asqa = _asqa()
     qids = list(asqa)[:n_questions]
     questions, nodes, hits, calls, raw_answers, scores = [], [], [], [], [], []
@@ -271,15 +265,13 @@ def build_run_dir(
     tables = {
         "questions": schemas.conform(pl.DataFrame(questions), "questions"),
         "nodes": schemas.conform(pl.DataFrame(nodes, schema=schemas.NODES), "nodes"),
-        "hits": full_table(pl.DataFrame(hits), "hits"),
+        "hits": pl.DataFrame(hits),
         "llm_calls": schemas.conform(pl.DataFrame(calls, schema=schemas.LLM_CALLS), "llm_calls"),
         "answers": answers_df,
         "spans": spans_df,
         "passages": passages_df,
         "scores": schemas.conform(pl.DataFrame(scores), "scores"),
     }
-    for name, df in tables.items():
-        _write(full_table(df, name), run_dir / f"{name}.parquet")
     metrics = {m: v for m, v in tables["scores"].group_by("metric").agg(pl.col("value").mean()).iter_rows()}
     all_spans = tables["spans"]
     summary = {
@@ -295,12 +287,11 @@ def build_run_dir(
     if params is not None:
         summary["params"] = params
     summary["name"] = run_dir.name
-    config = load_config(None, {"dataset": "asqa", "model.model": model, "model.max_model_len": 6144,
-                                "index": "wiki-bm25", "answer_style": "quoted", "limit": n_questions,
-                                "toc.max_depth": 3, "toc.max_nodes": 10, "toc.max_expansions": 15}).to_dict()
-    (run_dir / "config.json").write_text(json.dumps(config))
-    (run_dir / "summary.json").write_text(json.dumps(summary))
-    return {"tables": tables, "summary": summary, "config": config}
+    settings = {"dataset": "asqa", "model.model": model, "model.max_model_len": 6144, "index": "wiki-bm25",
+                "answer_style": "quoted", "limit": n_questions, "toc.max_depth": 3, "toc.max_nodes": 10,
+                "toc.max_expansions": 15}
+    write_run(run_dir, settings, summary, **tables)
+    return {"tables": tables, "summary": summary, "config": Run.open(run_dir).settings}
 
 
 # ------------------------------------------------------------------ a small DOM for assertions
@@ -454,16 +445,24 @@ def test_node_passages_come_from_hits_and_passages(one_run):
     assert n_lists == hits.select("qid", "node_id", "wave").unique().height
 
 
+def _status_class(el: Node) -> str:
+    return next(c[3:] for c in el.classes if c.startswith("st-"))
+
+
+def _answer_spans(dom: Node) -> list[Node]:
+    """The quoted-span elements inside the answers, in document order."""
+    return [n for p in dom.iter() if "answer" in p.classes for n in p.iter() if "qspan" in n.classes]
+
+
 def _check_span_links(dom: Node, spans: pl.DataFrame, passages_df: pl.DataFrame) -> tuple[set, set]:
     """Every linked answer span resolves to its offsets highlighted in source k; returns the statuses
     of linked and unlinked spans."""
     ids = by_id(dom)
     fields = {r["passage_id"]: r for r in passages_df.iter_rows(named=True)}
-    in_answers = [n for p in dom.iter() if "answer" in p.classes for n in p.iter() if "qspan" in n.classes]
     linked, unlinked = set(), set()
-    for a in in_answers:
+    for a in _answer_spans(dom):
         q = next(x for x in a.ancestors() if "question" in x.classes).attrs["data-qid"]
-        status = next(c[3:] for c in a.classes if c.startswith("st-"))
+        status = _status_class(a)
         assert ("nonverbatim" in a.classes) == (status != "verbatim")
         if status != "verbatim":
             assert "⚠" in a.text() and report.SPAN_LABELS[status] in a.text()
@@ -492,8 +491,7 @@ def test_span_links_resolve_to_highlighted_passage_offsets(one_run):
     _, written, text = one_run
     dom = parse(text)
     spans = written["tables"]["spans"]
-    in_answers = [n for p in dom.iter() if "answer" in p.classes for n in p.iter() if "qspan" in n.classes]
-    assert len(in_answers) == spans.height  # with answer_raw every marker the model wrote is shown
+    assert len(_answer_spans(dom)) == spans.height  # with answer_raw every marker the model wrote is shown
     linked, unlinked = _check_span_links(dom, spans, written["tables"]["passages"])
     assert linked == {"verbatim", "repaired"}
     assert unlinked == {"bad_source", "unmarked", "empty"}
@@ -511,10 +509,6 @@ def _answer_pieces(p: Node) -> list:
         else:
             out.append(c if isinstance(c, str) else c.text())
     return out
-
-
-def _status_class(el: Node) -> str:
-    return next(c[3:] for c in el.classes if c.startswith("st-"))
 
 
 def test_markers_sit_where_marker_start_end_say(one_run):
@@ -803,8 +797,7 @@ def test_report_of_a_pipeline_run_directory(tmp_path):
         if n.tag == "details" and "node" in n.classes
     }
     assert shown == {(r["qid"], r["node_id"], r["status"]) for r in loaded.nodes.iter_rows(named=True)}
-    in_answers = [n for p in dom.iter() if "answer" in p.classes for n in p.iter() if "qspan" in n.classes]
-    assert len(in_answers) == loaded.spans.height > 0
+    assert len(_answer_spans(dom)) == loaded.spans.height > 0
     _check_span_links(dom, loaded.spans, loaded.passages)
     passages_shown = [n for n in dom.iter() if n.tag == "li" and "passage" in n.classes]
     assert len(passages_shown) >= loaded.nodes.height  # every node got its retrieved passages

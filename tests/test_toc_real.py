@@ -19,11 +19,9 @@ from clarify.batch import config
 from clarify.batch.pipeline import load_questions, nodes_table, open_resources, run
 from clarify.batch.scheduler import drive
 from clarify.batch.tree import Tree
+from tests.run_fixtures import SMALL, same_tables, small_toml
 
 pytestmark = pytest.mark.integration
-
-SMALL = {"toc.max_expansions": 3, "toc.clarify_max_tokens": 96, "toc.answer_max_tokens": 96,
-         "toc.n_demos": 3}
 
 
 def test_real_schedulers_build_identical_tables_from_one_cache(tmp_path, default_local_index, llm_engine):
@@ -86,7 +84,7 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path, default_inde
     # every expansion a new request (toc.restart_resample): with the default, a small model's fruitless
     # root is re-expanded from the cache, and the kill below waits for a commit that follows engine work
     flags = ["--dataset", "asqa", "--limit", "3", "--answer-style", "free", "--index", str(default_index),
-             "--config", str(_small_toml(tmp_path, "restart_resample = true\n")), "--no-progress",
+             "--config", str(small_toml(tmp_path / "small.toml", toc="restart_resample = true\n")), "--no-progress",
              "--part-trees", "1"]
     killed = tmp_path / "killed"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -121,23 +119,12 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path, default_inde
     subprocess.run(["cp", "-r", str(killed / "cache"), str(clean / "cache")], check=True)
     subprocess.run(_cli("run", *flags, "--scheduler", "waves", "--out", str(clean)), env=env, check=True,
                    capture_output=True)
-    for name in ("nodes", "hits", "answers", "spans", "passages", "scores"):
-        a, b = pl.read_parquet(killed / f"{name}.parquet"), pl.read_parquet(clean / f"{name}.parquet")
-        assert a.equals(b), name
-    a = calls.drop("cached")
-    b = pl.read_parquet(clean / "llm_calls.parquet").drop("cached")
-    assert a.equals(b)
+    same_tables(killed, clean)
     # no call recorded twice (two nodes may send one identical request, e.g. same-answer verifications)
-    assert a.select("qid", "node_id", "step", "wave").n_unique() == a.height
+    assert calls.select("qid", "node_id", "step", "wave").n_unique() == calls.height
     clean_summary = json.loads((clean / "summary.json").read_text())
-    assert clean_summary["cached_calls"] == b.height
+    assert clean_summary["cached_calls"] == pl.read_parquet(clean / "llm_calls.parquet").height
     assert clean_summary["wall_s_total"] == pytest.approx(clean_summary["wall_s_last_session"], abs=0.02)
-
-
-def _small_toml(tmp_path: Path, extra: str = "") -> Path:
-    p = tmp_path / "small.toml"
-    p.write_text("[toc]\n" + "".join(f"{k.split('.')[1]} = {v}\n" for k, v in SMALL.items()) + extra)
-    return p
 
 
 def test_quoted_asqa_and_quotesum_runs_make_spans(tmp_path, default_local_index, llm_engine):
