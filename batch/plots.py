@@ -13,11 +13,11 @@ from pathlib import Path
 
 import polars as pl
 
+from clarify import schemas
 from clarify.errors import InputError
 from clarify.files import write_atomic
 
-# Node statuses that count as a valid disambiguation (batch/tree.py: a valid node stays valid once expanded).
-VALID_STATUSES = ("valid",)
+VALID_STATUSES = schemas.KEPT_STATUSES  # nodes counted as disambiguations
 STEP_ORDER = ("clarify", "verify", "answer")
 
 
