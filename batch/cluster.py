@@ -379,7 +379,7 @@ def run_chunks(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, finished: se
             _loop(rd, pool, todo, outcome, display, run_s, stop_after_parts, on_part)
             if not outcome.stopped:
                 for st in pool.finish():
-                    outcome.stats.steps += st.steps
+                    outcome.stats.step_calls += st.step_calls
                     for k, v in st.seconds.items():
                         outcome.stats.seconds[k] = outcome.stats.seconds.get(k, 0.0) + v
                 graceful = True

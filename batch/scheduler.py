@@ -57,7 +57,12 @@ class SchedStats:
     seconds: dict[str, float] = field(default_factory=lambda: {"retrieval": 0.0, "generate": 0.0, "embed": 0.0})
     tokens: int = 0  # prompt + output tokens the engine computed (cache hits excluded)
     generate_calls: int = 0  # batch `generate` calls (sequential, waves)
-    steps: int = 0  # step-loop calls (continuous)
+    # `step()` calls on the engine the driver holds (continuous). Not the model's steps: in front of the
+    # model is the completion cache (local_llm/cache.py CachedEngine), whose `step()` answers in-run
+    # repeats of a byte-identical request without stepping the model when nothing else is in flight.
+    # The model's own steps are EngineStats.steps (`engine_steps` in a run's summary): 0 < engine steps
+    # <= step_calls <= engine steps + cache hits.
+    step_calls: int = 0
     trees: int = 0
 
 
@@ -291,7 +296,7 @@ class _StepLoop:
             t0 = time.perf_counter()
             finished = self.engine.step()
             self.stats.seconds["generate"] += time.perf_counter() - t0
-            self.stats.steps += 1
+            self.stats.step_calls += 1
             back: list[_Slot] = []
             for rid, comp in finished:
                 s, j = self.waiting.pop(rid)

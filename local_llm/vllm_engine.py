@@ -307,6 +307,12 @@ class VLLMEngine:
             self._live.clear()
             self.cores.__exit__(None, None, None)
 
+    def reset_prefix_cache(self) -> None:
+        """Drop vLLM's prefix cache (nothing may be in flight): the next prompts are computed afresh."""
+        if self._live:
+            raise RuntimeError("reset_prefix_cache() while step-loop requests are in flight")
+        self._llm.reset_prefix_cache()
+
     def capacity(self) -> int:
         """Requests the engine runs at once: the scheduler's max_num_seqs, bounded by the KV cache's
         tokens over CAPACITY_TOKENS (a ToC prompt with five demos and five passages plus its output)."""

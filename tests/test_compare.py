@@ -48,6 +48,7 @@ def test_compare_two_models_real_runs(tmp_path, llm_model_dir, default_index):
     retrieval for identical queries shared."""
     from clarify.batch import config
     from clarify.batch.compare import compare
+    from clarify.batch.tree import ROOT
 
     twin = tmp_path / "twin-model"
     twin.mkdir()
@@ -76,8 +77,11 @@ def test_compare_two_models_real_runs(tmp_path, llm_model_dir, default_index):
     # are the same passages, rank for rank
     per_rank = cached.group_by("query", "k", "rank").agg(pl.col("passage_id").n_unique())
     assert (per_rank["passage_id"] == 1).all()
-    hits = [set(pl.read_parquet(r / "hits.parquet")["query"]) for r in runs]
-    assert hits[0] & hits[1] and (hits[0] | hits[1]) <= set(cached["query"])
+    # only the root question goes through the searcher (retrieval.node_passages = "pool": every node
+    # reranks its tree's pool, batch/program.py node_passages); which children get expanded, and so
+    # which other queries appear in hits, depends on what this CPU's bf16 kernels made the model write
+    roots = [set(pl.read_parquet(r / "hits.parquet").filter(pl.col("node_id") == ROOT)["query"]) for r in runs]
+    assert len(roots[0]) == 2 and roots[0] == roots[1] == set(cached["query"])
 
 
 def test_parallel_runs_get_disjoint_devices(monkeypatch):

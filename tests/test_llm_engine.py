@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 
 import pytest
@@ -45,26 +46,35 @@ def test_one_call_for_a_batch_gives_nonempty_texts_and_token_counts(llm_engine):
     assert llm_engine.stats.calls == calls + 1
     assert len(out) == len(QUESTIONS)
     for c in out:
-        assert c.text.strip()
         assert c.finish_reason in {"stop", "length"}
         assert 0 < c.output_tokens <= 24
         assert c.prompt_tokens > 5  # the chat template adds its own tokens around the question
-    # answers belong to their questions (order kept): the capital-letter names the model knows
-    assert "Austen" in out[0].text or "Jane" in out[0].text
+    # a sampled text may be empty on some CPU (an immediate end of turn): not on all of them at once
+    assert any(c.text.strip() for c in out)
+    # completions come back in the order of their prompts: the prompts' lengths tell, on every CPU (what
+    # the model writes differs between CPUs' bf16 kernels), in both orders
+    lengths = [llm_engine.count_tokens(q) for q in QUESTIONS]
+    assert len(set(lengths)) > 2 and [c.prompt_tokens for c in out] == lengths
+    back = llm_engine.generate(QUESTIONS[::-1], [GenParams(max_tokens=1)] * len(QUESTIONS))
+    assert [c.prompt_tokens for c in back] == lengths[::-1]
 
 
 def test_same_seed_gives_same_text_and_n_samples(llm_engine):
     """Same seeded batch twice -> same texts, in any dtype. (bfloat16 results may depend on the batch's
     composition, so other batch orders are compared only in float32: the next test.)"""
     params = [GenParams(temperature=0.7, seed=1000 + i, max_tokens=32) for i in range(len(QUESTIONS))]
+    # the same computation both times: prompts computed afresh, not one of them from vLLM's prefix cache
+    # (an earlier test may have left these prefixes there; another attention path may round otherwise)
+    llm_engine.reset_prefix_cache()
     a = llm_engine.generate(QUESTIONS, params)
+    llm_engine.reset_prefix_cache()
     b = llm_engine.generate(QUESTIONS, params)
     assert [c.text for c in a] == [c.text for c in b]
     # different seeds sample different continuations on at least one of the prompts
     c = llm_engine.generate(QUESTIONS, [GenParams(temperature=0.7, seed=2000 + i, max_tokens=32) for i in range(6)])
     assert [x.text for x in a] != [x.text for x in c]
     many = llm_engine.generate(QUESTIONS[:1], [GenParams(temperature=1.0, seed=5, n=3, max_tokens=16)])[0]
-    assert len(many.texts) == 3 and all(t.strip() for t in many.texts)
+    assert len(many.texts) == 3 and any(t.strip() for t in many.texts)
 
 
 def test_float32_results_do_not_depend_on_batch_composition(llm_model_dir):
@@ -133,17 +143,27 @@ def test_cached_real_engine_second_run_makes_zero_calls(llm_engine, tmp_path):
     assert [(c.prompt_tokens, c.output_tokens) for c in second] == [(c.prompt_tokens, c.output_tokens) for c in first]
     assert all(c.cached for c in second) and not any(c.cached for c in first)
 
-    # a corrupted entry is detected and recomputed by the real model, with the same seeded text
+    # a corrupted entry is detected and recomputed by the real model, alone (only the miss goes to the
+    # engine). Its text is not compared with the first one: in bfloat16 a prompt computed alone may
+    # differ from the same prompt in a batch (test_float32_results_do_not_depend_on_batch_composition)
     key = request_key(llm_engine.model_id, QUESTIONS[2], params[2])
     db = sqlite3.connect(again.path)
     db.execute("UPDATE completions SET payload = substr(payload, 1, 7) WHERE key = ?", (key,))
     db.commit()
     db.close()
+    prompts = llm_engine.stats.prompts
     third = again.generate(QUESTIONS, params)
     assert again.stats.corrupt == 1 and again.stats.engine_calls == 1
-    assert llm_engine.stats.calls == before + 2
-    assert not third[2].cached and third[2].text == first[2].text
-    assert [c.text for c in third] == [c.text for c in first]
+    assert llm_engine.stats.calls == before + 2 and llm_engine.stats.prompts == prompts + 1
+    assert not third[2].cached and third[2].output_tokens > 0
+    assert [c.text for i, c in enumerate(third) if i != 2] == [c.text for i, c in enumerate(first) if i != 2]
+    assert all(c.cached for i, c in enumerate(third) if i != 2)
+    again.close()
+    # the recomputed completion replaced the damaged row
+    fourth = CachedEngine(llm_engine, tmp_path / "cache")
+    assert fourth.generate(QUESTIONS, params)[2] == dataclasses.replace(third[2], cached=True)
+    assert fourth.stats.corrupt == 0 and fourth.stats.engine_calls == 0
+    fourth.close()
 
 
 def test_get_engine_shares_one_instance(llm_engine):

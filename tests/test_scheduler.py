@@ -38,7 +38,7 @@ def test_continuous_has_no_barrier_and_equals_the_loop():
     # and one tree's final answer went in while other trees were still being expanded
     assert any(any("Answer:" in p and not _step("clarify", p) and not _step("verify", p) for _, p in step)
                and any(_step("clarify", p) for _, p in step) for step in engine.in_flight)
-    assert cont.stats.steps == engine.steps and cont.stats.generate_calls == 0
+    assert cont.stats.step_calls == engine.steps and cont.stats.generate_calls == 0
 
 
 def test_admission_is_bounded_by_the_engine_capacity():
@@ -74,6 +74,26 @@ def test_cache_answers_a_request_returned_but_not_yet_committed(tmp_path):
     assert rid == "b" and comp.cached and comp.text == "hello world" and inner.calls == 1
     cache.close()
     assert len(CachedEngine(inner, tmp_path / "c")) == 1
+
+
+def test_step_calls_answered_by_the_cache_are_not_model_steps(tmp_path):
+    """In-run repeats of a byte-identical request (every child pruned, so the root is re-expanded with
+    the same prompt and seed: run_toc.py's restart, toc.restart_resample off) come back from the
+    completion cache. When nothing else is in flight, such a `step()` call steps no model: the driver's
+    step calls may exceed the model's steps, by at most the cache hits. The real-engine run on Intel
+    AMX-BF16 hit exactly this (tests/test_toc_real.py); here the repeats are certain on every CPU."""
+    inner = ScriptedStepEngine("scripted", make_responder(verdict="False"))
+    cache = CachedEngine(inner, tmp_path / "c")
+    trees = _trees()[:1]
+    cont = drive("continuous", trees, _resources(cache), _cfg(max_expansions=3))
+    calls = pl.DataFrame(cont.llm_calls)
+    repeats = calls.filter(pl.col("cached"))
+    assert repeats.height > 0 and (repeats["step"] == "clarify").any()
+    assert cache.stats.hits == repeats.height
+    # every model step was driven by one step call; the extra calls each returned at least one repeat
+    assert 0 < inner.steps < cont.stats.step_calls <= inner.steps + cache.stats.hits
+    assert cont.stats.generate_calls == 0
+    cache.close()
 
 
 def test_a_stopped_run_leaves_nothing_in_the_engine(tmp_path):

@@ -30,7 +30,7 @@ def test_real_schedulers_build_identical_tables_from_one_cache(tmp_path, default
     cfg = config.load(None, {"limit": 3, "answer_style": "free", **SMALL})
     questions, _ = load_questions(cfg)
     stats = llm_engine.stats
-    steps, prompts, running = stats.steps, stats.prompts, len(stats.running)
+    steps, prompts, running, gen_calls = stats.steps, stats.prompts, len(stats.running), stats.calls
 
     def trees():
         return [Tree.new(q, text) for q, text in zip(questions["qid"], questions["question"])]
@@ -44,14 +44,21 @@ def test_real_schedulers_build_identical_tables_from_one_cache(tmp_path, default
     cont = drive("continuous", cont_trees, res, cfg)
     res.engine.flush()
     calls = pl.DataFrame(cont.llm_calls)
-    # through the step loop, requests of several trees and steps ran together
-    assert cont.stats.steps > 0 and stats.steps - steps >= cont.stats.steps and cont.stats.generate_calls == 0
+    # Every request went through vLLM's step loop, none through `generate`; requests of several trees and
+    # steps ran together. A byte-identical request (a re-expansion after a restart with nothing exhausted
+    # since, siblings' identical verifications) is computed once: the cache answers the repeats (dsp's
+    # cache, officially). Whether a fresh run repeats one depends on the CPU's bf16 kernels (Intel AMX
+    # runs did, AMD AVX512 ones did not), so the counts are bounded, not pinned: each model step was
+    # driven by one of the driver's step calls, and a call that stepped no model returned a repeat.
+    model_steps, cached = stats.steps - steps, calls["cached"].sum()
+    assert stats.calls == gen_calls and cont.stats.generate_calls == 0
+    assert 0 < model_steps <= cont.stats.step_calls <= model_steps + cached
     assert max(stats.running[running:]) > 1
-    # a byte-identical request (a re-expansion after a restart with nothing exhausted since, siblings'
-    # identical verifications) is computed once: the cache answers the repeats (dsp's cache, officially)
     assert stats.prompts - prompts == calls.filter(~pl.col("cached"))["call_id"].n_unique()
-    assert (calls.filter(pl.col("step") == "clarify")["completion"].str.len_chars() > 0).all()
-    assert len(cont.answers) == 3 and all(a["answer"] for a in cont.answers)
+    # what the model wrote differs between CPUs (it may end its turn at once): every computed call made
+    # tokens, and each tree has its answer row
+    assert (calls.filter(~pl.col("cached"))["output_tokens"] > 0).all()
+    assert sorted(a["qid"] for a in cont.answers) == sorted(questions["qid"])
 
     for name in ("waves", "sequential"):
         before = stats.prompts
@@ -89,15 +96,20 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path, default_inde
     killed = tmp_path / "killed"
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     # The run kills itself at an exact state (clarify/faults.py): one tree written as part 1, right after the
-    # next group of completions reached the cache, the other trees in flight. No timing race.
+    # next group of completions reached the cache, a tree still in flight. No timing race. Whether part 2
+    # is written by then depends on what the model wrote (CPU-dependent): when two trees return their
+    # last completion in one engine step, part 1's commit holds both and part 2 follows with nothing
+    # new to commit.
     kill_env = dict(env, CLARIFY_KILL_AT="cache-commit after part-done:1")
     proc = subprocess.run(_cli("run", *flags, "--out", str(killed)), env=kill_env, capture_output=True,
                           timeout=900)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
-    assert (killed / "parts" / "0001").exists() and not (killed / "parts" / "0002").exists()
+    parts = sorted((killed / "parts").iterdir())
+    assert parts[0].name == "0001" and len(parts) < 3
     assert not (killed / "summary.json").exists()
     part_mtime = (killed / "parts" / "0001").stat().st_mtime_ns
     committed = _cache_keys(killed / "cache")
+    written = set(pl.concat([pl.read_parquet(p / "llm_calls.parquet") for p in parts])["qid"])
 
     subprocess.run(_cli("run", *flags, "--out", str(killed)), env=env, check=True, capture_output=True)
     summary = json.loads((killed / "summary.json").read_text())
@@ -105,12 +117,11 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path, default_inde
     assert summary["parts"] == 3
     # the unfinished trees replayed from the cache: no completion committed before the kill was computed again
     calls = pl.read_parquet(killed / "llm_calls.parquet")
-    first = set(pl.read_parquet(killed / "parts" / "0001" / "llm_calls.parquet")["qid"])
-    replayed = calls.filter(~pl.col("qid").is_in(list(first)))
+    replayed = calls.filter(~pl.col("qid").is_in(list(written)))
     assert not set(replayed.filter(~pl.col("cached"))["call_id"]) & committed
     assert replayed["cached"].any()
-    # total wall time = the killed session up to its part + the whole resumed session
-    first_s = json.loads((killed / "parts" / "0001" / "state.json").read_text())["run_s"]
+    # total wall time = the killed session up to its last part + the whole resumed session
+    first_s = json.loads((parts[-1] / "state.json").read_text())["run_s"]
     assert first_s > 0
     assert summary["wall_s_total"] == pytest.approx(first_s + summary["wall_s_last_session"], abs=0.02)
 
