@@ -12,6 +12,9 @@ Points: `cache-commit` (local_llm/cache.py), `freeze` (inputs.json written, conf
 `final-tables` (final tables written, summary.json not yet), `restart-cleared` (`--restart` moved the
 parts away, the tables not yet removed). tests/test_faults.py kills a run at each of them.
 
+`CLARIFY_KILL_SIGNAL` names another signal to send instead (SIGINT, SIGTERM, SIGHUP: a stop at an exact
+state, stops.py); it is sent once.
+
 A verdict never depends on machine speed. Unset (always, outside tests), `point` costs one dict lookup.
 """
 
@@ -21,15 +24,18 @@ import os
 import signal
 
 ENV = "CLARIFY_KILL_AT"
+SIGNAL_ENV = "CLARIFY_KILL_SIGNAL"
 _passed: set[str] = set()
 
 
 def point(name: str) -> None:
-    """Record that `name` was reached; SIGKILL this process if it is the armed point."""
+    """Record that `name` was reached; signal this process (SIGKILL unless CLARIFY_KILL_SIGNAL says
+    otherwise) if it is the armed point."""
     spec = os.environ.get(ENV)
-    if not spec:
+    if not spec or "fired" in _passed:
         return
     _passed.add(name)
     target, _, after = (s.strip() for s in spec.partition(" after "))
     if name == target and (not after or after in _passed):
-        os.kill(os.getpid(), signal.SIGKILL)
+        _passed.add("fired")
+        os.kill(os.getpid(), signal.Signals[os.environ.get(SIGNAL_ENV, "SIGKILL")])

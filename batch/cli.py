@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import shlex
 import shutil
 import sys
 from pathlib import Path
 
+from clarify import console, stops
 from clarify.errors import InputError
+from clarify.stops import Stopped
 
 # (module, function) pairs; each function takes the subparsers object and adds its commands.
 # Heavy imports happen only when a subcommand runs, so `clarify --help` is instant.
@@ -120,15 +123,36 @@ def _unmake(log_dir: Path) -> None:
         pass  # the logs stay where they are; never mask the command's own outcome
 
 
+# Commands that a second call with the same arguments resumes (a run directory keeps what was done).
+RESUMABLE = {"run", "demo", "compare"}
+
+
+def _stopped(args: argparse.Namespace, argv: list[str] | None, exc: Stopped) -> int:
+    """One line for a command stopped by a signal: what stopped it, how far it got, how to go on; the
+    exit status a shell gives a process killed by that signal (stops.py)."""
+    words = " ".join(filter(None, (args.command, getattr(args, "index_command", None))))
+    line = f"clarify {words}: stopped by {exc.name}" + (f": {exc.done}" if exc.done else "")
+    again = "clarify " + shlex.join(sys.argv[1:] if argv is None else argv)
+    line += f"; resume with: {again}" if args.command in RESUMABLE else f"; nothing kept, run again: {again}"
+    print(line, file=sys.stderr, flush=True)
+    return exc.exit_code
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    with stops.handled():
+        try:
+            return _main(args)
+        except Stopped as exc:
+            return _stopped(args, argv, exc)
+
+
+def _main(args: argparse.Namespace) -> int:
     log_dir = _log_dir(args)
     try:
         if log_dir is None:
             return int(args.func(args) or 0)
-        from clarify import console
-
         name = "-".join(filter(None, (args.command, getattr(args, "index_command", None),
                                       getattr(args, "models_command", None))))
         made = not log_dir.parent.exists()  # a new run directory, made here only to hold the log

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import polars as pl
 
-from clarify import console, faults
+from clarify import console, faults, stops
 from clarify.batch.config import ClusterConfig, RunConfig, from_dict
 from clarify.batch.rundir import RunDir
 from clarify.batch.scheduler import SchedStats
@@ -232,6 +232,7 @@ def _start_ray(c: ClusterConfig) -> bool:
     try:
         with _fatal_signal_handlers_kept():
             ray.init(**kw)
+        stops.reclaim()  # ray.init makes SIGTERM a bare sys.exit (ray/_private/worker.py `init`)
     except (ConnectionError, RuntimeError) as exc:
         if not c.ray_address:
             raise

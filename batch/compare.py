@@ -18,6 +18,7 @@ from pathlib import Path
 
 import polars as pl
 
+from clarify import stops
 from clarify.batch.config import RunConfig
 from clarify.batch.rundir import Run
 from clarify.errors import InputError
@@ -85,7 +86,8 @@ def _launch(models: list[str], cfg: RunConfig, out: Path, parallel: bool, verbos
             t0 = time.time()
             # the child's terminal is ours: sys.stdout/sys.stderr, which a quiet session (console.session)
             # keeps on the terminal while descriptors 1 and 2 go to the log
-            proc = subprocess.run(cmd, stdout=_fd_stream(sys.stdout), stderr=_fd_stream(sys.stderr))
+            proc = _start(cmd, stdout=_fd_stream(sys.stdout), stderr=_fd_stream(sys.stderr))
+            _wait({model: proc})
             _check(model, proc.returncode, out, "see its output above")
             times[model] = {"started": t0, "finished": time.time(), "devices": None}
         return times
@@ -96,19 +98,48 @@ def _launch(models: list[str], cfg: RunConfig, out: Path, parallel: bool, verbos
         where = ", ".join(f"{k}={v}" for k, v in env.items()) or "placed by Ray"
         print(f"== {model} ({where}): {' '.join(cmd[3:])}  [output: {log}]", flush=True)
         with open(log, "w", encoding="utf-8") as fh:  # the child keeps its own descriptor
-            procs[model] = (subprocess.Popen([*cmd, "--no-progress"], stdout=fh, stderr=subprocess.STDOUT,
-                                             env={**os.environ, **env}), time.time(), where)
-    running = dict(procs)
-    while running:  # each run's finish time as it finishes, whichever order they finish in
-        for model, (proc, t0, where) in list(running.items()):
-            if proc.poll() is not None:
-                del running[model]
-                times[model] = {"started": t0, "finished": time.time(), "devices": where}
-                print(f"== {model}: finished (exit {proc.returncode}) after {time.time() - t0:.0f} s", flush=True)
-        time.sleep(0.5)
+            procs[model] = (_start([*cmd, "--no-progress"], stdout=fh, stderr=subprocess.STDOUT,
+                                   env={**os.environ, **env}), time.time(), where)
+
+    def finished(model: str, proc: subprocess.Popen) -> None:  # each run's finish time as it finishes
+        t0, where = procs[model][1:]
+        times[model] = {"started": t0, "finished": time.time(), "devices": where}
+        print(f"== {model}: finished (exit {proc.returncode}) after {time.time() - t0:.0f} s", flush=True)
+
+    _wait({model: proc for model, (proc, _, _) in procs.items()}, finished)
     for model, (proc, _, _) in procs.items():
         _check(model, proc.returncode, out, f"see {out / (_slug(model) + '.log')}")
     return times
+
+
+def _start(cmd: list[str], **kwargs) -> subprocess.Popen:
+    """A model's run in a session of its own: a Ctrl-C on the terminal reaches this process only, which
+    passes it on once (_wait); the run would take a second one as "stop at once" (stops.py)."""
+    return subprocess.Popen(cmd, start_new_session=True, **kwargs)
+
+
+def _wait(procs: dict[str, subprocess.Popen], on_finished=None) -> None:
+    """Wait for every run, calling `on_finished(model, proc)` as each ends. Stopped by a signal: the
+    same signal goes to each run still going, which writes its finished trees and commits its cache
+    (stops.py), and the stop is raised once they have all ended, saying how each ended."""
+    running = dict(procs)
+    try:
+        while running:
+            for model, proc in list(running.items()):
+                if proc.poll() is not None:
+                    del running[model]
+                    if on_finished:
+                        on_finished(model, proc)
+            time.sleep(0.2)
+    except stops.Stopped as exc:
+        for proc in running.values():
+            proc.send_signal(exc.signum)
+        for proc in running.values():
+            proc.wait()
+        exc.done = "; ".join(f"{model}: " + (f"stopped (exit {proc.returncode})" if model in running
+                                             else f"finished (exit {proc.returncode})")
+                             for model, proc in procs.items())
+        raise
 
 
 def _check(model: str, rc: int, out: Path, where: str) -> None:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
 
-from clarify import console, faults, schemas
+from clarify import console, faults, schemas, stops
 from clarify.batch import cluster
 from clarify.batch.config import PART_TREES, RESULT_FREE, TOKENS_PER_QUESTION, RunConfig
 from clarify.batch.program import Resources, TreeRows
@@ -221,6 +222,15 @@ class _Parts:
         self.rows: list[TreeRows] = []
         self.last = time.monotonic()
         self.written = len(rd.part_dirs())
+        self.trees_written = 0  # this session's
+
+    def salvage(self) -> None:
+        """Write the finished trees whatever stopped the run (a signal, an error); a failure to write them is
+        logged, never raised over the error that stopped the run."""
+        try:
+            self.flush()
+        except Exception:
+            logging.getLogger("clarify").exception("could not write the finished trees as a part")
 
     def add(self, tree: Tree, rows: TreeRows) -> bool:
         """Keep a finished tree; True when a part was written."""
@@ -235,10 +245,12 @@ class _Parts:
             return False
         # the completion cache first: a part never holds a completion the cache could lose, so a run killed
         # after any part redoes no call made before it
-        self.commit()
-        n = self.rd.write_part(_tables(self.rows), self.trees, run_s=self.run_s(), engine=self.engine())
-        faults.point(f"part-done:{n}")
+        with stops.deferred():  # a stop signal waits for the part
+            self.commit()
+            n = self.rd.write_part(_tables(self.rows), self.trees, run_s=self.run_s(), engine=self.engine())
+        self.trees_written += len(self.trees)
         self.trees, self.rows, self.last, self.written = [], [], time.monotonic(), n
+        faults.point(f"part-done:{n}")
         return True
 
 
@@ -264,6 +276,9 @@ def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index
             outcome = cluster.run_chunks(rd, cfg, questions, set(finished), index_path=str(path) if path else "",
                                          search_cache=search_cache, display=display, run_s=run_s,
                                          stop_after_parts=stop_after_parts, on_part=on_part)
+        except stops.Stopped as exc:
+            exc.done = _how_far(rd, questions.height)
+            raise
         finally:
             display.close()
         if outcome.stopped:
@@ -308,6 +323,11 @@ def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index
             parts.flush()
         except _Stop:
             return {"stopped_after_parts": stop_after_parts}
+        except BaseException as exc:  # the driver cancelled what was in flight; the finished trees stay
+            parts.salvage()
+            if isinstance(exc, stops.Stopped):
+                exc.done = _written(len(finished) + parts.trees_written, len(trees), parts.written)
+            raise
         finally:
             display.close()
             res.engine.on_progress = None
@@ -318,6 +338,19 @@ def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index
         return summary
     finally:
         res.engine.close()
+
+
+def _how_far(rd: RunDir, total: int) -> str:
+    """How many trees a stopped run has written, in words."""
+    try:
+        state = rd.load_state()
+    except (InputError, OSError):
+        return "its parts could not be read"
+    return _written(len(state.trees) if state else 0, total, len(rd.part_dirs()))
+
+
+def _written(trees: int, total: int, parts: int) -> str:
+    return f"{trees} of {total} trees written ({parts} part{'' if parts == 1 else 's'})"
 
 
 def engine_usage_start(engine) -> dict:

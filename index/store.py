@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from clarify import console
+from clarify import console, stops
 from clarify.errors import InputError, need_file
 from clarify.files import data_dir, home, write_json
 from clarify.files import sha256 as sha256_file
@@ -168,6 +168,8 @@ def build_index(corpus, out, *, options: BuildOptions | None = None, force: bool
     out = Path(out).expanduser()
     corpus_entries = _corpus_entries(files)
     with _lock(out):
+        for stale in out.parent.glob(f".{out.name}.building-*"):  # we hold the lock: leftovers of killed builds
+            shutil.rmtree(stale, ignore_errors=True)
         if out.exists():
             if not out.is_dir():
                 raise InputError("index output path exists and is not a directory", path=str(out))
@@ -185,8 +187,6 @@ def build_index(corpus, out, *, options: BuildOptions | None = None, force: bool
                     raise InputError("index was built from a different corpus or with other settings: "
                                      + "; ".join(diffs) + " (rebuild with --force / force=True)", path=str(out))
                 _log(f"rebuilding {out}: " + "; ".join(diffs))
-        for stale in out.parent.glob(f".{out.name}.building-*"):  # we hold the lock: leftovers of killed builds
-            shutil.rmtree(stale, ignore_errors=True)
         tmp = out.parent / f".{out.name}.building-{os.getpid()}"
         tmp.mkdir(parents=True)
         _log(f"building {out} from {', '.join(f.name for f in files)}")
@@ -195,10 +195,11 @@ def build_index(corpus, out, *, options: BuildOptions | None = None, force: bool
             manifest["path_built"] = str(out.resolve())
             write_json(manifest, tmp / MANIFEST, sort_keys=False)
             old = None
-            if out.exists():
-                old = out.parent / f".{out.name}.old-{os.getpid()}"
-                os.replace(out, old)
-            os.replace(tmp, out)
+            with stops.deferred():  # a stop signal never falls between the two renames (no index at all)
+                if out.exists():
+                    old = out.parent / f".{out.name}.old-{os.getpid()}"
+                    os.replace(out, old)
+                os.replace(tmp, out)
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
         finally:

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from clarify import faults
+from clarify import faults, stops
 from clarify.errors import InputError
 from clarify.local_llm.engine import Completion, Engine, GenParams, Request, as_step_engine, request_key
 
@@ -311,8 +311,9 @@ class CachedEngine:
 
     def _flush_locked(self) -> None:
         if self._unsaved:
-            rows, self._unsaved = self._unsaved, []
-            self._store(rows)
+            with stops.deferred():  # a stop signal waits for the commit
+                self._store(self._unsaved)
+                self._unsaved = []
             self.stats.commits += 1
             faults.point("cache-commit")
         self._last_commit = time.monotonic()

@@ -36,7 +36,7 @@ from typing import Any
 
 from tqdm import std as tqdm_std
 
-from clarify import console
+from clarify import console, stops
 from clarify.local_llm.engine import Completion, GenParams, Request
 from clarify.local_llm.hardware import (
     CoreLock,
@@ -284,7 +284,8 @@ class VLLMEngine:
             return []
         running = self._llm.llm_engine.get_num_unfinished_requests()
         t0 = time.perf_counter()
-        outputs = self._llm.llm_engine.step()
+        with stops.deferred():  # a stop signal waits for the step's end: vLLM's state stays whole
+            outputs = self._llm.llm_engine.step()
         elapsed = time.perf_counter() - t0
         done = [(out.request_id, _completion(out)) for out in outputs if out.finished]
         self._live.difference_update(rid for rid, _ in done)

@@ -129,10 +129,12 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "clarify.batch.cli", *args]
 
 
-def test_sigkilled_driver_resumes_from_written_chunks(two_workers, tmp_path, default_index):
-    """`clarify run --workers 2` SIGKILLs itself right after writing part 1 (clarify/faults.py); the
-    same command with --workers 1 finishes it: part 1 untouched, only the missing chunks run, and the
-    tables equal the uninterrupted 2-worker run's (its caches seeded here, so this costs no engine work)."""
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGINT"])
+def test_killed_or_stopped_driver_resumes_from_written_chunks(two_workers, tmp_path, default_index, sig):
+    """`clarify run --workers 2` SIGKILLs itself (or gets a Ctrl-C: one line, exit 130, no traceback, the
+    workers stopped: issue 34) right after writing part 1 (clarify/faults.py); the same command with
+    --workers 1 finishes it: part 1 untouched, only the missing chunks run, and the tables equal the
+    uninterrupted 2-worker run's (its caches seeded here, so this costs no engine work)."""
     done, _ = two_workers
     out = tmp_path / "resumed"
     out.mkdir()
@@ -141,9 +143,16 @@ def test_sigkilled_driver_resumes_from_written_chunks(two_workers, tmp_path, def
     flags = ["--dataset", "asqa", "--limit", "6", "--index", str(default_index), "--config", str(toml),
              "--no-progress", "--chunk-questions", "2", "--out", str(out)]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.run(_cli("run", *flags, "--workers", "2"), env=dict(env, CLARIFY_KILL_AT="part-done:1"),
-                          capture_output=True, timeout=900)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-3000:]
+    proc = subprocess.run(_cli("run", *flags, "--workers", "2"), capture_output=True, timeout=900,
+                          env=dict(env, CLARIFY_KILL_AT="part-done:1", CLARIFY_KILL_SIGNAL=sig))
+    if sig == "SIGKILL":
+        assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-3000:]
+    else:
+        assert proc.returncode == 130, proc.stderr.decode()[-3000:]
+        said = proc.stderr.decode()  # the cluster's plan, then one line for the stop: no traceback
+        assert "Traceback" not in said and said.strip().splitlines()[-1] == (
+            "clarify run: stopped by SIGINT: 2 of 6 trees written (1 part); resume with: clarify run "
+            + " ".join([*flags, "--workers", "2"]))
     assert (out / "parts" / "0001").exists() and not (out / "summary.json").exists()
     first = Run.open(out).parts()
     mtime = (out / "parts" / "0001").stat().st_mtime_ns

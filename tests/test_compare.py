@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -112,7 +114,7 @@ def test_every_model_runs_on_one_resolved_config(tmp_path, monkeypatch):
     toml.write_text('dataset = "quotesum"\nlimit = 3\n[toc]\nmax_depth = 2\n')
     cfg = config.load(toml, {"seed": 7})
     cmds = []
-    monkeypatch.setattr(cmp.subprocess, "run", lambda cmd, **kw: cmds.append(cmd) or SimpleNamespace(returncode=0))
+    monkeypatch.setattr(cmp, "_start", lambda cmd, **kw: cmds.append(cmd) or SimpleNamespace(returncode=0, poll=lambda: 0))
     cmp._launch(["/models/a", "/models/b"], cfg, tmp_path / "out", parallel=False, verbose=False)
     shared = tmp_path / "out" / "config.json"
     assert [c[c.index("--config") + 1] for c in cmds] == [str(shared)] * 2
@@ -120,3 +122,27 @@ def test_every_model_runs_on_one_resolved_config(tmp_path, monkeypatch):
     for model in ("/models/a", "/models/b"):
         got = config.load(shared, {"model.model": model})
         assert (got.dataset, got.limit, got.seed, got.toc.max_depth, got.model.model) == ("quotesum", 3, 7, 2, model)
+
+
+def test_a_stopped_compare_passes_the_signal_once_to_each_run(tmp_path):
+    """`compare` runs each model in a session of its own (a terminal's Ctrl-C reaches compare only) and
+    passes a stop on once: each run then stops as a run does (stops.py) — a second signal would stop it
+    at once. Compare waits for them and says how each ended (issue 34)."""
+    import signal
+    import threading
+
+    from clarify import stops
+    from clarify.batch import compare as cmp
+
+    child = ("import signal, sys, time\nseen = []\nsignal.signal(signal.SIGINT, lambda s, f: seen.append(s))\n"
+             "print('ready', flush=True)\nwhile not seen: time.sleep(0.05)\ntime.sleep(0.5)\n"
+             "sys.exit(100 + len(seen))\n")
+    procs = {m: cmp._start([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True) for m in ("a", "b")}
+    for p in procs.values():
+        assert p.stdout.readline().strip() == "ready"
+        assert os.getpgid(p.pid) != os.getpgid(0)  # not in our process group: a terminal's signal skips it
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    with stops.handled(), pytest.raises(stops.Stopped) as got:
+        cmp._wait(procs)
+    assert [p.returncode for p in procs.values()] == [101, 101]  # one SIGINT each
+    assert got.value.done == "a: stopped (exit 101); b: stopped (exit 101)"

@@ -3,6 +3,7 @@ never race a timer."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -130,3 +131,107 @@ def test_restart_killed_midway_then_plain_rerun(tmp_path, clean_run):
         assert a.drop("cached", strict=False).equals(b.drop("cached", strict=False)), name
     keys = sent.read_text().split()
     assert len(keys) == len(set(keys))
+
+
+# --- stopped by a signal (issue 34): SIGINT, SIGTERM and SIGHUP reach Python (the JVM runs with -Xrs), the
+# finished trees are written, the cache is committed, one line says what happened, the exit status is
+# 128 + the signal; the same command resumes with no request made twice. The real `clarify` command line,
+# the real index (JVM: BM25), the scripted engine logging every request; the signal is sent at an exact
+# state (CLARIFY_KILL_SIGNAL, clarify/faults.py). With the real engine: test_toc_real.py.
+
+CLI = """
+import sys
+from clarify.batch import cli, pipeline
+from clarify.local_llm.engine import request_key
+from clarify.local_llm.scripted import ScriptedEngine
+from tests.test_toc import make_responder
+
+class Logged(ScriptedEngine):  # every request that reaches the engine, in every session
+    def generate(self, prompts, params):
+        with open(sys.argv[1], "a") as fh:
+            fh.writelines(request_key(self.model_id, p, gp) + "\\n" for p, gp in zip(prompts, params))
+        return super().generate(prompts, params)
+
+pipeline.engine_for = lambda cfg: Logged("scripted", make_responder())
+sys.exit(cli.main(sys.argv[2:]))
+"""
+
+
+def _cli_session(sent, argv, kill=None, sig=None):
+    import os
+
+    env = {**os.environ, "PYTHONPATH": ":".join(sys.path)}
+    env.pop("CLARIFY_KILL_AT", None)
+    if kill:
+        env.update(CLARIFY_KILL_AT=kill, CLARIFY_KILL_SIGNAL=sig)
+    return subprocess.run([sys.executable, "-c", CLI, str(sent), *argv], env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_signal_stops_the_run_in_one_line_and_it_resumes(tmp_path, clean_run, default_index, sig):
+    q, _ = clean_run
+    out, sent = tmp_path / "run", tmp_path / "sent.txt"
+    argv = ["run", "--dataset", "jsonl", "--questions", str(q), "--index", str(default_index), "--out", str(out),
+            "--answer-style", "quoted", "--no-progress", "--part-trees", "1"]
+    proc = _cli_session(sent, argv, "part-done:1", sig)
+    number = signal.Signals[sig].value
+    assert proc.returncode == 128 + number, proc.stderr[-3000:]
+    # one line: what stopped it, how far it got, the command that resumes it
+    assert proc.stderr.strip().splitlines() == [
+        f"clarify run: stopped by {sig}: 1 of 2 trees written (1 part); resume with: clarify {' '.join(argv)}"]
+    assert (out / "parts" / "0001").exists() and not (out / "summary.json").exists()
+    # the cache holds every completion the stopped session got: none is asked for again
+    asked = set(sent.read_text().split())
+    proc = _cli_session(sent, argv)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    keys = sent.read_text().split()
+    assert len(keys) == len(set(keys)) > len(asked)
+    assert json.loads((out / "summary.json").read_text())["n_questions"] == 2
+
+
+def test_stop_signals_raise_stopped_and_wait_for_a_deferred_block():
+    """In process: each signal raises Stopped (a KeyboardInterrupt) with its exit status; inside
+    `deferred()` it waits for the block's end; the handlers before `handled()` come back."""
+    import os
+
+    from clarify import stops
+
+    before = signal.getsignal(signal.SIGTERM)
+    for sig in stops.SIGNALS:
+        with stops.handled():
+            with pytest.raises(stops.Stopped) as got:
+                os.kill(os.getpid(), sig)
+                for _ in range(100):  # the handler runs at the next bytecode boundaries
+                    pass
+            assert got.value.signum == sig and got.value.exit_code == 128 + sig
+        with stops.handled():
+            reached = []
+            with pytest.raises(stops.Stopped):
+                with stops.deferred():
+                    os.kill(os.getpid(), sig)
+                    for _ in range(100):
+                        pass
+                    reached.append("end of block")
+            assert reached == ["end of block"]
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.integration
+def test_the_jvm_leaves_ctrl_c_to_python():
+    """Without -Xrs HotSpot took SIGINT and exited the process (130 in 0.36 s) with no KeyboardInterrupt
+    and no `finally` (measured on main 2548218); with it, Python gets the signal."""
+    import os
+
+    script = ("import time\nfrom clarify.index.jvm import start_jvm\nstart_jvm()\nimport jnius\n"
+              "jnius.autoclass('java.lang.System').currentTimeMillis()\n"
+              "try:\n    print('ready', flush=True)\n    time.sleep(120)\n"
+              "except KeyboardInterrupt:\n    print('KeyboardInterrupt', flush=True)\n"
+              "finally:\n    print('finally', flush=True)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": ":".join(sys.path)})
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=60)
+    assert rest.split() == ["KeyboardInterrupt", "finally"] and proc.returncode == 0

@@ -138,6 +138,32 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path, default_inde
     assert clean_summary["wall_s_total"] == pytest.approx(clean_summary["wall_s_last_session"], abs=0.02)
 
 
+
+def test_sigterm_mid_run_writes_finished_trees_and_resumes(tmp_path, default_index):
+    """A real `clarify run` (vLLM, the JVM's BM25) gets SIGTERM right after its first part (issue 34): it
+    cancels what is in flight, commits the cache, prints one line and exits 143; the same command
+    finishes it, computing no completion the stopped session got back."""
+    argv = ["run", "--dataset", "asqa", "--limit", "2", "--answer-style", "free", "--index", str(default_index),
+            "--config", str(small_toml(tmp_path / "small.toml")), "--no-progress", "--part-trees", "1",
+            "--out", str(tmp_path / "run")]
+    env = dict(os.environ, CLARIFY_KILL_AT="part-done:1", CLARIFY_KILL_SIGNAL="SIGTERM")
+    proc = subprocess.run(_cli(*argv), env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 128 + signal.SIGTERM, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines() == [
+        f"clarify run: stopped by SIGTERM: 1 of 2 trees written (1 part); resume with: clarify {' '.join(argv)}"]
+    run_dir = tmp_path / "run"
+    assert [p.name for p in (run_dir / "parts").iterdir()] == ["0001"]
+    got_back = _cache_keys(run_dir / "cache")  # committed at the stop: what the first part holds and more
+    first = pl.read_parquet(run_dir / "parts" / "0001" / "llm_calls.parquet")
+    assert set(first["call_id"]) <= got_back
+
+    subprocess.run(_cli(*argv), check=True, capture_output=True)
+    calls = pl.read_parquet(run_dir / "llm_calls.parquet")
+    second = calls.filter(~pl.col("qid").is_in(first["qid"].to_list()))
+    assert not set(second.filter(~pl.col("cached"))["call_id"]) & got_back
+    assert json.loads((run_dir / "summary.json").read_text())["parts"] == 2
+
+
 def test_quoted_asqa_and_quotesum_runs_make_spans(tmp_path, default_local_index, llm_engine):
     cfg = config.load(None, {"limit": 2, "answer_style": "quoted", **SMALL})
     s = run(cfg, tmp_path / "asqa", engine_factory=lambda c: llm_engine, index=default_local_index, progress=False)
