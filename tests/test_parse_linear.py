@@ -1,5 +1,5 @@
 """Model output and prediction files are untrusted input: every parser and regex that reads them runs
-in linear time or under a stated cap (issue 34, point 2).
+in linear time or under a stated cap (issue 34, point 2); JSONL lines are read up to a stated length.
 
 Each pathological input runs under a time limit (`within`, signal.alarm: the test fails instead of
 hanging). The limits are generous for a slow shared 2-core CPU, where the fixed code takes
@@ -11,10 +11,12 @@ with each. Every rewritten pattern is checked against the old one, copied here, 
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import random
 import re
 import signal
+import tracemalloc
 from pathlib import Path
 
 import polars as pl
@@ -24,6 +26,7 @@ from clarify.batch import parse, quotes
 from clarify.batch.pipeline import _add_quote_notes
 from clarify.errors import InputError
 from clarify.eval import quotesum
+from clarify.jsonl import MAX_LINE_BYTES, iter_jsonl
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -291,6 +294,56 @@ def test_quote_notes_join_the_answer_calls_parse_error():
     got = _add_quote_notes(calls, answers)
     assert got.columns == calls.columns
     assert got["parse_error"].to_list() == ["no DQ/DA lines", "n1", "empty answer; n2", None]
+
+
+# ---------------------------------------------------------------- JSONL lines
+
+
+def test_over_long_line_is_named_by_file_and_line(tmp_path):
+    p = tmp_path / "x.jsonl"
+    p.write_bytes(b'{"id": 1}\n{"t": "' + b"a" * 5_000 + b'"}\n{"id": 3}\n{"id": 4}')
+    with pytest.raises(InputError, match=r"x.jsonl:2: line too long \(more than 1,000 bytes\)"):
+        list(iter_jsonl(p, max_line_bytes=1_000))
+    problems = []
+    rows = list(iter_jsonl(p, max_line_bytes=1_000, on_error=problems.append))
+    assert rows == [(1, {"id": 1}), (3, {"id": 3}), (4, {"id": 4})]
+    assert [(q.line, q.kind) for q in problems] == [(2, "too_long")]
+    # the limit is on the bytes before the newline: exactly max_line_bytes is fine, with or without "\n"
+    q = tmp_path / "edge.jsonl"
+    q.write_bytes(b'{"a": "xx"}\n{"a": "xxx"}')
+    assert [n for n, _ in iter_jsonl(q, max_line_bytes=12)] == [1, 2]
+    with pytest.raises(InputError, match="edge.jsonl:2: line too long"):
+        list(iter_jsonl(q, max_line_bytes=11))
+    assert MAX_LINE_BYTES == 64 * 2**20
+
+
+def test_gz_bomb_line_is_skipped_in_bounded_memory(tmp_path):
+    # 100 MiB of one line in a ~100 KB .gz: the old reader held the whole line (and its decoded copy)
+    g = tmp_path / "bomb.jsonl.gz"
+    with gzip.open(g, "wb", compresslevel=1) as f:
+        f.write(b'{"t": "')
+        for _ in range(100):
+            f.write(b" " * 2**20)
+        f.write(b'"}\n{"id": 2}\n')
+    problems = []
+    tracemalloc.start()
+    try:
+        with within(60):
+            rows = list(iter_jsonl(g, max_line_bytes=2**20, on_error=problems.append))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert rows == [(2, {"id": 2})] and [(q.line, q.kind) for q in problems] == [(1, "too_long")]
+    assert peak < 16 * 2**20, f"peak {peak:,} bytes"
+
+
+def test_json_nested_too_deeply_or_huge_numbers_are_bad_lines(tmp_path):
+    p = tmp_path / "x.jsonl"
+    p.write_bytes(b"[" * 100_000 + b"\n" + b'{"n": ' + b"1" * 5_000 + b"}\n" + b'{"id": 3}\n')
+    problems = []
+    assert list(iter_jsonl(p, on_error=problems.append)) == [(3, {"id": 3})]
+    assert [(q.line, q.kind) for q in problems] == [(1, "bad_json"), (2, "bad_json")]
+    assert "nested too deeply" in problems[0].message and "4300 digits" in problems[1].message
 
 
 # ---------------------------------------------------------------- every reader of model output, every shape
