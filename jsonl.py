@@ -2,8 +2,12 @@
 
 Line handling shared by every JSONL input of clarify (prompts, questions, predictions, QuoteSum rows,
 corpora): lines are split on b"\\n" and decoded as UTF-8 one at a time (a UTF-8 byte-order mark on line 1
-is dropped), blank lines are skipped, `.gz` files are read through gzip. A line that is not UTF-8, not
-JSON, or not a JSON object is a *problem* of kind "non_utf8", "bad_json" or "not_object". By default the
+is dropped), blank lines are skipped, `.gz` files are read through gzip, as a stream. A line is read
+into memory only up to `max_line_bytes` (MAX_LINE_BYTES, 64 MiB, by default): a longer one is skipped
+in bounded chunks, so a small `.gz` that inflates to one huge line cannot take the machine's memory
+(a 407 KB one took the reader to 1.3 GB). A line that is too long, not UTF-8, not JSON (nested too
+deeply included), or not a JSON object is a *problem* of kind "too_long", "non_utf8", "bad_json" or
+"not_object". By default the
 first problem raises `InputError` naming file and line; a caller that reports every bad line or skips
 bad lines passes `on_error`, which gets each `JsonlProblem` and reading goes on. Field-level checks
 (missing id, empty prompt, ...) stay with the callers.
@@ -16,16 +20,21 @@ import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from clarify.errors import InputError, need_file
 
 # The phrase that opens each problem's message; a caller may reword it (`wording=`), the details stay.
-DEFAULT_WORDING = {"non_utf8": "not UTF-8", "bad_json": "malformed JSON", "not_object": "expected a JSON object"}
+DEFAULT_WORDING = {"too_long": "line too long", "non_utf8": "not UTF-8", "bad_json": "malformed JSON",
+                   "not_object": "expected a JSON object"}
+MAX_LINE_BYTES = 64 * 2**20  # far above any line clarify reads (a QuoteSum row: ~10 KB)
+_SKIP_CHUNK = 2**20  # the rest of an over-long line is read and dropped in pieces this size
 
 
 @dataclass(frozen=True)
 class JsonlProblem:
-    """One bad line: kind is "non_utf8", "bad_json" or "not_object"; message has no file/line prefix."""
+    """One bad line: kind is "too_long", "non_utf8", "bad_json" or "not_object"; message has no
+    file/line prefix."""
 
     path: str
     line: int
@@ -42,12 +51,14 @@ def iter_jsonl(
     skip_blank: bool = True,
     on_error: Callable[[JsonlProblem], None] | None = None,
     wording: Mapping[str, str] | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> Iterator[tuple[int, dict]]:
     """Yield (1-based line number, dict) for each JSON-object line of `path`.
 
     InputError("file not found") when `path` is not a file (or "cannot read" when it cannot be opened). A bad line raises InputError(path, line) unless
     `on_error` is given, in which case it is called with the `JsonlProblem` and the line is skipped.
     `skip_blank=False` treats blank lines as malformed JSON. `wording` overrides DEFAULT_WORDING phrases.
+    A line of more than `max_line_bytes` bytes (its newline not counted) is a "too_long" problem.
     """
     path = Path(path)
     need_file(path)
@@ -65,7 +76,10 @@ def iter_jsonl(
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror or exc}", path=str(path)) from exc
     with fh:
-        for line_no, raw in enumerate(fh, start=1):
+        for line_no, raw in enumerate(_lines(fh, max_line_bytes), start=1):
+            if raw is None:
+                problem(line_no, "too_long", f"more than {max_line_bytes:,} bytes")
+                continue
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -80,10 +94,29 @@ def iter_jsonl(
             except json.JSONDecodeError as exc:
                 problem(line_no, "bad_json", f"{exc.msg}, column {exc.colno}")
                 continue
+            except RecursionError:  # the C decoder's limit on nesting depth
+                problem(line_no, "bad_json", "nested too deeply")
+                continue
+            except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+                problem(line_no, "bad_json", str(exc).split(";")[0])
+                continue
             if not isinstance(obj, dict):
                 problem(line_no, "not_object", f"got {type(obj).__name__}")
                 continue
             yield line_no, obj
+
+
+def _lines(fh: BinaryIO, limit: int) -> Iterator[bytes | None]:
+    """The lines of a binary stream, each with at most `limit` bytes before its newline; None stands for
+    a longer line, whose rest is read and dropped in _SKIP_CHUNK pieces (memory stays bounded)."""
+    while raw := fh.readline(limit + 1):
+        if len(raw) <= limit or raw.endswith(b"\n"):
+            yield raw
+            continue
+        rest = raw[-1:]
+        while rest and not rest.endswith(b"\n"):
+            rest = fh.readline(_SKIP_CHUNK)
+        yield None
 
 
 def read_text(path: str | Path) -> str:

@@ -12,9 +12,17 @@ from dataclasses import dataclass, field
 # pairs line i with line i+1. We accept the same labels anywhere at a line start (also bulleted or
 # with "." instead of ":"), and pair each DA with the nearest preceding unpaired DQ, so a missing or
 # extra line costs one pair, not every pair after it.
-_DQ = re.compile(r"^\s*(?:[-*•]\s*)?\**DQ\s*(\d*)\s*\**\s*[:.)]\s*(.*)$", re.IGNORECASE)
-_DA = re.compile(r"^\s*(?:[-*•]\s*)?\**DA\s*(\d*)\s*\**\s*[:.)]\s*(.*)$", re.IGNORECASE)
-_ANSWER = re.compile(r"^\s*Answer\s*:", re.IGNORECASE)
+#
+# Model output is untrusted input: a completion can hold one line of ~16k spaces (SmolLM2 has a
+# 64-space token). Every pattern here runs in linear time: between the label and the separator the
+# quantifiers are possessive (`*+`, Python 3.11 re), so adjacent `\s*` never trade characters back and
+# forth (the plain `DQ\s*(\d*)\s*\**\s*[:.)]` backtracked cubically: 50 s for "DQ" + 3,200 spaces).
+# They match exactly what the plain quantifiers matched: each run they consume is maximal and the
+# next item cannot start with the characters it gave back (tests/test_parse_linear.py compares them
+# on random lines).
+_DQ = re.compile(r"^\s*+(?:[-*•]\s*+)?\**+DQ\s*+(\d*+)\s*+\**+\s*+[:.)]\s*+(.*)$", re.IGNORECASE)
+_DA = re.compile(r"^\s*+(?:[-*•]\s*+)?\**+DA\s*+(\d*+)\s*+\**+\s*+[:.)]\s*+(.*)$", re.IGNORECASE)
+_ANSWER = re.compile(r"^\s*+Answer\s*+:", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -99,6 +107,13 @@ def clean_long_answer(completion: str) -> str:
     """The final answer step ends its prompt at `Answer:`; drop an echoed label and anything after a
     separator the model may start (a new `---` part or `Question:` demo)."""
     text = completion.strip()
-    text = re.sub(r"^\s*Answer\s*:\s*", "", text, flags=re.IGNORECASE)
-    text = re.split(r"\n\s*(?:---|Question\s*:|Context\s*:)", text, maxsplit=1)[0]
+    text = _ECHOED_LABEL.sub("", text, count=1)
+    text = _NEXT_PART.split(text, maxsplit=1)[0]
     return " ".join(text.split())
+
+
+_ECHOED_LABEL = re.compile(r"\A\s*+Answer\s*+:\s*+", re.IGNORECASE)
+# A separator at the start of a line, after that line's own blanks. (`\n\s*(?:---|...)` let `\s*`
+# run over following blank lines too, re-scanned from every newline: quadratic, 6.9 s on 40k
+# characters. The text cut off can only differ by whitespace, which the join above collapses.)
+_NEXT_PART = re.compile(r"\n[^\S\n]*+(?:---|Question\s*+:|Context\s*+:)")

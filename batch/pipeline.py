@@ -438,6 +438,8 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
     answers = answers.with_columns(answer_raw=pl.col("answer"))
     if cfg.answer_style == "quoted":
         answers, spans = check_answers(answers, passages, progress=False)
+        calls = _add_quote_notes(calls, answers)
+        answers = answers.drop("quote_note")
         fidelity = quote_fidelity(spans, answers)
         answers = answers.with_columns(answer=pl.col("repaired_answer")).drop("repaired_answer")
     else:
@@ -486,6 +488,20 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
     }
     write_json(summary, rd.path / "summary.json")
     return summary
+
+
+def _add_quote_notes(calls: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame:
+    """The quote check's notes (a repair that ran out of its work budget, batch/quotes.py REPAIR_BUDGET)
+    join the parse notes of the answer's llm_calls row: the run's one record of model output that was
+    not read in full."""
+    notes = answers.filter(pl.col("quote_note").is_not_null()).select("qid", "quote_note")
+    if not notes.height:
+        return calls
+    return (calls.join(notes.with_columns(step=pl.lit("answer")), on=["qid", "step"], how="left",
+                       maintain_order="left")
+            .with_columns(parse_error=pl.when(pl.col("quote_note").is_null()).then("parse_error")
+                          .otherwise(pl.concat_str(["parse_error", "quote_note"], separator="; ", ignore_nulls=True)))
+            .drop("quote_note"))
 
 
 def score(cfg: RunConfig, answers: pl.DataFrame, nodes: pl.DataFrame, gold) -> tuple[pl.DataFrame, dict]:

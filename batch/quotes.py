@@ -17,7 +17,11 @@ to a word is far more often text than a marker. The span runs to the matching `]
 * a marker that is never closed runs to the end of the answer (typical of a generation cut off by
   `max_tokens`); `QuotedSpan.closed` is then False;
 * a `]` outside any marker is literal text; nothing ever raises on malformed brackets;
-* a marker with no text (`[1]`, `[ 2 ]`: citation style, no quote) is an *empty* span.
+* a marker with no text (`[1]`, `[ 2 ]`: citation style, no quote) is an *empty* span;
+* a source number of more than ten significant digits, or above 2**31-1, reads as K_MAX = 2**31-1
+  (no such source: `bad_source`).
+
+Parsing is one pass with an explicit stack (no recursion), linear in the answer's length.
 
 Relation to the official QuoteSum regexes (google-research-datasets/QuoteSum `evals/scorers.py` uses
 `\[ ([1-9]) ([^\[\]]*) \]`; DESIGN §7 quotes the looser `\[ ?(\d) ([^\[\]]*) ?\]`): on well-formed
@@ -53,7 +57,9 @@ the threshold, by `difflib.SequenceMatcher(None, window, span, autojunk=False).r
 (= 2·matches / total length, on characters). The best window (first one on ties; text before title)
 wins; if its ratio >= threshold the span is *repaired*: its text becomes the passage's original
 substring at that place. Otherwise it is *unmarked*: markers removed, text kept as
-free text. threshold 1.0 disables repair.
+free text. threshold 1.0 disables repair. The search has a work budget per span (REPAIR_BUDGET): when
+it runs out, the best window found so far is kept if it reaches the threshold, else the span is
+unmarked, and the answer's `quote_note` says so.
 
 Statuses: verbatim | repaired | unmarked | bad_source (k < 1 or k > number of passages: also unmarked)
 | empty (a marker with no text: removed).
@@ -96,8 +102,8 @@ class QuotedSpan:
     """One `[k span]` marker of an answer.
 
     span_no: 1-based order of the marker in the answer (outermost markers only);
-    source_k: the cited source number as written; text: the quoted text (inner markers flattened,
-    outer whitespace stripped, inner whitespace as written); start/end: offsets of the whole marker in
+    source_k: the cited source number as written (at most K_MAX); text: the quoted text (inner markers
+    flattened, outer whitespace stripped, inner whitespace as written); start/end: offsets of the whole marker in
     the answer, `answer[start:end]` == `[k ...]` (end = len(answer) when unclosed); closed: whether
     the marker had its `]`.
     """
@@ -113,6 +119,16 @@ class QuotedSpan:
 # ---------------------------------------------------------------- parsing
 
 
+# A source number past the spans table's Int32 column (a model writing thousands of digits) is read as
+# this one: no such source exists either way (bad_source), and int() refuses > 4,300 digits.
+K_MAX = 2**31 - 1
+
+
+def _source_number(digits: str) -> int:
+    significant = digits.lstrip("0")
+    return K_MAX if len(significant) > 10 else min(int(significant or "0"), K_MAX)
+
+
 @dataclass
 class _Node:
     k: int
@@ -122,58 +138,91 @@ class _Node:
     parts: list  # list[str | _Node]
 
     def flat(self) -> str:
-        return "".join(p if isinstance(p, str) else p.flat() for p in self.parts)
+        # Iterative: markers nested thousands deep are model output too (no recursion limit here).
+        out: list[str] = []
+        stack = [iter(self.parts)]
+        while stack:
+            for p in stack[-1]:
+                if isinstance(p, str):
+                    out.append(p)
+                else:
+                    stack.append(iter(p.parts))
+                    break
+            else:
+                stack.pop()
+        return "".join(out)
 
 
-def _parse(s: str, i: int, inside: bool) -> tuple[list, int, bool]:
-    """Parse from `i` until the `]` closing the current marker (inside) or the end of `s`.
+class _Open:
+    """A marker being parsed (`_parse`'s stack): its parts so far and its plain-bracket depth."""
 
-    Returns (parts, position after the close, closed). Plain `[`..`]` inside a marker nest.
+    __slots__ = ("k", "start", "parts", "buf", "depth")
+
+    def __init__(self, k: int, start: int):
+        self.k, self.start, self.parts, self.buf, self.depth = k, start, [], [], 0
+
+    def flush(self) -> None:
+        if self.buf:
+            self.parts.append("".join(self.buf))
+            self.buf = []
+
+
+def _parse(s: str) -> list:
+    """Parse `s` into its parts (str | _Node). Plain `[`..`]` inside a marker nest.
+
+    One pass with an explicit stack of the open markers (stack[0] is the text outside any marker), so
+    the depth of nesting costs no recursion: ~1,000 nested `[1 ` used to raise RecursionError.
     """
-    parts: list = []
-    buf: list[str] = []
-    depth = 0
-    n = len(s)
+    stack = [_Open(0, 0)]
+    i, n = 0, len(s)
     while i < n:
         c = s[i]
+        top = stack[-1]
         if c == "[":
             m = _OPEN.match(s, i)
             if m:
-                if buf:
-                    parts.append("".join(buf))
-                    buf = []
-                sub, j, closed = _parse(s, m.end(), True)
-                parts.append(_Node(int(m.group(1)), i, j, closed, sub))
-                i = j
+                top.flush()
+                stack.append(_Open(_source_number(m.group(1)), i))
+                i = m.end()
                 continue
-            if inside:
-                depth += 1
-        elif c == "]" and inside:
-            if depth == 0:
-                if buf:
-                    parts.append("".join(buf))
-                return parts, i + 1, True
-            depth -= 1
-        buf.append(c)
+            if len(stack) > 1:
+                top.depth += 1
+        elif c == "]" and len(stack) > 1:
+            if top.depth == 0:
+                top.flush()
+                stack.pop()
+                stack[-1].parts.append(_Node(top.k, top.start, i + 1, True, top.parts))
+                i += 1
+                continue
+            top.depth -= 1
+        top.buf.append(c)
         i += 1
-    if buf:
-        parts.append("".join(buf))
-    return parts, n, False
+    while len(stack) > 1:  # never closed: runs to the end of the answer
+        top = stack.pop()
+        top.flush()
+        stack[-1].parts.append(_Node(top.k, top.start, n, False, top.parts))
+    stack[0].flush()
+    return stack[0].parts
 
 
 _GAP = "\x00"  # stands for a removed marker with no text, so the space before it can go too
+# The blanks before a gap that punctuation follows. The lookbehind starts a match only where a run of
+# blanks starts, so each run is scanned once (`[^\S\n]*\x00(?=...)` alone re-scanned the run from each
+# of its characters: quadratic, 2.5 s on 40k spaces); leftmost matches start there anyway.
+_GAP_BEFORE_PUNCT = re.compile(r"(?<![^\S\n])[^\S\n]*+\x00(?=[,.;:!?)])")
+_BLANKS = re.compile(r"[^\S\n]+")
 
 
 def _tidy(text: str) -> str:
     """Collapse runs of horizontal whitespace to one space, trim every line, drop empty edges; where a
     marker without text was removed just before punctuation, drop the space left before it."""
-    text = re.sub(r"[^\S\n]*\x00(?=[,.;:!?)])", "", text).replace(_GAP, "")
-    lines = [re.sub(r"[^\S\n]+", " ", line).strip() for line in text.split("\n")]
+    text = _GAP_BEFORE_PUNCT.sub("", text).replace(_GAP, "")
+    lines = [_BLANKS.sub(" ", line).strip() for line in text.split("\n")]
     return "\n".join(lines).strip()
 
 
 def _parse_parts(answer: str) -> tuple[list, list[QuotedSpan]]:
-    parts, _, _ = _parse(answer or "", 0, False)
+    parts = _parse(answer or "")
     spans = []
     for p in parts:
         if isinstance(p, _Node):
@@ -263,8 +312,32 @@ def _find_verbatim(span_norm: str, targets: list[_Target]) -> tuple[_Target, int
     return None
 
 
-def _best_window(span_norm: str, targets: list[_Target], threshold: float):
-    """Best token window over all targets by difflib ratio, or None if none reaches `threshold`."""
+# Quote repair's work budget per span, in steps: each character a candidate window grows by costs
+# SCAN_STEPS (a dict update in Python, about as slow as that many of difflib's character comparisons),
+# each similarity computed costs len(window) × len(span) (the cells difflib's matching may compare).
+# Work, not seconds, so every machine repairs alike. Real spans stay far below: QuoteSum dev's human
+# summaries and their one-character slips (tests/test_quotes.py) use at most ~21 million, a span cited
+# against an unrelated passage included; a paraphrased or shuffled ~1,000-character quote of a
+# 3,000-character passage asks for billions (minutes). When the budget runs out the best window found
+# so far is kept if it reaches the threshold (else the span is unmarked) and the answer gets a note
+# (`check_answers`: quote_note). 100 million steps take about 2 s on one slow core.
+REPAIR_BUDGET = 100_000_000
+SCAN_STEPS = 20
+
+
+@dataclass(frozen=True)
+class _Search:
+    """What `_best_window` found: the best window (ratio, target, start, end) or None; `work` spent
+    (REPAIR_BUDGET's unit) and whether the budget ran out before the search was complete."""
+
+    best: tuple[float, _Target, int, int] | None
+    work: int
+    gave_up: bool
+
+
+def _best_window(span_norm: str, targets: list[_Target], threshold: float, budget: int = REPAIR_BUDGET) -> _Search:
+    """Best token window over all targets by difflib ratio (None if none reaches `threshold`), within
+    `budget` units of work."""
     m = len(span_norm)
     # ratio = 2M/(a+b) <= 2·min(a,b)/(a+b): windows outside [lo, hi] chars cannot reach the threshold.
     lo = math.ceil(m * threshold / (2 - threshold))
@@ -272,6 +345,7 @@ def _best_window(span_norm: str, targets: list[_Target], threshold: float):
     sm = difflib.SequenceMatcher(None, autojunk=False)
     sm.set_seq2(span_norm)
     want = Counter(span_norm)
+    work = 0
     candidates = []  # (upper bound of the ratio, text order, target, start, end)
     for t in targets:
         norm, toks = t.norm, t.tokens
@@ -282,10 +356,15 @@ def _best_window(span_norm: str, targets: list[_Target], threshold: float):
             # bound as SequenceMatcher.quick_ratio, in O(1) per added character.
             have: dict[str, int] = {}
             inter, pos = 0, s0
-            for _, e in toks[a:]:
+            for b in range(a, len(toks)):
+                e = toks[b][1]
                 length = e - s0
                 if length > hi:
                     break
+                cost = (e - pos) * SCAN_STEPS
+                if work + cost > budget:
+                    return _Search(None, work, True)
+                work += cost
                 for c in norm[pos:e]:
                     h = have.get(c, 0)
                     if h < want[c]:
@@ -298,17 +377,23 @@ def _best_window(span_norm: str, targets: list[_Target], threshold: float):
     # Best first: exact ratios in order of decreasing bound, until no bound can beat the best.
     candidates.sort(key=lambda c: (-c[0], c[1]))
     best = None  # (ratio, text order, target, start, end)
+    gave_up = False
     for bound, order, t, s0, e in candidates:
         if best is not None and bound < best[0]:
             break
+        cost = (e - s0) * m
+        if work + cost > budget:
+            gave_up = True
+            break
+        work += cost
         sm.set_seq1(t.norm[s0:e])
         r = sm.ratio()
         if r >= threshold and (best is None or r > best[0] or (r == best[0] and order < best[1])):
             best = (r, order, t, s0, e)
     if best is None:
-        return None
+        return _Search(None, work, gave_up)
     r, _, t, s0, e = best
-    return r, t, s0, e
+    return _Search((r, t, s0, e), work, gave_up)
 
 
 def _render(text: str) -> str:
@@ -321,6 +406,7 @@ def check_answers(
     passages: pl.DataFrame,
     *,
     repair_threshold: float = 0.9,
+    repair_budget: int = REPAIR_BUDGET,
     progress: bool = True,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Anchor every quoted span of every answer in its cited passage; repair or unmark the others.
@@ -333,7 +419,9 @@ def check_answers(
     * answers: the input columns plus `repaired_answer` (verbatim and repaired spans re-rendered as
       `[ k text ]`, repaired ones with the passage's substring; unmarked/bad_source spans as free
       text; empty markers removed) and `answer_plain` (repaired_answer without markers, tidied;
-      replaces an existing answer_plain column);
+      replaces an existing answer_plain column) and `quote_note` (null, or why a span's check is
+      incomplete: its repair ran out of `repair_budget`, REPAIR_BUDGET; the pipeline adds it to the
+      answer's llm_calls.parse_error);
     * spans: schemas.SPANS, one row per outer marker of `answer` (qid, span_no, source_k, passage_id,
       text, start, end, verbatim, status, `field` ("text" | "title": which passage field start/end
       index; null when not anchored), `similarity` (1.0 verbatim, the difflib ratio when repaired,
@@ -348,6 +436,8 @@ def check_answers(
 
     if not 0 < repair_threshold <= 1:
         raise InputError(f"must be in (0, 1], got {repair_threshold}", field="repair_threshold")
+    if repair_budget < 1:
+        raise InputError(f"must be a positive number of character steps, got {repair_budget}", field="repair_budget")
     schemas.check(answers, "answers", columns=["qid", "answer", "passage_ids"])
     schemas.check(passages, "passages", columns=["passage_id", "text"])
     dup = answers["qid"].filter(answers["qid"].is_duplicated()).unique().to_list()
@@ -374,6 +464,7 @@ def check_answers(
     rows: list[dict] = []
     repaired_answers: list[str] = []
     plains: list[str] = []
+    notes: list[str | None] = []
     for qid, answer, pids in tqdm(
         zip(answers["qid"], answers["answer"], answers["passage_ids"]),
         total=answers.height, desc="check quotes", disable=not progress, leave=False,
@@ -386,6 +477,7 @@ def check_answers(
         parts, spans = _parse_parts(answer or "")
         out_marked: list[str] = []
         out_plain: list[str] = []
+        answer_notes: list[str] = []
         it = iter(spans)
         for p in parts:
             if isinstance(p, str):
@@ -393,8 +485,10 @@ def check_answers(
                 out_plain.append(p)
                 continue
             sp = next(it)
-            row = _check_span(sp, pids, targets, repair_threshold)
+            row, note = _check_span(sp, pids, targets, repair_threshold, repair_budget)
             row["qid"] = qid
+            if note:
+                answer_notes.append(note)
             rows.append(row)
             if row["status"] in KEPT:
                 out_marked.append(f"[ {sp.source_k} {_render(row['text'])} ]")
@@ -403,41 +497,49 @@ def check_answers(
             out_plain.append(row["text"] or _GAP)
         repaired_answers.append(_tidy("".join(out_marked)))
         plains.append(_tidy("".join(out_plain)))
+        notes.append("; ".join(answer_notes) or None)
 
     spans_df = pl.DataFrame(rows, schema=schemas.SPANS)
     out = answers.with_columns(
         pl.Series("repaired_answer", repaired_answers, dtype=pl.String),
         pl.Series("answer_plain", plains, dtype=pl.String),
+        pl.Series("quote_note", notes, dtype=pl.String),
     )
     return out, spans_df
 
 
-def _check_span(sp: QuotedSpan, pids: list[str], targets, threshold: float) -> dict:
+def _check_span(sp: QuotedSpan, pids: list[str], targets, threshold: float, budget: int) -> tuple[dict, str | None]:
+    """The span's row (schemas.SPANS less qid) and a note when its repair ran out of budget."""
     row = {"span_no": sp.span_no, "source_k": sp.source_k, "passage_id": None, "text": sp.text,
            "start": -1, "end": -1, "verbatim": False, "field": None, "similarity": None,
            "marker_start": sp.start, "marker_end": sp.end}
     if not 1 <= sp.source_k <= len(pids) or not pids[sp.source_k - 1]:
-        return {**row, "status": "bad_source"}
+        return {**row, "status": "bad_source"}, None
     pid = pids[sp.source_k - 1]
     row["passage_id"] = pid
     span_norm = normalise(sp.text)[0]
     if not span_norm:
-        return {**row, "status": "empty"}
+        return {**row, "status": "empty"}, None
     tg = targets(pid)
     hit = _find_verbatim(span_norm, tg)
     if hit is not None:
         t, i, j = hit
         start, end = t.offsets(i, j)
         return {**row, "start": start, "end": end, "verbatim": True, "field": t.field,
-                "similarity": 1.0, "status": "verbatim"}
-    if threshold < 1:
-        best = _best_window(span_norm, tg, threshold)
-        if best is not None:
-            r, t, i, j = best
-            start, end = t.offsets(i, j)
-            return {**row, "text": t.original[start:end], "start": start, "end": end, "field": t.field,
-                    "similarity": r, "status": "repaired"}
-    return {**row, "status": "unmarked"}
+                "similarity": 1.0, "status": "verbatim"}, None
+    if threshold >= 1:
+        return {**row, "status": "unmarked"}, None
+    found = _best_window(span_norm, tg, threshold, budget)
+    note = None
+    if found.gave_up:
+        note = (f"quote repair of span {sp.span_no} stopped at its work budget ({budget:,} character steps): "
+                + ("kept the best window found so far" if found.best else "left unmarked"))
+    if found.best is None:
+        return {**row, "status": "unmarked"}, note
+    r, t, i, j = found.best
+    start, end = t.offsets(i, j)
+    return {**row, "text": t.original[start:end], "start": start, "end": end, "field": t.field,
+            "similarity": r, "status": "repaired"}, note
 
 
 # ---------------------------------------------------------------- fidelity
