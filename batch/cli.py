@@ -125,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     log_dir = _log_dir(args)
     try:
+        from clarify import files
+
+        files.restrict_umask()  # what it and its libraries write is private (README "Files and permissions")
         if log_dir is None:
             return int(args.func(args) or 0)
         from clarify import console
