@@ -24,6 +24,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
+import stat
 import sys
 import time
 import warnings
@@ -32,7 +34,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-from clarify.files import home
+from clarify.errors import InputError
+from clarify.files import check_own_dir, home, make_dirs, open_own
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 KEEP_LOGS = 50  # per folder; older logs are deleted when a new one starts
@@ -88,22 +91,50 @@ def home_logs(_args=None) -> Path:
 
 
 def log_file_for(log_dir: Path, command: str) -> Path:
-    """A new log file in `log_dir` (or in $CLARIFY_HOME/logs when that folder cannot be made)."""
+    """A new log file in `log_dir` (or in $CLARIFY_HOME/logs when that folder cannot be made, or is not
+    this user's), created private and without following a link (files.open_own)."""
     try:
-        log_dir.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        log_dir = home_logs()
-        log_dir.mkdir(parents=True, exist_ok=True)
+        check_own_dir(make_dirs(log_dir))
+    except (OSError, InputError):
+        log_dir = check_own_dir(make_dirs(home_logs()))
     _prune(log_dir)
-    return log_dir / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    path = log_dir / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    try:
+        os.close(open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT))
+    except OSError as exc:  # a planted link, another user's file
+        raise InputError(f"cannot write the log here: {exc.strerror or exc}", path=str(path)) from None
+    return path
+
+
+# The names log_file_for gives (`<command>-<date>-<time>-<pid>.log`): the only files pruning deletes
+_LOG_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*-\d{8}-\d{6}-\d+\.log")
 
 
 def _prune(log_dir: Path, keep: int = KEEP_LOGS) -> None:
-    """Keep the newest `keep - 1` logs of a folder (a new one is about to be written)."""
-    logs = sorted(log_dir.glob("*.log"), key=lambda p: p.stat().st_mtime)
-    for old in logs[: max(0, len(logs) - keep + 1)]:
+    """Keep the newest `keep - 1` of clarify's own logs in a folder (a new one is about to be written);
+    any other file, a `notes.log` of the user's say, is never touched."""
+    logs = []
+    for p in log_dir.glob("*.log"):
+        with contextlib.suppress(OSError):
+            st = p.lstat()
+            if _LOG_NAME.fullmatch(p.name) and stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                logs.append((st.st_mtime, p))
+    logs.sort()
+    for _, old in logs[: max(0, len(logs) - keep + 1)]:
         with contextlib.suppress(OSError):
             old.unlink()
+
+
+# C0 and C1 control characters, DEL, the bidirectional overrides and isolates, line/paragraph separators
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def printable(text: object) -> str:
+    """`text` safe for a terminal: control characters (an escape sequence, a carriage return, a bidi
+    override) shown escaped, as Python writes them (`\\x1b`, `\\n`, `\\u202e`), so text from the data
+    (a question, an answer, a title) or from another process (a lock's holder) cannot move the cursor,
+    recolour, retitle or reorder what the terminal shows. One character class: linear time."""
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
 
 
 def _quiet_libraries() -> None:
@@ -174,7 +205,7 @@ def session(log_dir: str | Path, command: str, *, verbose: bool = False) -> Iter
     logging.getLogger("clarify").info("clarify %s, argv %s", command, sys.argv)
     with contextlib.ExitStack() as stack:
         if not verbose:
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
             stack.callback(os.close, fd)
             stack.enter_context(_fd_to(2, fd, "stderr"))
             stack.enter_context(_fd_to(1, fd, "stdout"))

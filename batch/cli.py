@@ -31,7 +31,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from clarify import console, stops
+from clarify import console, files, stops
 from clarify.errors import InputError
 from clarify.stops import Stopped
 
@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(args: argparse.Namespace) -> int:
     log_dir = _log_dir(args)
     try:
+        files.restrict_umask()  # what it and its libraries write is private (README "Files and permissions")
         if log_dir is None:
             return int(args.func(args) or 0)
         name = "-".join(filter(None, (args.command, getattr(args, "index_command", None),

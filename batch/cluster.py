@@ -37,7 +37,7 @@ from pathlib import Path
 
 import polars as pl
 
-from clarify import console, faults, stops
+from clarify import console, faults, files, stops
 from clarify.batch.config import ClusterConfig, RunConfig, from_dict
 from clarify.batch.rundir import RunDir
 from clarify.batch.scheduler import SchedStats
@@ -49,9 +49,17 @@ MAX_RESTARTS = 3  # a worker slot whose actor died this many times is given up (
 POLL_S = 1.0  # seconds between progress polls of the workers
 # What a worker process needs from the driver's environment (a local cluster inherits it anyway; a joined
 # cluster's nodes were started with their own): where models, index and data live, test hooks.
-FORWARD_ENV = ("CLARIFY_HOME", "CLARIFY_DATA", "CLARIFY_ENGINE_BUSY", "CLARIFY_ENGINE_TOKENS_LOG",
+# A joined cluster's workers also get the no-telemetry settings (local_llm/vllm_engine.py NO_TELEMETRY).
+FORWARD_ENV = ("CLARIFY_HOME", "CLARIFY_DATA", "CLARIFY_ENGINE_BUSY", "CLARIFY_ENGINE_TOKENS_LOG", "CLARIFY_FILE_MODE",
                "HF_HOME", "VLLM_CPU_KVCACHE_SPACE")
 WORKER_KILL_ENV = "CLARIFY_WORKER_KILL_AT"  # faults.ENV inside workers only (tests); the driver's is not passed
+
+
+def worker_env() -> dict[str, str]:
+    """The environment each worker is handed (FORWARD_ENV from the driver's), with telemetry off."""
+    from clarify.local_llm.vllm_engine import NO_TELEMETRY
+
+    return {k: os.environ[k] for k in (*FORWARD_ENV, WORKER_KILL_ENV) if os.environ.get(k)} | NO_TELEMETRY
 
 
 def chunks_of(qids: list[str], size: int) -> list[list[str]]:
@@ -76,6 +84,7 @@ class Worker:
     def __init__(self, slot: int, cfg: dict, run_dir: str, questions: pl.DataFrame, index_path: str,
                  search_cache: str | None, env: dict[str, str], cores: list[int] | None, engine_kwargs: dict):
         os.environ.update(env)
+        files.restrict_umask()  # what it writes into the run directory is private like the driver's
         os.environ.pop(faults.ENV, None)
         if env.get(WORKER_KILL_ENV):
             os.environ[faults.ENV] = env[WORKER_KILL_ENV]
@@ -217,7 +226,9 @@ def _start_ray(c: ClusterConfig) -> bool:
 
     if ray.is_initialized():
         return False
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # air-gapped: nothing is reported anywhere
+    from clarify.local_llm.vllm_engine import NO_TELEMETRY
+
+    os.environ.update(NO_TELEMETRY)  # air-gapped: nothing is reported anywhere (a local cluster inherits it)
     # Ray's records go to the run's log like every library's (console.session), not to the terminal:
     # `import ray` gives its logger a terminal handler of its own (ray/_private/log.py)
     ray_log = logging.getLogger("ray")
@@ -362,7 +373,7 @@ def run_chunks(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, finished: se
     try:
         plan = _plan(cfg)
         outcome = Outcome(workers=plan.workers)
-        env = {k: os.environ[k] for k in (*FORWARD_ENV, WORKER_KILL_ENV) if os.environ.get(k)}
+        env = worker_env()
         cfg_dict = cfg.to_dict()
         actor = _actor_class()
 

@@ -289,6 +289,7 @@ def show_answer(run_dir: Path, qid: str | None = None) -> None:
     import polars as pl
 
     from clarify.batch.rundir import Run
+    from clarify.console import printable
 
     run = Run.open(run_dir)
     answers, questions, spans = run.table("answers", required=True), run.questions, run.spans
@@ -302,13 +303,14 @@ def show_answer(run_dir: Path, qid: str | None = None) -> None:
             qid = answers.sort(pl.col("answer").str.len_chars(), descending=True)["qid"][0]
     row = answers.filter(pl.col("qid") == qid).row(0, named=True)
     question = questions.filter(pl.col("qid") == qid)["question"][0]
-    print(f"\nQ: {question}\nA: {_clip(row['answer'], 600)}")
+    # the data's text reaches the terminal with its control characters escaped (console.printable)
+    print(f"\nQ: {printable(question)}\nA: {printable(_clip(row['answer'], 600))}")
     if spans.height:
         titles = dict(zip(run.passages["passage_id"], run.passages["title"]))
         for s in spans.filter(pl.col("qid") == qid).sort("span_no").iter_rows(named=True):
             where = f"chars {s['start']}-{s['end']}" if s["start"] is not None and s["start"] >= 0 else "not found"
-            print(f"  [{s['source_k']}] {_clip(s['text'], 120)!r} → {s['passage_id']} «{titles.get(s['passage_id'], '')}» "
-                  f"{where} ({s['status']})")
+            print(f"  [{s['source_k']}] {_clip(s['text'], 120)!r} → {printable(s['passage_id'])} "
+                  f"«{printable(titles.get(s['passage_id'], ''))}» {where} ({s['status']})")
 
 
 def _clip(text: str, n: int) -> str:

@@ -23,12 +23,15 @@ from clarify.batch.config import RunConfig
 from clarify.batch.rundir import Run
 from clarify.errors import InputError
 from clarify.eval import datasets
-from clarify.files import write_json, write_parquet, write_text
+from clarify.files import check_own_dir, make_dirs, open_own, write_json, write_parquet, write_text
 from clarify.local_llm.hardware import affinity
 
 
 def _slug(model: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", Path(model).name or model).strip("_") or "model"
+    """The run directory's name of a model: its folder's name, normalised first (`/models/x/..` names
+    `models`), never `.` or `..` (a run directory outside `<out>`), never hidden."""
+    name = Path(os.path.normpath(model)).name
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_.") or "model"
 
 
 def _fd_stream(stream):
@@ -97,7 +100,12 @@ def _launch(models: list[str], cfg: RunConfig, out: Path, parallel: bool, verbos
         log = out / f"{_slug(model)}.log"
         where = ", ".join(f"{k}={v}" for k, v in env.items()) or "placed by Ray"
         print(f"== {model} ({where}): {' '.join(cmd[3:])}  [output: {log}]", flush=True)
-        with open(log, "w", encoding="utf-8") as fh:  # the child keeps its own descriptor
+        try:
+            fd = open_own(log, os.O_WRONLY | os.O_CREAT)  # never through a planted link (files.open_own)
+        except OSError as exc:
+            raise InputError(f"cannot write the run's output here: {exc.strerror or exc}", path=str(log)) from None
+        os.ftruncate(fd, 0)
+        with open(fd, "w", encoding="utf-8") as fh:  # the child keeps its own descriptor
             procs[model] = (_start([*cmd, "--no-progress"], stdout=fh, stderr=subprocess.STDOUT,
                                    env={**os.environ, **env}), time.time(), where)
 
@@ -156,7 +164,7 @@ def compare(models: list[str], cfg: RunConfig, out: Path, *, parallel: bool = Fa
         raise InputError("give at least two models to compare", field="--models")
     if len({_slug(m) for m in models}) < len(models):
         raise InputError("two models would share one run directory (same folder name)", field="--models")
-    out.mkdir(parents=True, exist_ok=True)
+    check_own_dir(make_dirs(out), "comparison folder")
     rows, metric_names = [], []
     times = _launch(models, cfg, out, parallel, verbose)
     for model in models:

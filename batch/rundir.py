@@ -34,8 +34,7 @@ import hashlib
 import json
 import os
 import shutil
-import socket
-import sys
+import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -44,9 +43,18 @@ import polars as pl
 from clarify import faults, schemas
 from clarify.batch.tree import Tree
 from clarify.errors import InputError
+from clarify.files import (
+    check_own_dir,
+    make_dirs,
+    open_own,
+    read_holder,
+    widen_mode,
+    write_holder,
+    write_json,
+    write_parquet,
+)
 from clarify.files import fsync as _fsync
 from clarify.files import sha256 as file_sha256
-from clarify.files import write_json, write_parquet
 
 # The schema (clarify.schemas) each table file of a run directory is checked against when read.
 TABLE_SCHEMAS = {"questions": "questions", "nodes": "nodes", "hits": "run_hits", "llm_calls": "llm_calls",
@@ -117,22 +125,26 @@ class RunDir:
     @contextlib.contextmanager
     def lock(self):
         """Hold the run directory for this process (fcntl.flock on `.lock`: the kernel frees it when the
-        holder dies, so a stale lock never blocks). A second process is refused, naming the holder."""
+        holder dies, so a stale lock never blocks). A second process is refused, naming the holder. A
+        directory of another user is refused (clarify writes only into its own: issue 34); a new one is
+        private (files.make_dirs); `.lock` is never opened through a link, nor truncated."""
         try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            make_dirs(self.path)
         except OSError as exc:  # a file on the way, no permission, read-only file system
             raise InputError(f"cannot use as a run directory: {exc.strerror or exc}", path=str(self.path)) from None
+        check_own_dir(self.path, "run directory")
+        try:
+            fd = open_own(self.path / ".lock")
+        except OSError as exc:  # a planted link, another user's file, a read-only file system
+            raise InputError(f"cannot use as a run directory: {exc.strerror or exc}",
+                             path=str(self.path / ".lock")) from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip() or "another process"
-                raise InputError(f"this run directory is in use by {holder}; wait for it to finish, or use "
-                                 f"another --out", path=str(self.path)) from None
-            me = f"pid {os.getpid()} on {socket.gethostname()}: {' '.join(sys.argv)[:200]}"
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, me.encode("utf-8"), 0)
+                raise InputError(f"this run directory is in use by {read_holder(fd)}; wait for it to finish, or "
+                                 f"use another --out", path=str(self.path)) from None
+            write_holder(fd)
             yield self
         finally:
             os.close(fd)  # releases the flock
@@ -207,10 +219,9 @@ class RunDir:
         dirs = self.part_dirs()
         n = int(dirs[-1].name) + 1 if dirs else 1
         final = self.path / "parts" / f"{n:04d}"
-        tmp = self.path / "parts" / f".{n:04d}.tmp{os.getpid()}"
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
+        make_dirs(final.parent)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{n:04d}.tmp", dir=final.parent))  # 0700, a fresh name
+        widen_mode(tmp, folder=True)
         files = {}
         for name, df in tables.items():
             df.write_parquet(tmp / f"{name}.parquet")

@@ -98,8 +98,9 @@ class ExtractiveReader:
         from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(str(path))
-            self.model = AutoModelForQuestionAnswering.from_pretrained(str(path))
+            # never the folder's own Python code (an `auto_map` in config.json), whatever transformers' default
+            self.tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+            self.model = AutoModelForQuestionAnswering.from_pretrained(str(path), trust_remote_code=False)
         except (OSError, ValueError) as exc:
             raise InputError(f"cannot load a question-answering model: {exc}", path=str(path)) from exc
         if not getattr(self.tokenizer, "is_fast", False):

@@ -191,8 +191,12 @@ def cmd_search(args) -> int:
         write_parquet(hits, args.out)
         print(f"wrote {args.out}")
     else:
+        from clarify.console import printable
+
         shown = hits.join(idx.passage_lookup(hits["passage_id"].unique().to_list()), on="passage_id", how="left",
                           maintain_order="left").with_columns(pl.col("text").str.slice(0, 80))
+        # titles and texts as the terminal may show them: control characters escaped (console.printable)
+        shown = shown.with_columns(pl.col("title", "text").map_elements(printable, return_dtype=pl.String))
         with pl.Config(tbl_rows=min(shown.height, 200), fmt_str_lengths=80, tbl_width_chars=200):
             print(shown.select("qid", "rank", "score", "passage_id", "title", "text"))
     return 0

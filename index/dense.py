@@ -53,7 +53,8 @@ class Encoder:
         from sentence_transformers import SentenceTransformer
 
         try:
-            self.model = SentenceTransformer(str(self.path), device=device or "cpu", local_files_only=True)
+            self.model = SentenceTransformer(str(self.path), device=device or "cpu", local_files_only=True,
+                                             trust_remote_code=False)  # never the folder's own code
         except Exception as exc:  # a directory that is not a sentence-transformers model
             raise InputError(f"cannot load the encoder: {exc}", path=str(self.path), field="encoder") from exc
         get_dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension

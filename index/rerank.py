@@ -57,7 +57,8 @@ class CrossEncoderScorer:
         from sentence_transformers import CrossEncoder
 
         try:
-            self.model = CrossEncoder(str(path), device=device or "cpu", max_length=max_length, local_files_only=True)
+            self.model = CrossEncoder(str(path), device=device or "cpu", max_length=max_length, local_files_only=True,
+                                      trust_remote_code=False)  # never the folder's own code
         except Exception as exc:
             raise InputError(f"cannot load the cross-encoder: {exc}", path=str(path), field="cross_encoder") from exc
         self.lookup, self.batch_size = lookup, batch_size

@@ -5,6 +5,10 @@ An index directory built by clarify:
     passages.parquet     the corpus as `passages` [passage_id, title, text]
     lucene/              Pyserini/Lucene BM25 index (raw JSON stored)
     dense/index, dense/docid, dense/embeddings.npy   FAISS (Pyserini layout) + float32 memmap
+    encoders/NAME/       a copy of the encoder, when the build used one of the user's (`--encoder DIR`)
+
+Every path the manifest names must lie inside the index folder (`_inside`): an index opened from
+elsewhere never makes clarify read another folder or load another encoder (issue 34).
 
 `open_index` also opens, as they are, a prebuilt Pyserini Lucene index directory (passage text from
 its stored documents) optionally paired with a Pyserini-format FAISS directory and a local encoder.
@@ -32,12 +36,13 @@ import polars as pl
 
 from clarify import console, stops
 from clarify.errors import InputError, need_file
-from clarify.files import data_dir, home, write_json
+from clarify.files import data_dir, home, make_dirs, modes, open_own, write_json
 from clarify.files import sha256 as sha256_file
 from clarify.index.corpus import load_corpus
 
 FORMAT = "clarify-index"
 VERSION = 1
+ENCODERS = "encoders"  # a custom encoder is copied into <index>/encoders/<name> (the default is packaged)
 LAYOUT = 2  # how passages become Lucene documents / encoder inputs; a change here forces a rebuild
 MANIFEST = "manifest.json"
 DEFAULT_CORPUS_FILES = ("passages.jsonl", "passages_retrieved_extra.jsonl", "passages_dpr_random1000.jsonl")
@@ -119,6 +124,9 @@ def _differences(manifest: dict, corpus: list[dict], options: BuildOptions) -> l
     for key, value in options.identity().items():
         if old_opts.get(key) != value:
             diffs.append(f"setting '{key}' changed ({old_opts.get(key)!r} -> {value!r})")
+    encoder = (manifest.get("dense") or {}).get("encoder")
+    if encoder not in (None, "", "default") and not str(encoder).startswith(f"{ENCODERS}/"):
+        diffs.append("the index does not hold a copy of its encoder (built by an older clarify)")
     return diffs
 
 
@@ -127,22 +135,25 @@ def _lock(out: Path):
     """Exclusive build of `out` (flock on `.NAME.lock` beside it), removed when done. The holder unlinks
     the file while it holds the lock; a waiter that then gets the lock on the unlinked file sees that
     the path no longer names its file (another inode, or none) and locks the current one instead."""
-    out.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(out.parent)
     lock_path = out.parent / f".{out.name}.lock"
     while True:
-        fh = open(lock_path, "a")
-        fcntl.flock(fh, fcntl.LOCK_EX)
         try:
-            if os.stat(lock_path).st_ino == os.fstat(fh.fileno()).st_ino:
+            fd = open_own(lock_path)  # never through a planted link (files.open_own)
+        except OSError as exc:
+            raise InputError(f"cannot lock the index build: {exc.strerror or exc}", path=str(lock_path)) from None
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            if os.stat(lock_path).st_ino == os.fstat(fd).st_ino:
                 break
         except FileNotFoundError:
             pass
-        fh.close()
+        os.close(fd)
     try:
         yield
     finally:
         lock_path.unlink(missing_ok=True)
-        fh.close()  # releases the flock
+        os.close(fd)  # releases the flock
 
 
 def _log(msg: str, *, show: bool = True) -> None:
@@ -188,7 +199,7 @@ def build_index(corpus, out, *, options: BuildOptions | None = None, force: bool
                                      + "; ".join(diffs) + " (rebuild with --force / force=True)", path=str(out))
                 _log(f"rebuilding {out}: " + "; ".join(diffs))
         tmp = out.parent / f".{out.name}.building-{os.getpid()}"
-        tmp.mkdir(parents=True)
+        tmp.mkdir(mode=modes()[0])
         _log(f"building {out} from {', '.join(f.name for f in files)}")
         try:
             manifest = _build_into(tmp, files, corpus_entries, options)
@@ -241,12 +252,16 @@ def _build_into(tmp: Path, files: list[Path], corpus_entries: list[dict], option
     if options.dense:
         import faiss
 
-        from clarify.index.dense import Encoder, build_faiss, encode_to_memmap, write_docids
+        from clarify.index.dense import DEFAULT_ENCODER, Encoder, build_faiss, encode_to_memmap, write_docids
 
         dense_dir = tmp / "dense"
         dense_dir.mkdir()
         t0 = time.perf_counter()
         encoder = Encoder(options.encoder, batch_size=options.batch_size)
+        encoder_spec = DEFAULT_ENCODER
+        if options.encoder not in ("", DEFAULT_ENCODER):  # the index holds its own encoder (`_inside`)
+            encoder_spec = f"{ENCODERS}/{encoder.name}"
+            shutil.copytree(encoder.path, tmp / encoder_spec)
         emb, source = _shipped_embeddings(corpus_entries, encoder, passages, dense_dir / "embeddings.npy")
         if emb is None:
             _log(f"encoding {passages.height} passages ({source['shipped']}): minutes on a few CPU cores")
@@ -259,7 +274,7 @@ def _build_into(tmp: Path, files: list[Path], corpus_entries: list[dict], option
         timings["faiss_s"] = round(time.perf_counter() - t0, 3)
         del emb
         manifest["dense"] = {
-            "dir": "dense", "encoder": options.encoder, "encoder_name": encoder.name,
+            "dir": "dense", "encoder": encoder_spec, "encoder_name": encoder.name,
             "encoder_path": str(encoder.path), "dim": encoder.dim, "normalized": True, "metric": "inner_product",
             "faiss": options.faiss, "faiss_class": type(index).__name__, "vectors": int(index.ntotal),
             "faiss_params": {k: int(getattr(index, k)) for k in ("nlist", "nprobe") if hasattr(index, k)}
@@ -430,13 +445,31 @@ class LocalIndex:
         """Recompute the manifest checksums; return the list of mismatches (empty = intact)."""
         bad = []
         p = self.manifest.get("passages") or {}
-        if p.get("sha256") and sha256_file(self.path / p["file"]) != p["sha256"]:
+        if p.get("sha256") and sha256_file(_inside(self.path, p["file"], "the passages file")) != p["sha256"]:
             bad.append(p["file"])
         d = self.manifest.get("dense") or {}
         for name, digest in (d.get("sha256") or {}).items():
-            if sha256_file(self.path / d["dir"] / name) != digest:
+            if sha256_file(_inside(self.path, f"{d['dir']}/{name}", "a dense file")) != digest:
                 bad.append(f"{d['dir']}/{name}")
         return bad
+
+
+ENCODER_FIX = ("rebuild it with `clarify index build ... --force` (an index now holds a copy of its encoder), "
+               "or name the encoder yourself (`--encoder DIR`, open_index(encoder=DIR))")
+
+
+def _inside(index: Path, name: object, what: str, *, fix: str = "rebuild the index") -> Path:
+    """`index / name` for a path the manifest names, refused (InputError) unless it stays inside the index
+    folder, links resolved (issue 34): an index reads and loads only its own files, never another
+    folder's, and never an encoder someone else's manifest points at."""
+    manifest = str(index / MANIFEST)
+    if not isinstance(name, str) or not name:
+        raise InputError(f"broken index manifest: {what} is not named", path=manifest)
+    target = index / name
+    if not target.resolve().is_relative_to(index.resolve()):
+        raise InputError(f"the manifest names {what} {name!r}, outside the index folder; an index uses only "
+                         f"the files inside it: {fix}", path=manifest)
+    return target
 
 
 def open_index(path, *, faiss_dir=None, encoder: str | None = None) -> LocalIndex:
@@ -452,13 +485,16 @@ def open_index(path, *, faiss_dir=None, encoder: str | None = None) -> LocalInde
     manifest = read_manifest(path)
     if manifest is not None:
         bm25, dense = manifest.get("bm25"), manifest.get("dense")
-        passages_file = path / manifest["passages"]["file"]
-        for part in (passages_file, path / bm25["dir"] if bm25 else None, path / dense["dir"] if dense else None):
+        passages_file = _inside(path, (manifest.get("passages") or {}).get("file"), "the passages file")
+        lucene_dir = _inside(path, bm25.get("dir"), "the BM25 folder") if bm25 else None
+        dense_dir = _inside(path, dense.get("dir"), "the dense folder") if dense else None
+        for part in (passages_file, lucene_dir, dense_dir):
             if part is not None and not part.exists():
                 raise InputError(f"index is incomplete: '{part.name}' is missing", path=str(path))
-        spec = encoder or (dense["encoder"] if dense else "default")
-        return LocalIndex(path, manifest, lucene_dir=path / bm25["dir"] if bm25 else None,
-                          dense_dir=Path(faiss_dir) if faiss_dir else (path / dense["dir"] if dense else None),
+        spec = encoder or (dense.get("encoder") if dense else None) or "default"
+        if not encoder and spec != "default":  # the manifest's encoder: only one the index holds
+            spec = str(_inside(path, spec, "the encoder folder", fix=ENCODER_FIX))
+        return LocalIndex(path, manifest, lucene_dir=lucene_dir, dense_dir=Path(faiss_dir) if faiss_dir else dense_dir,
                           encoder_spec=spec, passages_file=passages_file)
     if is_lucene_dir(path):
         if faiss_dir is not None and not (Path(faiss_dir) / "index").is_file():

@@ -22,6 +22,7 @@ output_tokens), checksum, created (unix time).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -35,6 +36,7 @@ from pathlib import Path
 
 from clarify import faults, stops
 from clarify.errors import InputError
+from clarify.files import make_dirs, open_own
 from clarify.local_llm.engine import Completion, Engine, GenParams, Request, as_step_engine, request_key
 
 _SCHEMA = """
@@ -107,6 +109,25 @@ def union_of(folder: Path, own: Path) -> list[Path]:
     return sorted(p for p in Path(folder).glob("*.sqlite") if p.resolve() != Path(own).resolve())
 
 
+def read_only_uri(path: str | os.PathLike) -> str:
+    """The SQLite URI that opens `path` read-only. The path is percent-encoded (pathlib's `as_uri`): a
+    `#` or `?` in a file name would otherwise end the path, and `w#x.sqlite` would open `w` read-write
+    (https://www.sqlite.org/uri.html)."""
+    return Path(path).resolve().as_uri() + "?mode=ro"
+
+
+def _create_private(p: Path) -> None:
+    """The cache's folders and, when new, its file, with the private modes of files.py (every prompt and
+    completion is in it; SQLite gives its -wal and -shm files the database file's mode)."""
+    try:
+        make_dirs(p.parent)
+        if not os.path.lexists(p):
+            with contextlib.suppress(FileExistsError):
+                os.close(open_own(p, os.O_RDWR | os.O_CREAT | os.O_EXCL))
+    except OSError as exc:
+        raise InputError(f"cannot make a completion cache here: {exc.strerror or exc}", path=str(p)) from None
+
+
 class CachedEngine:
     """Engine wrapper: `CachedEngine(engine, path)`; `path` is the SQLite file (a directory is
     accepted too and gets `completions.sqlite` inside). `also`: other cache files, read (never
@@ -117,9 +138,8 @@ class CachedEngine:
         self.engine = engine
         p = Path(path)
         if p.is_dir() or (not p.suffix and not p.exists()):
-            p.mkdir(parents=True, exist_ok=True)
             p = p / "completions.sqlite"
-        p.parent.mkdir(parents=True, exist_ok=True)
+        _create_private(p)
         self.path = p
         self.stats = CacheStats()
         self._lock = threading.Lock()
@@ -142,8 +162,7 @@ class CachedEngine:
         self._also = []
         for other in also:
             try:
-                con = sqlite3.connect(f"file:{Path(other).resolve()}?mode=ro", uri=True, timeout=60,
-                                      check_same_thread=False)
+                con = sqlite3.connect(read_only_uri(other), uri=True, timeout=60, check_same_thread=False)
                 con.execute("SELECT 1 FROM completions LIMIT 1").fetchone()  # a cache, not a table scan
             except sqlite3.DatabaseError as exc:
                 raise InputError(f"not a usable completion cache ({exc})", path=str(other)) from exc

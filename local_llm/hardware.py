@@ -21,16 +21,19 @@ parsed from /proc/cpuinfo.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import platform
-import socket
-import sys
+import stat
 import tempfile
 import threading
 import time
 from functools import lru_cache
 from pathlib import Path
+
+from clarify.errors import InputError
+from clarify.files import open_own, read_holder, write_holder
 
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 _HALF = {"bfloat16", "bf16", "float16", "fp16", "half"}
@@ -79,6 +82,10 @@ def describe() -> str:
 # the `clarify` subprocesses it starts. The locks are flock()s on files in the machine's temp folder:
 # released by the kernel when the holder dies, so there is no stale lock. Engines pinned to disjoint
 # cores (VLLM_CPU_OMP_THREADS_BIND=0 and =1) run side by side.
+# The folder is the user's own (`clarify-cpu-locks-<uid>`, 0700; issue 34): a shared fixed folder let
+# another local user plant `core-N.lock` -> a file of yours, which the lock's write then overwrote, and
+# its first user's 0755 folder refused everyone else. So the lock files are opened without following a
+# link and never truncated, and engines of different users do not see each other's locks.
 
 BUSY_ENV = "CLARIFY_ENGINE_BUSY"  # "wait" (default): wait, saying for whom; "refuse": raise EngineBusy
 
@@ -118,9 +125,19 @@ def parse_cpu_list(spec: str) -> set[int]:
 
 
 def lock_dir() -> Path:
-    d = Path(tempfile.gettempdir()) / "clarify-cpu-locks"
-    d.mkdir(exist_ok=True)
-    return d
+    """This user's folder of core locks: `<temp folder>/clarify-cpu-locks-<uid>`, mode 0700. InputError
+    when something else has the name (a link, a file, another user's folder, one others may write):
+    it is never used, whoever made it."""
+    d = Path(tempfile.gettempdir()) / f"clarify-cpu-locks-{os.geteuid()}"
+    with contextlib.suppress(FileExistsError):
+        d.mkdir(mode=0o700)
+    st = os.lstat(d)
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022:
+        return d
+    why = ("not a folder" if not stat.S_ISDIR(st.st_mode) else "a folder of another user"
+           if st.st_uid != os.geteuid() else "a folder that others may write to")
+    raise InputError(f"the CPU core lock folder is {why}; remove it, or set TMPDIR to a folder of yours",
+                     path=str(d))
 
 
 _held: dict[int, list[int]] = {}  # core -> [fd, holders]: this process's locks, shared by its engines
@@ -141,13 +158,6 @@ class CoreLock:
         self._depth = 0
         self.waited_s = 0.0
 
-    @staticmethod
-    def _holder(fd: int) -> str:
-        try:
-            return os.pread(fd, 512, 0).decode("utf-8", "replace").strip() or "another process"
-        except OSError:
-            return "another process"
-
     def __enter__(self) -> CoreLock:
         self._depth += 1
         if self._depth == 1:
@@ -166,11 +176,11 @@ class CoreLock:
                 _held[core][1] += 1
                 self._taken.append(core)
                 return
-        fd = os.open(lock_dir() / f"core-{core}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+        fd = _open_lock(core, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = self._holder(fd)
+            holder = read_holder(fd)
             if self.mode == "refuse":
                 os.close(fd)
                 raise EngineBusy(f"CPU core {core} is in use by a vLLM engine of {holder}; wait for it, "
@@ -181,9 +191,7 @@ class CoreLock:
             t0 = time.perf_counter()
             fcntl.flock(fd, fcntl.LOCK_EX)
             self.waited_s += time.perf_counter() - t0 + 1e-9
-        me = f"pid {os.getpid()} on {socket.gethostname()}: {' '.join(sys.argv)[:200]}"
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, me.encode(), 0)
+        write_holder(fd)
         with _held_lock:
             _held[core] = [fd, 1]
         self._taken.append(core)
@@ -210,20 +218,34 @@ def core_holders(cores: set[int]) -> dict[int, str | None]:
     taken and dropped at once where the core is free (`clarify doctor`)."""
     out: dict[int, str | None] = {}
     for core in sorted(cores):
-        path = lock_dir() / f"core-{core}.lock"
-        if not path.exists():
+        try:
+            fd = _open_lock(core, os.O_RDONLY)
+        except FileNotFoundError:
             out[core] = None
             continue
-        fd = os.open(path, os.O_RDONLY)
+        except InputError as exc:  # a lock folder or file clarify will not use: said, not a crash
+            out[core] = f"unknown ({exc})"
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             fcntl.flock(fd, fcntl.LOCK_UN)
             out[core] = None
         except BlockingIOError:
-            out[core] = CoreLock._holder(fd)
+            out[core] = read_holder(fd)
         finally:
             os.close(fd)
     return out
+
+
+def _open_lock(core: int, flags: int) -> int:
+    """The lock file of `core` in this user's lock folder, never through a link (files.open_own)."""
+    path = lock_dir() / f"core-{core}.lock"
+    try:
+        return open_own(path, flags)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:  # a link (not followed), another user's file, not a regular file
+        raise InputError(f"cannot use this CPU core lock: {exc.strerror or exc}; remove it", path=str(path)) from None
 
 
 # --------------------------------------------------------------------------------------------- CUDA

@@ -124,7 +124,7 @@ def _convert_gguf(gguf: Path, out_dir: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, trust_remote_code=False)
     if _gguf_flag(gguf, "tokenizer.ggml.add_bos_token") and not getattr(tokenizer, "add_bos_token", True):
         # Gemma's GGUF says "add BOS" but the converted tokenizer does not; without <bos> Gemma 3
         # produces garbage ("Answer:\nAnswer:\n..."; checked against transformers' generate).
@@ -134,6 +134,7 @@ def _convert_gguf(gguf: Path, out_dir: Path) -> None:
         gguf_file=gguf.name,
         quantization_config=GgufConfig(dequantize=True),
         dtype=torch.bfloat16,
+        trust_remote_code=False,
     )
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)

@@ -97,8 +97,18 @@ def detect_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+# Nothing is reported anywhere, by construction (issue 34): vLLM's usage statistics are on unless one of
+# these is set, and then a GPU engine posts hardware and model facts to stats.vllm.ai every 10 minutes
+# and writes ~/.config/vllm/usage_stats.json (https://docs.vllm.ai/en/stable/usage/usage_stats.html,
+# vllm/usage/usage_lib.py `is_usage_stats_enabled`); Ray's are off the same way
+# (https://docs.ray.io/en/latest/cluster/usage-stats.html). Set, not defaulted: no user value turns them on.
+NO_TELEMETRY = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
 def configure_environment(device: str, kv_cache_gib: int = 2) -> None:
-    """Environment vLLM reads at import time. Must run before the first `import vllm`."""
+    """Environment vLLM reads at import time. Must run before the first `import vllm`. Every process
+    that builds an engine runs it (in-process, a Ray worker's actor); its subprocesses inherit it."""
+    os.environ.update(NO_TELEMETRY)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # clarify never reaches a network
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     # In-process engine core: no worker process, so scripts need no __main__ guard (FACTS.md).
@@ -182,6 +192,8 @@ class VLLMEngine:
         else:
             settings.update(gpu_memory_utilization=gpu_memory_utilization)
         settings.update(engine_kwargs)
+        if settings.setdefault("trust_remote_code", False):  # never a model folder's own Python code
+            raise ValueError("clarify never runs a model folder's own code (trust_remote_code=True)")
         self.settings = settings
         t0 = time.perf_counter()
         with self.cores:  # start-up profiles and warms the model: work on the cores too
@@ -373,7 +385,7 @@ def prompts_over_context(model_dir: Path, prompts: Sequence[str],
     the model folder's own tokenizer (the one vLLM loads) before any engine is built."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
     chat = has_chat_template(model_dir)
     counts = [len(prompt_token_ids(tokenizer, chat, p)) for p in prompts]
     return [(i, n) for i, n in enumerate(counts) if n >= max_model_len]

@@ -104,13 +104,13 @@ def test_run_notes_in_words():
 
 def test_old_logs_are_pruned(tmp_path):
     for i in range(console.KEEP_LOGS + 5):
-        p = tmp_path / f"old-{i:03d}.log"
+        p = tmp_path / f"old-20250101-0000{i:02d}-1.log"  # clarify's own log names (console.log_file_for)
         p.write_text("x")
         os.utime(p, (1000 + i, 1000 + i))
     new = console.log_file_for(tmp_path, "run")
     new.write_text("y")
     kept = sorted(p.name for p in tmp_path.glob("*.log"))
-    assert len(kept) == console.KEEP_LOGS and "old-000.log" not in kept and new.name in kept
+    assert len(kept) == console.KEEP_LOGS and "old-20250101-000000-1.log" not in kept and new.name in kept
 
 
 def test_run_shows_one_display_fed_by_the_engine(tmp_path, capsys):
