@@ -27,6 +27,7 @@ import os
 import re
 import stat
 import sys
+import tempfile
 import time
 import warnings
 from collections import Counter
@@ -34,7 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-from clarify.errors import InputError
+from clarify.errors import WRITE_ERRNOS, InputError
 from clarify.files import check_own_dir, home, make_dirs, open_own
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -76,6 +77,14 @@ def print_notes(out: TextIO | None = None) -> None:
         print(f"log: {_log_path}", file=out, flush=True)
 
 
+class _LogFile(logging.FileHandler):
+    """The session's log file. A record it cannot write (a full disk, a read-only file system) is dropped
+    with one note for the session, instead of logging's traceback on stderr for every record."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        note("log-write", f"the log {self.baseFilename} could not be written to (some records are missing)")
+
+
 class _CountWarnings(logging.Handler):
     def __init__(self):
         super().__init__(logging.WARNING)
@@ -91,19 +100,30 @@ def home_logs(_args=None) -> Path:
 
 
 def log_file_for(log_dir: Path, command: str) -> Path:
-    """A new log file in `log_dir` (or in $CLARIFY_HOME/logs when that folder cannot be made, or is not
-    this user's), created private and without following a link (files.open_own)."""
-    try:
-        check_own_dir(make_dirs(log_dir))
-    except (OSError, InputError):
-        log_dir = check_own_dir(make_dirs(home_logs()))
-    _prune(log_dir)
-    path = log_dir / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
-    try:
-        os.close(open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT))
-    except OSError as exc:  # a planted link, another user's file
-        raise InputError(f"cannot write the log here: {exc.strerror or exc}", path=str(path)) from None
-    return path
+    """A new log file in `log_dir` — or, when that folder cannot be made or is not this user's, or the
+    file cannot be written there (a read-only file system, a full disk), in $CLARIFY_HOME/logs, then in
+    the system's temporary folder — created private and without following a link (files.open_own)."""
+    name = f"{command}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    folders = [log_dir, home_logs(), Path(tempfile.gettempdir()) / f"clarify-logs-{os.getuid()}"]
+    for i, folder in enumerate(folders):
+        last = i == len(folders) - 1
+        try:
+            folder = check_own_dir(make_dirs(folder))
+        except (OSError, InputError):
+            if last:
+                raise
+            continue
+        _prune(folder)
+        path = folder / name
+        try:
+            os.close(open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT))
+            return path
+        except OSError as exc:
+            if exc.errno in WRITE_ERRNOS and not last:  # nothing can be written here: the next folder
+                continue
+            # a planted link, another user's file
+            raise InputError(f"cannot write the log here: {exc.strerror or exc}", path=str(path)) from None
+    raise AssertionError("unreachable")
 
 
 # The names log_file_for gives (`<command>-<date>-<time>-<pid>.log`): the only files pruning deletes
@@ -191,7 +211,7 @@ def session(log_dir: str | Path, command: str, *, verbose: bool = False) -> Iter
     root = logging.getLogger()
     old_level = root.level
     fmt = logging.Formatter(LOG_FORMAT)
-    handlers: list[logging.Handler] = [logging.FileHandler(path, encoding="utf-8"), _CountWarnings()]
+    handlers: list[logging.Handler] = [_LogFile(path, encoding="utf-8"), _CountWarnings()]
     handlers[0].setFormatter(fmt)
     if verbose:
         handlers.append(logging.StreamHandler(sys.stderr))
@@ -220,7 +240,8 @@ def session(log_dir: str | Path, command: str, *, verbose: bool = False) -> Iter
             logging.captureWarnings(False)
             for h in handlers:
                 root.removeHandler(h)
-                h.close()
+                with contextlib.suppress(OSError):  # a full disk: never hide the error that stopped the command
+                    h.close()
             root.setLevel(old_level)
             _log_path = None
 

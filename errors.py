@@ -3,6 +3,8 @@ a field, a model directory): the CLI prints it as one line and exits 2, without 
 
 from __future__ import annotations
 
+import errno
+
 
 class InputError(ValueError):
     """Bad user input. The message names the file and line (or field) at fault."""
@@ -31,3 +33,22 @@ def need_file(path, what: str = "file") -> None:
         raise InputError("is a directory, not a file", path=str(p))
     if not p.is_file():
         raise InputError(f"{what} not found", path=str(p))
+
+
+# Failures to write that the user fixes outside clarify: the disk (or quota) is full, the file system is
+# read-only, the folder is not writable. The command line says them in one line (write_failure), never as
+# a traceback; what was written before stays, and the same command resumes.
+WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+_WHAT_TO_DO = {
+    errno.ENOSPC: "free space on that disk (df -h) or write elsewhere (--out), then run the same command again",
+    errno.EDQUOT: "free space in your quota or write elsewhere (--out), then run the same command again",
+    errno.EROFS: "the file system is read-only: write elsewhere (--out, or $CLARIFY_HOME for logs and models)",
+    errno.EACCES: "that folder is not writable by you: write elsewhere (--out)",
+    errno.EPERM: "that folder is not writable by you: write elsewhere (--out)",
+}
+
+
+def write_failure(exc: OSError) -> str:
+    """One line for a failed write: the path, the system's reason and what to do."""
+    where = f"{exc.filename}: " if exc.filename else ""
+    return f"cannot write {where}{exc.strerror or exc}; {_WHAT_TO_DO.get(exc.errno, 'write elsewhere (--out)')}"

@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 from clarify import console, files, stops
-from clarify.errors import InputError
+from clarify.errors import WRITE_ERRNOS, InputError, write_failure
 from clarify.stops import Stopped
 
 # (module, function) pairs; each function takes the subparsers object and adds its commands.
@@ -169,6 +169,12 @@ def _main(args: argparse.Namespace) -> int:
         # Bad input: one line naming the file/line/field, never a traceback.
         print(f"clarify {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRNOS:
+            raise
+        # A full disk, a read-only file system: one line with the path and what to do (errors.py).
+        print(f"clarify {args.command}: error: {write_failure(exc)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -199,9 +200,16 @@ def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, pro
     cache is kept). part_trees: finished trees per part; stop_after_parts: stop once that many parts
     exist (tests of resume). With `[cluster]` workers the trees run on Ray (batch/cluster.py; `on_part`:
     called with its worker pool after each part, for tests of faults)."""
+    from clarify.local_llm.cache import check_caches
+
     rd = RunDir(out)
     questions, gold = load_questions(cfg)
     index, inputs = check_inputs(cfg, index=index, engine_factory=engine_factory)
+    check_caches(rd.cache_dir)
+    if rd.finished and not restart and not os.access(rd.path, os.W_OK):
+        # a finished run on a read-only file system (an archive): nothing to write, nothing to lock
+        rd.freeze(json.loads(cfg.to_json()), inputs, ignore=RESULT_FREE)  # compares only: it is finished
+        return Run.open(rd.path).summary
     with rd.lock():
         if restart:
             rd.clear()

@@ -120,7 +120,10 @@ class RunDir:
 
     @property
     def finished(self) -> bool:
-        return (self.path / "summary.json").exists()
+        """summary.json and every final table are there (a table deleted since is rebuilt from the parts
+        and the completion cache by the next run of the command, with no engine: batch/pipeline.py)."""
+        return (self.path / "summary.json").exists() and all(
+            (self.path / f"{name}.parquet").exists() for name in FINAL_TABLES)
 
     @contextlib.contextmanager
     def lock(self):

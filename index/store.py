@@ -28,6 +28,7 @@ import os
 import shutil
 import sys
 import time
+import weakref
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -156,6 +157,46 @@ def _lock(out: Path):
         os.close(fd)  # releases the flock
 
 
+def _flock_folder(path: Path, op: int) -> tuple[int | None, bool]:
+    """Open the folder `path` and try the flock `op` on it without waiting: (its descriptor, or None when
+    it cannot be opened; whether the lock is held — also where the file system has no flock)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None, False
+    try:
+        fcntl.flock(fd, op | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return fd, False
+    except OSError:
+        pass
+    return fd, True
+
+
+def _read_lock(path: Path) -> int | None:
+    """A shared flock on the index folder itself (no file is written: the folder may be another user's,
+    read-only), held by every process that reads the index; `build --force` takes it exclusively before
+    it replaces the folder (`_no_readers`). Not held while a rebuild swaps the folder in (the folder is
+    complete either way)."""
+    return _flock_folder(path, fcntl.LOCK_SH)[0]
+
+
+def _no_readers(out: Path, *, wait: bool = False) -> int | None:
+    """An exclusive flock on an existing index folder, or InputError when a process is reading it (a
+    run, a search): a rebuild must not replace an index under a run. `wait`: wait for the readers
+    instead, saying so. The caller closes the descriptor once the new folder is in place."""
+    fd, held = _flock_folder(out, fcntl.LOCK_EX)
+    if fd is None or held:
+        return fd
+    if wait:
+        _log(f"waiting for the processes reading {out} to finish before replacing it")
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return fd
+    os.close(fd)
+    raise InputError("the index is being read by a running clarify process (a run, a search): let it finish "
+                     "or stop it, or build into another folder", path=str(out))
+
+
 def _log(msg: str, *, show: bool = True) -> None:
     """An index build message: on the terminal (stderr) when `show`, else only in the log."""
     if show:
@@ -197,6 +238,8 @@ def build_index(corpus, out, *, options: BuildOptions | None = None, force: bool
                 if not force:
                     raise InputError("index was built from a different corpus or with other settings: "
                                      + "; ".join(diffs) + " (rebuild with --force / force=True)", path=str(out))
+                if (fd := _no_readers(out)) is not None:  # refused now, not hours into the build
+                    os.close(fd)
                 _log(f"rebuilding {out}: " + "; ".join(diffs))
         tmp = out.parent / f".{out.name}.building-{os.getpid()}"
         tmp.mkdir(mode=modes()[0])
@@ -206,11 +249,14 @@ def build_index(corpus, out, *, options: BuildOptions | None = None, force: bool
             manifest["path_built"] = str(out.resolve())
             write_json(manifest, tmp / MANIFEST, sort_keys=False)
             old = None
+            readers = _no_readers(out, wait=True)  # one that started reading since the check above
             with stops.deferred():  # a stop signal never falls between the two renames (no index at all)
                 if out.exists():
                     old = out.parent / f".{out.name}.old-{os.getpid()}"
                     os.replace(out, old)
                 os.replace(tmp, out)
+            if readers is not None:
+                os.close(readers)
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
         finally:
@@ -327,6 +373,9 @@ class LocalIndex:
         self._row: dict[str, int] | None = None
         self._lucene = self._dense = self._encoder = None
         self._searchers: dict = {}
+        reading = _read_lock(self.path)  # held while this object lives: no rebuild under a reader
+        if reading is not None:
+            weakref.finalize(self, os.close, reading)
 
     def __repr__(self) -> str:
         return f"LocalIndex({self.path}, bm25={self.has_bm25}, dense={self.has_dense})"

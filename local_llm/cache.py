@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -116,6 +117,53 @@ def read_only_uri(path: str | os.PathLike) -> str:
     return Path(path).resolve().as_uri() + "?mode=ro"
 
 
+def unusable(path: str | os.PathLike, exc: Exception) -> InputError:
+    """The one-line error for a completion cache that SQLite cannot read, with what to do about it."""
+    return InputError(f"not a usable completion cache ({exc}); move it aside (mv '{path}' '{path}.bad') and run "
+                      f"again: the completions it held are computed anew", path=str(path))
+
+
+# SQLite's result codes for a failed write (https://www.sqlite.org/rescode.html), as the OSError a
+# failed file write gives, so the command line says both the same way (errors.write_failure).
+_SQLITE_ERRNO = {"SQLITE_FULL": errno.ENOSPC, "SQLITE_READONLY": errno.EROFS, "SQLITE_CANTOPEN": errno.EACCES}
+
+
+def _write_error(exc: sqlite3.OperationalError, path: Path) -> Exception:
+    code = getattr(exc, "sqlite_errorname", "") or ""
+    for name, number in _SQLITE_ERRNO.items():
+        if code.startswith(name):
+            return OSError(number, f"{os.strerror(number)} ({exc})", str(path))
+    return exc
+
+
+def check_caches(folder: str | os.PathLike) -> None:
+    """Every completion cache in a run's cache folder opens and has the completions table: checked
+    before the run directory is written and before the engine loads (a damaged cache was found only
+    after the model had loaded). Reads one row of each, never the whole file."""
+    for p in sorted(Path(folder).glob("*.sqlite")):
+        if p.stat().st_size == 0:  # made, then stopped before SQLite wrote to it: it starts empty
+            continue
+        try:
+            try:
+                _read_one(read_only_uri(p))
+            except sqlite3.OperationalError as exc:
+                if not (getattr(exc, "sqlite_errorname", "") or "").startswith("SQLITE_CANTOPEN"):
+                    raise
+                # a read-only file system, where SQLite cannot make the -shm file of a WAL database: read
+                # it as immutable (no writer can be there)
+                _read_one(read_only_uri(p) + "&immutable=1")
+        except sqlite3.DatabaseError as exc:
+            raise unusable(p, exc) from None
+
+
+def _read_one(uri: str) -> None:
+    con = sqlite3.connect(uri, uri=True, timeout=60)
+    try:
+        con.execute("SELECT key, payload, checksum FROM completions LIMIT 1").fetchone()
+    finally:
+        con.close()
+
+
 def _create_private(p: Path) -> None:
     """The cache's folders and, when new, its file, with the private modes of files.py (every prompt and
     completion is in it; SQLite gives its -wal and -shm files the database file's mode)."""
@@ -158,14 +206,14 @@ class CachedEngine:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute(_SCHEMA)
         except sqlite3.DatabaseError as exc:
-            raise InputError(f"not a usable completion cache ({exc})", path=str(p)) from exc
+            raise unusable(p, exc) from exc
         self._also = []
         for other in also:
             try:
                 con = sqlite3.connect(read_only_uri(other), uri=True, timeout=60, check_same_thread=False)
                 con.execute("SELECT 1 FROM completions LIMIT 1").fetchone()  # a cache, not a table scan
             except sqlite3.DatabaseError as exc:
-                raise InputError(f"not a usable completion cache ({exc})", path=str(other)) from exc
+                raise unusable(other, exc) from exc
             self._also.append(con)
 
     @property
@@ -237,13 +285,18 @@ class CachedEngine:
                 (key, self.model_id, prompt, json.dumps(params.as_dict(), sort_keys=True), payload, _checksum(key, payload), now)
             )
         # One transaction per batch: all the misses of a generate call land together or not at all.
-        self._db.execute("BEGIN IMMEDIATE")
         try:
-            self._db.executemany("INSERT OR REPLACE INTO completions VALUES (?,?,?,?,?,?,?)", values)
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany("INSERT OR REPLACE INTO completions VALUES (?,?,?,?,?,?,?)", values)
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:  # SQLite may have rolled back itself (a full disk): no second error
+                    with contextlib.suppress(sqlite3.Error):
+                        self._db.execute("ROLLBACK")
+                raise
+        except sqlite3.OperationalError as exc:
+            raise _write_error(exc, self.path) from exc
 
     def generate(self, prompts: Sequence[str], params: Sequence[GenParams]) -> list[Completion]:
         """Hits come from disk (`cached=True`); the misses go to the inner engine in one call.

@@ -223,12 +223,42 @@ def check_model_dir(path: str | os.PathLike) -> Path:
     if not (p / "config.json").is_file():
         raise InputError("not a model directory: config.json is missing", path=str(p))
     try:
-        json.loads((p / "config.json").read_text(encoding="utf-8"))
+        cfg = json.loads((p / "config.json").read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"config.json is not valid JSON ({exc})", path=str(p / "config.json")) from exc
-    if not _weight_files(p):
+    # What transformers and vLLM need before they load anything (AutoConfig: a JSON object naming its
+    # `model_type`); found here, before the run directory is written and the engine starts (seconds).
+    if not isinstance(cfg, dict):
+        raise InputError(f"config.json must be a JSON object, not {type(cfg).__name__}", path=str(p / "config.json"))
+    if not isinstance(cfg.get("model_type"), str) or not cfg["model_type"]:
+        raise InputError("config.json names no model_type (a Hugging Face model's config.json does)",
+                         path=str(p / "config.json"))
+    weights = _weight_files(p)
+    if not weights:
         raise InputError("not a model directory: no weights (*.safetensors or pytorch_model*.bin)", path=str(p))
+    for w in weights:
+        _check_weights(w)
     return p
+
+
+def _check_weights(path: Path) -> None:
+    """InputError unless a weights file is non-empty and, for safetensors, starts with a valid header."""
+    size = path.stat().st_size
+    if size == 0:
+        raise InputError("weights file is empty", path=str(path))
+    if path.suffix != ".safetensors":
+        return
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(8)
+            (n,) = struct.unpack("<Q", head) if len(head) == 8 else (-1,)
+            if not 0 < n <= min(size - 8, SAFETENSORS_MAX_HEADER):
+                raise ValueError(f"header length {n} does not fit the file ({size} bytes)")
+            header = json.loads(fh.read(n))
+        if not isinstance(header, dict):
+            raise ValueError("header is not a JSON object")
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        raise InputError(f"not a safetensors file ({exc}); re-copy or re-convert the model", path=str(path)) from None
 
 
 def resolve_model(model: str | os.PathLike) -> Path:
@@ -256,6 +286,9 @@ def embedded_name_of(path: Path) -> str | None:
         except OSError:
             continue
     return None
+
+
+SAFETENSORS_MAX_HEADER = 100 * 2**20  # the safetensors format caps its JSON header at 100 MB
 
 
 def _safetensors_header(path: Path) -> dict:

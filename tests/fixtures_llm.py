@@ -7,10 +7,26 @@ shared through `get_engine`, so `clarify generate` run in-process by a test reus
 
 from __future__ import annotations
 
+import json
+import struct
+from pathlib import Path
+
 import pytest
 
 from clarify.local_llm.engine import GenParams
 from clarify.local_llm.scripted import ScriptedEngine
+
+
+def write_fake_model(folder: Path, data_bytes: int = 0, config: dict | None = None) -> Path:
+    """A folder that passes the model-folder check (local_llm/models.py check_model_dir) but holds no
+    real model: a config.json with a model_type and a safetensors file with a valid, empty header and
+    `data_bytes` more bytes (a way to change the weights' fingerprint)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config or {"model_type": "llama",
+                                                              "architectures": ["LlamaForCausalLM"]}))
+    header = b"{}"
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * data_bytes)
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -225,3 +225,23 @@ def test_batches_by_token_count_keep_vectors_and_top_k(small_index):
     queries = idx.encoder.encode(_queries(idx.passages)["query"].to_list())
     top = lambda v: np.argsort(-(queries @ v.T), axis=1, kind="stable")[:, :10]  # noqa: E731
     assert (top(stored) == top(mixed)).all()
+
+
+def test_an_index_being_read_is_not_rebuilt_under_its_reader(tmp_path):
+    """`build --force` replaced an index folder while a run read it (issue 34): now a process that has
+    the index open holds a shared lock on its folder, and the rebuild is refused, saying why, before
+    any work; once the reader is gone it goes ahead."""
+    import gc
+
+    corpus = write_small_corpus(tmp_path / "c.jsonl", n_core=40, n_random=0)
+    out = build_index([corpus], tmp_path / "idx", dense=False)
+    reader = open_index(out)
+    with open(corpus, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"id": "new-1", "title": "Zanzibar", "text": "Quetzalcoatl visited Zanzibar."}) + "\n")
+    with pytest.raises(InputError, match="being read by a running clarify process"):
+        build_index([corpus], out, dense=False, force=True)
+    assert reader.manifest["passages"]["count"] == 40 and not list(tmp_path.glob(".idx.building-*"))
+    del reader
+    gc.collect()
+    build_index([corpus], out, dense=False, force=True)
+    assert open_index(out).manifest["passages"]["count"] == 41

@@ -150,3 +150,30 @@ def test_sigkill_mid_write_leaves_a_usable_cache(tmp_path):
     assert cache.stats.corrupt == 0 and cache.stats.hits == n and cache.stats.misses == 200
     assert engine.batch_sizes == [200]  # only the batch that was being written when killed
     assert all(c.text == "echo:" + p * 20 for c, p in zip(out, prompts))
+
+
+def test_a_full_disk_keeps_the_completions_queued_and_says_so(tmp_path):
+    """SQLite's "database or disk is full" (SQLITE_FULL: here a page limit stands in for the disk) was
+    hidden behind "cannot rollback - no transaction is active", and the group of completions that failed
+    was dropped before it was stored (issue 34). Now it is an OSError ENOSPC naming the cache file (one
+    line at the command line: errors.write_failure), and the completions wait for the next commit."""
+    import errno
+
+    from clarify.local_llm.engine import Request
+    from clarify.local_llm.scripted import ScriptedStepEngine
+
+    inner = ScriptedStepEngine("scripted", lambda p, gp: "word " * 400)
+    cache = CachedEngine(inner, tmp_path / "c", group_rows=10_000, group_s=3600)
+    pages = cache._db.execute("PRAGMA page_count").fetchone()[0]
+    cache._db.execute(f"PRAGMA max_page_count = {pages + 1}")  # room for no more than one page of rows
+    cache.submit([Request(str(i), f"prompt {i} " * 50, GenParams(max_tokens=8)) for i in range(20)])
+    while cache.pending():
+        cache.step()
+    with pytest.raises(OSError) as err:
+        cache.flush()
+    assert err.value.errno == errno.ENOSPC and err.value.filename == str(cache.path)
+    assert "disk is full" in str(err.value)
+    cache._db.execute("PRAGMA max_page_count = 1000000")  # space again: the same completions are stored
+    cache.flush()
+    assert len(cache) == 20 and len(inner.returned) == 20  # none computed twice
+    cache.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import struct
 import time
 
 import pytest
@@ -16,6 +17,7 @@ from clarify.local_llm.models import (
     prepare_model,
     resolve_model,
 )
+from tests.fixtures_llm import write_fake_model
 
 
 def test_missing_directory_is_named(tmp_path):
@@ -38,9 +40,31 @@ def test_missing_config_is_named(tmp_path):
 
 
 def test_missing_weights_is_named(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with pytest.raises(InputError, match="no weights"):
         check_model_dir(tmp_path)
+
+
+@pytest.mark.parametrize(("config", "weights", "said"), [
+    ([], None, "config.json must be a JSON object, not list"),         # was an AttributeError, after the run dir
+    ({}, None, "config.json names no model_type"),                      # was vLLM's pydantic error after ~11 s
+    (None, b"", "weights file is empty"),
+    (None, b"\xff" * 8 + b"{}", "not a safetensors file .header length"),
+    (None, struct.pack("<Q", 2) + b"[]", "not a safetensors file .header is not a JSON object"),
+    (None, struct.pack("<Q", 5) + b"{oops", "not a safetensors file"),
+])
+def test_a_folder_that_is_not_a_model_is_refused_before_anything_loads(tmp_path, config, weights, said):
+    """Checked in milliseconds, before a run directory is written or an engine starts (issue 34)."""
+    write_fake_model(tmp_path)
+    if config is not None:
+        (tmp_path / "config.json").write_text(json.dumps(config))
+    if weights is not None:
+        (tmp_path / "model.safetensors").write_bytes(weights)
+    with pytest.raises(InputError, match=said) as err:
+        check_model_dir(tmp_path)
+    assert err.value.path.startswith(str(tmp_path))
+    write_fake_model(tmp_path)
+    assert check_model_dir(tmp_path) == tmp_path
 
 
 def test_broken_config_is_named(tmp_path):

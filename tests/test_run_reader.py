@@ -12,6 +12,7 @@ from clarify import schemas
 from clarify.batch import config
 from clarify.batch.rundir import TABLE_SCHEMAS, Run
 from clarify.errors import InputError
+from tests.fixtures_llm import write_fake_model
 from tests.test_reliability import QS, _cfg, _questions, _run
 
 
@@ -87,10 +88,7 @@ def test_the_reranker_is_part_of_the_frozen_config_and_pinned(finished, tmp_path
                              "retrieval.cross_encoder": str(tmp_path / "no-such-model")})
     with pytest.raises(InputError, match="model directory does not exist"):
         _run(bad, tmp_path / "r")
-    ce = tmp_path / "ce"
-    ce.mkdir()
-    (ce / "config.json").write_text("{}")
-    (ce / "model.safetensors").write_bytes(b"\0" * 8)
+    ce = write_fake_model(tmp_path / "ce", config={"model_type": "bert"})
     cfg_ce = config.load(path / "config.json", {"retrieval.cross_encoder": str(ce)})
     _run(cfg_ce, tmp_path / "r2")  # the fake index ignores the reranker; the run pins it
     assert Run.open(tmp_path / "r2").config.retrieval.cross_encoder == str(ce)
