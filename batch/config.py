@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clarify.batch.match import MATCHING
 from clarify.errors import InputError
 from clarify.eval import datasets
 from clarify.local_llm.hardware import DTYPES
@@ -89,9 +90,18 @@ class TocConfig:
     # True: the seed includes the node and expansion count, every expansion samples afresh.
     restart_resample: bool = False
     # "filter": the intended get_evidence (toc/pruning.py:17-25): shown passages containing the answer,
-    # top-1 by the reranker; "official": as published (the filter is a no-op), reranker top-1 of all
-    # shown passages; "filter-embed": the filter, scored by the dense encoder's cosine (before issue 12).
+    # top-1 by the reranker; "official": as published, the DA string's single characters are the answers
+    # (a no-op for most answers, not for e.g. "16"); "filter-embed": the filter, scored by the dense
+    # encoder's cosine (before issue 12).
     evidence: str = "filter"
+    # "dsp": the tree's answer matching (a passage holds an answer, F1 of two answers) as the official code's
+    # dsp has it (batch/match.py); "squad": the metrics' ASQA/SQuAD normalisation, whitespace tokens, an
+    # empty answer matches nothing and two empty answers have F1 1 (before issue 26).
+    matching: str = "dsp"
+    # "open": a free-style answer prompt of a tree without valid nodes ends open at `Disambiguations:`, as
+    # the official template renders an empty DQ/DA field (toc/tree.py:32-40, dsp/templates/template_v2.py:73-83);
+    # "closed": it asks for the answer directly (before issue 26).
+    empty_tree_answer: str = "open"
 
     def __post_init__(self) -> None:
         _raise(_problems_of(self, "toc"), "config")
@@ -210,6 +220,8 @@ RULES: dict[str, Rule] = {
     "toc.removal": Rule(choices=("official", "shown")),
     "toc.answer_passages_from": Rule(choices=("pool", "nodes")),
     "toc.evidence": Rule(choices=("filter", "official", "filter-embed")),
+    "toc.matching": Rule(choices=tuple(MATCHING)),
+    "toc.empty_tree_answer": Rule(choices=("open", "closed")),
     "model.model": Rule(nonempty=True),
     "model.max_model_len": POSITIVE,
     # vLLM EngineArgs: the fraction of GPU memory the engine may use, in (0, 1]

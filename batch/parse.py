@@ -28,7 +28,16 @@ _ANSWER = re.compile(r"^\s*+Answer\s*+:", re.IGNORECASE)
 @dataclass(frozen=True)
 class Disambiguation:
     question: str
-    answers: tuple[str, ...]
+    answers: tuple[str, ...]  # the DA's short answers, split on ';' (split_answers)
+    # The DA line's text as written (toc/utils.py:38: the text after `DA i:`, stripped): the string the
+    # official code compares, matches and shows whole (run_toc.py:94-123, toc/pruning.py:10-11 and :46 of
+    # toc/templates/load.py, toc/tree.py:34). "" when the pair is built from its answers (demos): `da`.
+    text: str = ""
+
+    @property
+    def da(self) -> str:
+        """The whole DA string: as written, else the answers joined."""
+        return self.text or da_text(self.answers)
 
 
 @dataclass
@@ -48,8 +57,7 @@ def split_answers(text: str) -> tuple[str, ...]:
 
 
 def da_text(answers: tuple[str, ...] | list[str]) -> str:
-    """A DA line's text back from its split answers: the whole string the official code matches
-    (run_toc.py:94-123 and toc/pruning.py:11 use `disambig['answer']` unsplit)."""
+    """A DA line's text from its short answers (a demo's, toc/utils.py:18 make_str_disambig)."""
     return "; ".join(answers)
 
 
@@ -80,7 +88,7 @@ def parse_disambiguations(completion: str, finish_reason: str = "stop") -> Parse
                 out.notes.append(f"empty DA for {pending_q[:60]!r}")
                 pending_q = None
             else:
-                out.pairs.append(Disambiguation(pending_q, answers))
+                out.pairs.append(Disambiguation(pending_q, answers, m.group(2).strip()))
                 last_pair_line = i
                 pending_q = None
     if pending_q is not None:

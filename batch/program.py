@@ -31,13 +31,8 @@ import numpy as np
 
 from clarify.batch.config import RunConfig
 from clarify.batch.demos import KnnPool
-from clarify.batch.parse import (
-    Disambiguation,
-    clean_long_answer,
-    da_text,
-    parse_disambiguations,
-    parse_verdict,
-)
+from clarify.batch.match import MATCHING, Matching
+from clarify.batch.parse import Disambiguation, clean_long_answer, parse_disambiguations, parse_verdict
 from clarify.batch.prompts import (
     Demo,
     Passage,
@@ -47,7 +42,6 @@ from clarify.batch.prompts import (
     verify_prompt,
 )
 from clarify.batch.tree import ROOT, Node, Tree
-from clarify.eval.normalize import has_answer, token_f1
 from clarify.local_llm.engine import Completion, Engine, GenParams, request_key
 
 if TYPE_CHECKING:
@@ -162,39 +156,51 @@ def passage_string(p: Passage) -> str:
     return f"{p.title} | {p.text}"
 
 
-def exhausted_by(pairs: list[Disambiguation], ctx: list[str], store: dict[str, Passage], removal: str) -> list[str]:
-    """Shown passages that hold an answer of this expansion, to be skipped from now on.
+def exhausted_by(pairs: list[Disambiguation], ctx: list[str], store: dict[str, Passage], removal: str,
+                 match: Matching) -> list[str]:
+    """Shown passages that hold an answer of this expansion, to be skipped from now on (`match`: toc.matching).
     removal = "official": run_toc.py:110-123 remove_dup_psgs — a passage of the shown context that
-    contains a whole DA string (`disambig['answer']`, unsplit), matched against "title | text"
-    (dsp.passage_has_answers, dsp/primitives/demonstrate.py:129-134). "shown": any single answer, text only."""
+    contains a whole DA string as written (`disambig['answer']`, unsplit), matched against "title | text"
+    (dsp.passage_has_answers, dsp/primitives/demonstrate.py:129-134); `same_text` then takes the pool's
+    passages with the same text. "shown": any single answer, text only."""
     if removal == "official":
-        found = [da_text(p.answers) for p in pairs]
-        return [p for p in ctx if has_answer(passage_string(store[p]), found)]
+        found = [p.da for p in pairs]
+        return [p for p in ctx if match.has_answer(passage_string(store[p]), found)]
     found = [a for p in pairs for a in p.answers]
-    return [p for p in ctx if has_answer(store[p].text, found)]
+    return [p for p in ctx if match.has_answer(store[p].text, found)]
 
 
-def removed_by(pairs: list[Disambiguation], shown: list[Demo], pool: Sequence[Demo], removal: str) -> list[str]:
-    """Demos whose answer this expansion found, to be left out from now on (dsp F1 > 0.8).
+def same_text(ids: list[str], pool: Sequence[str], store: dict[str, Passage]) -> list[str]:
+    """The passages of `pool` (then of `ids`) whose "title | text" is that of one of `ids`, in that order.
+    The official code holds passages as strings: remove_dup_psgs drops every pool passage that `in contexts`
+    equals a shown one holding an answer (run_toc.py:116-118), so two passages with one text go together."""
+    texts = {passage_string(store[p]) for p in ids}
+    return [p for p in dict.fromkeys([*pool, *ids]) if passage_string(store[p]) in texts]
+
+
+def removed_by(pairs: list[Disambiguation], shown: list[Demo], pool: Sequence[Demo], removal: str,
+               match: Matching) -> list[str]:
+    """Demos whose answer this expansion found, to be left out from now on (F1 > 0.8, `match`: toc.matching;
+    dsp's F1 scores two answers without tokens 0, so a DA like "The" removes nothing, dsp/utils/metrics.py:67-73).
     removal = "official": run_toc.py:94-108 remove_dup_demos — over every demo still in `cur_demos`
     (the whole pool: `cur_demos = train.copy()`, run_toc.py:191), each demo DA (its first short answer,
-    toc/utils.py:18) against the whole DA strings found. "shown": only the demos in this prompt,
+    toc/utils.py:18) against the whole DA strings found, as written. "shown": only the demos in this prompt,
     against each single answer."""
     if removal == "official":
-        found = [da_text(p.answers) for p in pairs]
-        return [d.demo_id for d in pool if any(token_f1(b, da_text(dp.answers)) > 0.8 for dp in d.pairs for b in found)]
+        found = [p.da for p in pairs]
+        return [d.demo_id for d in pool if any(match.f1(dp.da, b) > 0.8 for dp in d.pairs for b in found)]
     found = [a for p in pairs for a in p.answers]
-    return [d.demo_id for d in shown if any(token_f1(b, a) > 0.8 for dp in d.pairs for a in dp.answers for b in found)]
+    return [d.demo_id for d in shown if any(match.f1(b, a) > 0.8 for dp in d.pairs for a in dp.answers for b in found)]
 
 
-def answer_passages(t: Tree, store: dict[str, Passage], n_nodes: int, n_passages: int) -> list[str]:
+def answer_passages(t: Tree, store: dict[str, Passage], n_nodes: int, n_passages: int, match: Matching) -> list[str]:
     """toc.answer_passages_from = "nodes" (clarify's choice; toc/tree.py:49-70 select_passages is never
     called by run_toc.py): up to `n_passages` passages, for each valid node in BFS order the first passage
     the tree has shown that contains its answer; then the question's own top passages to fill up."""
     picked: list[str] = []
     for node in t.valid_nodes()[:n_nodes]:
         for pid in t.seen_passages:
-            if pid not in picked and has_answer(store[pid].text, node.answers):
+            if pid not in picked and match.has_answer(store[pid].text, node.answers):
                 picked.append(pid)
                 break
         if len(picked) >= n_passages:
@@ -205,10 +211,6 @@ def answer_passages(t: Tree, store: dict[str, Passage], n_nodes: int, n_passages
         if pid not in picked:
             picked.append(pid)
     return picked[:n_passages]
-
-
-def _pair(n: Node) -> Disambiguation:
-    return Disambiguation(n.question, tuple(n.answers))
 
 
 # Priorities of the continuous driver (lower = sooner): work that shortens the critical path first.
@@ -304,18 +306,23 @@ def expand(t: Tree, n: Node, res: Resources, cfg: RunConfig, wave: int, rows: Tr
         # run_toc.py:229-231 (only with --verify, pruning or not): with every parsed pair (before
         # pruning), drop found answers' passages and demos so re-expansions look elsewhere. (With no
         # pair the official remove_dup_demos raises on `max()` of nothing; here nothing is removed.)
-        t.exhausted_passages.extend(p for p in exhausted_by(parsed.pairs, ctx, store, toc.removal)
-                                    if p not in t.exhausted_passages)
-        t.removed_demos.extend(d for d in removed_by(parsed.pairs, demos, res.demos.items, toc.removal)
+        match = MATCHING[toc.matching]
+        gone = exhausted_by(parsed.pairs, ctx, store, toc.removal, match)
+        if gone and toc.removal == "official":
+            pool = [p for p in t.root_passages if p not in t.exhausted_passages]
+            gone = same_text(gone, pool, res.passages(list(dict.fromkeys(pool + ctx))))
+        t.exhausted_passages.extend(p for p in gone if p not in t.exhausted_passages)
+        t.removed_demos.extend(d for d in removed_by(parsed.pairs, demos, res.demos.items, toc.removal, match)
                                if d not in t.removed_demos)
 
     # 3. Self-verification of the pending children (toc/pruning.py:27-41), one request for all of them.
     pending = [c for c in children if c.status == "pending"]
     verdicts: dict[str, tuple[bool, str | None, str | None]] = {}
     if pending:
-        evidence = yield from _evidence(t, pending, res, toc.evidence)
+        evidence = yield from _evidence(t, pending, res, toc.evidence, MATCHING[toc.matching])
+        # the proposed answer is the DA string as written (toc/templates/load.py:46 `cur_qa['answer']`)
         req = Generate("verify", tuple(c.node_id for c in pending),
-                       tuple(verify_prompt(ev, t.question, "; ".join(c.answers)) for c, ev in zip(pending, evidence)),
+                       tuple(verify_prompt(ev, t.question, c.pair.da) for c, ev in zip(pending, evidence)),
                        tuple(GenParams(temperature=0.0, max_tokens=toc.verify_max_tokens, choices=("True", "False"))
                              for _ in pending), _priority("verify", t, cfg))
         comps = yield req
@@ -326,25 +333,30 @@ def expand(t: Tree, n: Node, res: Resources, cfg: RunConfig, wave: int, rows: Tr
     t.settle(children, verdicts, toc)
 
 
-def _evidence(t: Tree, pending: list[Node], res: Resources, mode: str) -> Generator[Request, Any, list[Passage | None]]:
+def _evidence(t: Tree, pending: list[Node], res: Resources, mode: str,
+              match: Matching) -> Generator[Request, Any, list[Passage | None]]:
     """The context of each verification: one passage the tree has shown (None when it has shown none).
 
-    toc/pruning.py:17-25 get_evidence means: among the shown passages (deduplicated `slt_psgs`), those
-    containing the answer (all of them if none does), the reranker's top-1 for the DQ. As published it
-    calls `passage_has_answers(passage, cur_qa['answer'])` with a string: the "answers" are its single
-    characters, which normalise to nothing and match every passage, so the filter is a no-op.
-    mode "filter": the intended filter (each `;`-separated answer, as toc/tree.py:55 splits them, against
-    "title | text"), scored by the reranker; "official": no filter, reranker top-1 of all shown passages;
+    toc/pruning.py:17-25 get_evidence: among the passages the tree has shown, deduplicated by text
+    (`deduplicate(tree.slt_psgs)`, :18: strings, the first of each kept), those holding the answer (all of
+    them if none does), the reranker's top-1 for the DQ. As published it passes the DA *string* to
+    `passage_has_answers` (:20), which iterates it: the "answers" are its single characters. A character
+    that normalises to nothing (a space, punctuation, the letter a) is in every passage, so for most
+    answers nothing is filtered; an answer without one ("16", "1092") keeps the passages that hold one of
+    its characters as a token of its own (`match`: toc.matching).
+    mode "filter": the intended filter, the DA string split on ';' as toc/tree.py:55 splits it, against
+    "title | text", scored by the reranker; "official": as published, the DA string's characters;
     "filter-embed": the filter against the text, scored by the dense encoder's cosine (before issue 12)."""
     store = res.passages(list(t.seen_passages)) if t.seen_passages else {}
+    first: dict[str, str] = {}
+    for p in t.seen_passages:
+        first.setdefault(passage_string(store[p]), p)
+    shown = list(first.values())
+    text = (lambda p: store[p].text) if mode == "filter-embed" else (lambda p: passage_string(store[p]))
     pools = []
     for c in pending:
-        if mode == "official":
-            pools.append(list(t.seen_passages))
-            continue
-        text = (lambda p: store[p].text) if mode == "filter-embed" else (lambda p: passage_string(store[p]))
-        pos = [p for p in t.seen_passages if has_answer(text(p), c.answers)]
-        pools.append(pos or list(t.seen_passages))
+        answers = list(c.pair.da) if mode == "official" else c.pair.da.split(";")
+        pools.append([p for p in shown if match.has_answer(text(p), answers)] or shown)
     if mode == "filter-embed":
         texts = tuple(dict.fromkeys([c.question for c in pending] + [store[p].text for pool in pools for p in pool]))
         vecs = yield EmbedTexts(texts)
@@ -368,10 +380,11 @@ def answer(t: Tree, res: Resources, cfg: RunConfig, wave: int, rows: TreeRows) -
             picked = [pid for pid, _ in top]
         else:
             ids = list(dict.fromkeys(t.root_passages + t.seen_passages))
-            picked = answer_passages(t, res.passages(ids) if ids else {}, toc.answer_nodes, toc.answer_passages)
+            picked = answer_passages(t, res.passages(ids) if ids else {}, toc.answer_nodes, toc.answer_passages,
+                                     MATCHING[toc.matching])
         store = res.passages(picked) if picked else {}
         ctx = [store[p] for p in picked]
-    pairs = [_pair(n) for n in t.valid_nodes()[: toc.answer_nodes]]
+    pairs = [n.pair for n in t.valid_nodes()[: toc.answer_nodes]]
     vecs = yield EmbedTexts((t.question,))
     qmat = vecs[t.question][None, :]
     if cfg.answer_style == "quoted":
@@ -379,10 +392,13 @@ def answer(t: Tree, res: Resources, cfg: RunConfig, wave: int, rows: TreeRows) -
         prompt = quoted_answer_prompt(t.question, pairs, ctx, demos)
     else:
         (demos,) = res.demos.select(qmat, [t.question], toc.n_demos, [t.removed_demos])
-        prompt = answer_prompt(t.question, pairs, ctx, demos)
+        prompt = answer_prompt(t.question, pairs, ctx, demos, open_empty=toc.empty_tree_answer == "open")
     params = GenParams(temperature=0.0, max_tokens=toc.answer_max_tokens, stop=ANSWER_STOP + cfg.model.stop)
     req = Generate("answer", (ROOT,), (prompt,), (params,), _priority("answer", t, cfg))
     comps = yield req
+    # the official answer is the whole completion (dsp/templates/template_v2.py:146-176 extract: every field
+    # before `answer` is given, the DQ/DA one as "" for an empty tree): after an open prompt, the DQ/DA
+    # lines the model wrote are part of it
     text = clean_long_answer(comps[0].text)
     _record(res, rows, t, req, wave, comps, [None if text else "empty answer"])
     rows.answers.append({"qid": t.qid, "answer": text, "passage_ids": [p.passage_id for p in ctx],

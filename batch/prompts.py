@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from clarify.batch.parse import Disambiguation, da_text
+from clarify.batch.parse import Disambiguation
 
 SEP = "\n\n---\n\n"
 
@@ -85,10 +85,12 @@ class QuotedDemo:
 
 
 def format_pairs(pairs: Sequence[Disambiguation]) -> str:
+    """`DQ i:` / `DA i:` lines; each DA is the whole string as written (toc/utils.py:12-22 make_str_disambig:
+    a demo's first short answer, a tree node's `disambig['answer']`)."""
     lines = []
     for i, p in enumerate(pairs, 1):
         lines.append(f"DQ {i}: {p.question}")
-        lines.append(f"DA {i}: {da_text(p.answers)}")
+        lines.append(f"DA {i}: {p.da}")
     return "\n".join(lines)
 
 
@@ -109,8 +111,15 @@ def clarify_prompt(question: str, passages: Sequence[Passage], demos: Sequence[D
 
 
 def answer_prompt(question: str, pairs: Sequence[Disambiguation], passages: Sequence[Passage],
-                  demos: Sequence[Demo]) -> str:
-    """The final long-form answer (free style): the clarify template with the tree's DQ/DA filled in."""
+                  demos: Sequence[Demo], *, open_empty: bool = True) -> str:
+    """The final long-form answer (free style): the clarify template with the tree's DQ/DA filled in,
+    ending at `Answer:`. A tree without valid nodes gives the official code a DQ/DA field of "" (toc/tree.py:32-40
+    `_get_tree`, toc/utils.py:12-22), which dsp treats as absent: the prompt ends open at
+    `Disambiguations:` (dsp/templates/template_v2.py:73-83), the clarification prompt, and the model
+    writes disambiguations, then its answer. `open_empty` False (toc.empty_tree_answer = "closed") asks
+    for the answer directly instead."""
+    if not pairs and open_empty:
+        return clarify_prompt(question, passages, demos)
     parts = [CLARIFY_INSTRUCTIONS, *(_demo_block(d) for d in demos), FORMAT_GUIDE]
     query = (f"Context:\n{format_context(passages)}\n\nQuestion: {question}\n\n"
              f"Disambiguations:\n{format_pairs(pairs)}\n\nAnswer:")

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from clarify.batch.config import TocConfig
-from clarify.batch.parse import Disambiguation, da_text
+from clarify.batch.parse import Disambiguation
 from clarify.eval.normalize import normalize_answer as normalize  # SQuAD-style, as dsp's normalize_text
 
 ROOT = "0"
@@ -31,11 +31,11 @@ ROOT = "0"
 
 def official_unique(valid: list[Node], pair: Disambiguation) -> bool:
     """toc/pruning.py:7-15 check_unique: a candidate is a duplicate only when an earlier valid node has
-    the same question (raw `==`) AND its whole DA string is a raw substring of the candidate's. It is
-    called only while pruning (run_toc.py:233-236) and against `toc.valid_qas`, which grows after the
-    expansion (run_toc.py:247): siblings are never compared with each other, nor with the root."""
-    da = da_text(pair.answers)
-    return not any(v.question == pair.question and da_text(v.answers) in da for v in valid)
+    the same question (raw `==`) AND its whole DA string, as written (quotes and spaces kept), is a raw
+    substring of the candidate's. It is called only while pruning (run_toc.py:233-236) and against
+    `toc.valid_qas`, which grows after the expansion (run_toc.py:247): siblings are never compared with
+    each other, nor with the root."""
+    return not any(v.question == pair.question and v.pair.da in pair.da for v in valid)
 
 
 def strict_duplicate(pair: Disambiguation, seen_q: set[str], seen_a: set[str]) -> bool:
@@ -59,6 +59,11 @@ class Node:
     evidence_passage_id: str | None = None
     verdict_text: str | None = None
     n_children: int = 0
+    answer_text: str = ""  # the DA string as written (Disambiguation.text)
+
+    @property
+    def pair(self) -> Disambiguation:
+        return Disambiguation(self.question, tuple(self.answers), self.answer_text)
 
 
 @dataclass
@@ -129,7 +134,7 @@ class Tree:
                 dup = strict_duplicate(pair, seen_q, seen_a)
             status = "duplicate" if dup else ("pending" if self.pruning else "valid")
             child = Node(f"{parent.node_id}.{parent.n_children}", parent.node_id, parent.depth + 1,
-                         pair.question, list(pair.answers), status, wave)
+                         pair.question, list(pair.answers), status, wave, answer_text=pair.text)
             self.nodes.append(child)
             out.append(child)
             if not dup:

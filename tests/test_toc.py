@@ -400,17 +400,22 @@ def test_official_duplicates_check_unique():
 
 
 def test_previous_preset_restores_every_switch():
-    """batch/previous.toml: every fidelity switch set to clarify's choice before issue 12."""
+    """batch/previous.toml: every fidelity switch set to clarify's choice before issues 12 and 26."""
     from pathlib import Path
 
     prev, default = config.load(Path(config.__file__).with_name("previous.toml")), config.load(None)
     assert (prev.retrieval.node_passages, prev.retrieval.pool) == ("search", 20)
     assert (default.retrieval.node_passages, default.retrieval.pool) == ("pool", 100)
-    switches = ("duplicates", "removal", "answer_passages_from", "restart_resample", "evidence")
-    assert [getattr(prev.toc, k) for k in switches] == ["strict", "shown", "nodes", True, "filter-embed"]
-    assert [getattr(default.toc, k) for k in switches] == ["official", "official", "pool", False, "filter"]
+    switches = ("duplicates", "removal", "answer_passages_from", "restart_resample", "evidence", "matching",
+                "empty_tree_answer")
+    assert [getattr(prev.toc, k) for k in switches] == ["strict", "shown", "nodes", True, "filter-embed", "squad",
+                                                        "closed"]
+    assert [getattr(default.toc, k) for k in switches] == ["official", "official", "pool", False, "filter", "dsp",
+                                                           "open"]
     with pytest.raises(InputError, match=r"toc.evidence"):
         config.load(None, {"toc.evidence": "best"})
+    with pytest.raises(InputError, match=r"2 bad config fields: toc.matching: .*; toc.empty_tree_answer"):
+        config.load(None, {"toc.matching": "exact", "toc.empty_tree_answer": "none"})
 
 
 def test_previous_preset_runs_continuous_equal_loop():

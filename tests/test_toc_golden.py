@@ -211,7 +211,8 @@ def test_golden_q1_evidence(tmp_path):
     tree, _, _ = _run(tmp_path, R1)
     assert tree.node("0.1").evidence_passage_id == "p1"  # only p1 holds "Spain"
     assert tree.node("0.2").evidence_passage_id == "p2"  # only p2 holds "Germany"
-    # as published the filter is a no-op: the reranker's top-1 of every shown passage for the DQ
+    # as published the filter matches the DA string's characters (toc/pruning.py:20): "Spain" and "Germany"
+    # hold an "a", which normalises to nothing and is in every passage: the reranker's top-1 of all shown
     tree, _, _ = _run(tmp_path / "official", R1, **{"toc.evidence": "official"})
     assert tree.node("0.1").evidence_passage_id == "p2"  # Q2010 scores p2 0.65 > p1 0.6
     assert tree.node("0.2").evidence_passage_id == "p1"  # Q2014 scores nothing: first shown

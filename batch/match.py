@@ -1,0 +1,106 @@
+"""Answer matching inside the tree: does a passage hold an answer, how alike are two answers.
+
+The tree decides with these which passages are exhausted, which demos are left out, which passage is a
+verification's evidence and (toc.answer_passages_from = "nodes") which passages the answer gets. Two
+rules, chosen by `toc.matching` (batch/config.py):
+
+- "dsp" (default): the official code's, from the dsp it ships (gankim/tree-of-clarifications):
+  `passage_has_answers` (dsp/primitives/demonstrate.py:129-134) normalises passage and answers with
+  dsp's `normalize_text` (dsp/utils/metrics.py:33-49: NFD, lower-case, ASCII punctuation deleted,
+  articles dropped), tokenises both with DPR's SimpleTokenizer (dsp/utils/dpr.py:144-183, 219-224: a
+  run of letters, digits and marks is a token, every other visible character is a token of its own) and
+  looks for the answer's tokens as a contiguous run of the passage's (dsp/utils/dpr.py:186-194). So "16"
+  is in "2015–16" (the en dash is not ASCII punctuation: it splits), and an answer that normalises to
+  nothing ("", "The", "a") is in every passage. `F1` (dsp/utils/metrics.py:15-18, 60-79) is SQuAD's token
+  F1 over `normalize_text`, except that two answers without tokens score 0.
+- "squad" (clarify before issue 26): the ASQA/SQuAD normalisation of the metrics (eval/normalize.py
+  `has_answer`: whole whitespace tokens, an empty answer is in no passage; `token_f1`: two empties 1.0).
+
+The metrics (STR-EM, Answer-F1, retrieval coverage) never use the "dsp" rule: they keep their own official
+scorers' definitions (eval/normalize.py).
+"""
+
+from __future__ import annotations
+
+import re
+import string
+import unicodedata
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import groupby
+
+from clarify.eval import normalize
+
+_ASCII_PUNCT = str.maketrans("", "", string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def dsp_normalize_text(s: str) -> str:
+    """dsp/utils/metrics.py:33-49 normalize_text: NFD, then white_space_fix(remove_articles(remove_punc(lower)))."""
+    s = unicodedata.normalize("NFD", s).lower().translate(_ASCII_PUNCT)
+    return " ".join(_ARTICLES.sub(" ", s).split())
+
+
+def _kind(ch: str) -> str:
+    """The class of a character in DPR's SimpleTokenizer (dsp/utils/dpr.py:145-146): "w" for
+    `[\\p{L}\\p{N}\\p{M}]` (joined into runs), "" for `\\p{Z}` and `\\p{C}` (skipped), else "p" (one token each)."""
+    major = unicodedata.category(ch)[0]
+    return "w" if major in "LNM" else "" if major in "ZC" else "p"
+
+
+def dpr_tokens(text: str) -> tuple[str, ...]:
+    """dsp/utils/dpr.py:219-224 DPR_normalize: NFD, SimpleTokenizer (`(ALPHA_NUM+)|(NON_WS)`, :153-183), each
+    token lower-cased (`words(uncased=True)`, :40-49)."""
+    out: list[str] = []
+    for kind, run in groupby(unicodedata.normalize("NFD", text), key=_kind):
+        if kind == "w":
+            out.append("".join(run).lower())
+        elif kind == "p":
+            out.extend(ch.lower() for ch in run)
+    return tuple(out)
+
+
+@lru_cache(maxsize=8192)
+def _passage_tokens(passage: str) -> str:
+    """The passage's tokens (dsp/primitives/demonstrate.py:133, dsp/utils/dpr.py:187), space-joined and
+    space-framed: tokens never hold a space (\\p{Z} is skipped), so a run of tokens is a substring test."""
+    return f" {' '.join(dpr_tokens(dsp_normalize_text(passage)))} "
+
+
+def dsp_has_answers(passage: str, answers: Sequence[str]) -> bool:
+    """dsp `passage_has_answers(passage, answers)` (dsp/primitives/demonstrate.py:129-134 → dsp/utils/dpr.py
+    has_answer, :186-194): any answer's tokens occur as a contiguous run of the passage's. An answer with no
+    token is found in every passage (`range(0, len(text) + 1)` compares `[] == []`)."""
+    hay = None
+    for ans in answers:
+        toks = dpr_tokens(dsp_normalize_text(ans))
+        if not toks:
+            return True
+        hay = hay or _passage_tokens(passage)
+        if f" {' '.join(toks)} " in hay:
+            return True
+    return False
+
+
+def dsp_f1(prediction: str, ground_truth: str) -> float:
+    """dsp/utils/metrics.py:60-79 f1_score: token F1 over `normalize_text` (split on whitespace); nothing in
+    common, two empty answers included, scores 0 (:67-73: "We don't for uniformity")."""
+    pred, gold = dsp_normalize_text(prediction).split(), dsp_normalize_text(ground_truth).split()
+    num_same = sum((Counter(pred) & Counter(gold)).values())
+    if num_same == 0:
+        return 0.0
+    precision, recall = num_same / len(pred), num_same / len(gold)
+    return 2 * precision * recall / (precision + recall)
+
+
+@dataclass(frozen=True)
+class Matching:
+    """One rule: `has_answer(passage, answers)` and `f1(a, b)` (symmetric)."""
+
+    has_answer: Callable[[str, Sequence[str]], bool]
+    f1: Callable[[str, str], float]
+
+
+MATCHING = {"dsp": Matching(dsp_has_answers, dsp_f1), "squad": Matching(normalize.has_answer, normalize.token_f1)}
