@@ -143,15 +143,18 @@ def check_caches(folder: str | os.PathLike) -> None:
     for p in sorted(Path(folder).glob("*.sqlite")):
         if p.stat().st_size == 0:  # made, then stopped before SQLite wrote to it: it starts empty
             continue
+        # With no -wal file beside it (closed cleanly) the file is the whole database: read it as immutable,
+        # which makes no -shm or -wal file (a finished run's folder is left as it was). A -wal file (a
+        # crash) holds committed rows: read through it, unless the file system is read-only, where SQLite
+        # cannot open it that way (no writer can be there: immutable then).
+        uri, whole = read_only_uri(p), not os.path.exists(f"{p}-wal")
         try:
             try:
-                _read_one(read_only_uri(p))
+                _read_one(uri + "&immutable=1" if whole else uri)
             except sqlite3.OperationalError as exc:
-                if not (getattr(exc, "sqlite_errorname", "") or "").startswith("SQLITE_CANTOPEN"):
+                if whole or not (getattr(exc, "sqlite_errorname", "") or "").startswith("SQLITE_CANTOPEN"):
                     raise
-                # a read-only file system, where SQLite cannot make the -shm file of a WAL database: read
-                # it as immutable (no writer can be there)
-                _read_one(read_only_uri(p) + "&immutable=1")
+                _read_one(uri + "&immutable=1")
         except sqlite3.DatabaseError as exc:
             raise unusable(p, exc) from None
 
