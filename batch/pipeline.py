@@ -217,7 +217,8 @@ def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, pro
     questions, gold = load_questions(cfg)
     index, inputs = check_inputs(cfg, index=index, engine_factory=engine_factory)
     check_caches(rd.cache_dir)
-    console.say(pool.line(inputs["demo_pool"]["demos"]) + _limit_words(cfg, pool, questions.height))
+    if progress:  # with the stage lines; --no-progress keeps the terminal to errors (inputs.json has it)
+        console.say(pool.line(inputs["demo_pool"]["demos"]) + _limit_words(cfg, pool, questions.height))
     if rd.finished and not restart and not os.access(rd.path, os.W_OK):
         # a finished run on a read-only file system (an archive): nothing to write, nothing to lock
         rd.freeze(json.loads(cfg.to_json()), inputs, ignore=RESULT_FREE)  # compares only: it is finished

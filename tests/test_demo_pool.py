@@ -111,10 +111,10 @@ def test_the_documented_run_over_every_dev_question_runs_with_train_demos(asqa_f
     """`clarify run --dataset asqa --questions ASQA.json --limit 0`: every dev question, train demos in
     every clarification prompt, the pool pinned in config.json and inputs.json, said in one line."""
     out = tmp_path / "run"
-    cfg = dataclass_free(_cli_cfg("--dataset", "asqa", "--questions", str(asqa_file), "--limit", "0",
+    cfg = _small_trees(_cli_cfg("--dataset", "asqa", "--questions", str(asqa_file), "--limit", "0",
                                   "--answer-style", "free", "--out", str(out)))
     summary = run(cfg, out, engine_factory=lambda c: ScriptedEngine("s", make_responder()), index=FakeIndex(),
-                  progress=False)
+                  progress=True)
     assert summary["n_questions"] == N_DEV
     assert json.loads((out / "config.json").read_text())["demo_pool"] == "asqa:train"
     pinned = json.loads((out / "inputs.json").read_text())["demo_pool"]
@@ -137,7 +137,7 @@ def test_the_documented_run_over_every_dev_question_runs_with_train_demos(asqa_f
             progress=False)
 
 
-def dataclass_free(cfg: config.RunConfig) -> config.RunConfig:
+def _small_trees(cfg: config.RunConfig) -> config.RunConfig:
     """A small tree keeps the test fast; nothing else differs from the command line's config."""
     import dataclasses
 
@@ -161,7 +161,7 @@ def test_a_file_without_a_train_split_falls_back_to_dev_500_with_the_message(tmp
     cfg = config.load(None, {"questions": str(path), "offset": 497, "limit": 0, "answer_style": "free",
                              "toc.max_expansions": 1})
     summary = run(cfg, out, engine_factory=lambda c: ScriptedEngine("s", make_responder()), index=FakeIndex(),
-                  progress=False)
+                  progress=True)
     assert summary["n_questions"] == 3
     assert json.loads((out / "config.json").read_text())["demo_pool"] == "asqa:dev[500:]"
     line = [x for x in capsys.readouterr().err.splitlines() if x.startswith("demo pool")]
