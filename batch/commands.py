@@ -15,6 +15,7 @@ RUN_EPILOG = """\
 examples:
   clarify run --dataset asqa --limit 50 --out runs/asqa50
   clarify run --dataset asqa --limit 50 --out runs/asqa50-gemma --model gemma3-270m
+  clarify run --dataset asqa --questions ASQA.json --limit 0 --out runs/asqa-dev   all dev, train demos
   clarify run --dataset quotesum --out runs/qs                  answer from QuoteSum's own sources
   clarify run --dataset jsonl --questions my.jsonl --out runs/mine   JSONL lines {"qid": ..., "question": ...}
   clarify run --config batch/previous.toml --dataset asqa --limit 20 --out runs/prev
@@ -115,9 +116,14 @@ def _run_args(p: argparse.ArgumentParser, *, with_model: bool = True) -> None:
                                     "paper's settings")
     p.add_argument("--dataset", choices=datasets.names(), help="question set (default: asqa)")
     p.add_argument("--questions", help="questions file (JSONL {qid, question} for --dataset jsonl; for asqa "
-                                       "and quotesum the default is the shipped dev set)")
-    p.add_argument("--limit", type=int, help="answer N questions (default 20; 0 = all; ASQA questions 500-947 "
-                                             "are the few-shot demo pool and cannot be answered)")
+                                       "an official-layout ASQA.json, whose train split is then the demo pool; "
+                                       "for asqa and quotesum the default is the shipped dev set)")
+    p.add_argument("--limit", type=int, help="answer N questions (default 20; 0 = all: for asqa every dev question, "
+                                             "or with the shipped dev-only file every one outside the demo pool "
+                                             "dev 500-947)")
+    p.add_argument("--demo-pool", metavar="SPEC",
+                   help="few-shot clarification demos: asqa:train, asqa:dev[500:], either with @FILE "
+                        "(default auto: the ASQA file's train split if it has one, else asqa:dev[500:])")
     p.add_argument("--offset", type=int, help="skip the first N questions (default 0)")
     p.add_argument("--index", help="index directory (default: the embedded Wikipedia index)")
     p.add_argument("--cross-encoder", metavar="DIR",
@@ -145,7 +151,7 @@ def _run_args(p: argparse.ArgumentParser, *, with_model: bool = True) -> None:
 
 def _overrides(args: argparse.Namespace) -> dict:
     o = {"dataset": args.dataset, "questions": args.questions, "limit": args.limit, "offset": args.offset,
-         "index": args.index, "answer_style": args.answer_style, "seed": args.seed,
+         "index": args.index, "answer_style": args.answer_style, "seed": args.seed, "demo_pool": args.demo_pool,
          "retrieval.cross_encoder": args.cross_encoder,
          "model.model": getattr(args, "model", None), "scheduler": args.scheduler,
          "cluster.workers": args.workers, "cluster.ray_address": args.ray_address,

@@ -146,7 +146,11 @@ class RunConfig:
     seed: int = 0
     answer_style: str = "quoted"
     index: str = ""  # index directory; empty = the embedded default index
-    demo_pool: str = "asqa:dev[500:]"  # no ASQA train split here: demos come from dev questions 500..947
+    # The clarification demos (batch/demos.py): "auto" = the train split of the run's ASQA file when it has
+    # one, as the official code (run_toc.py:191 `cur_demos = train.copy()`), else dev questions 500..947
+    # (the shipped file has no train split); "asqa:train", "asqa:dev[a:b]", either with "@FILE". A run
+    # records the pool it used (never "auto") in its config.json.
+    demo_pool: str = "auto"
     scheduler: str = "continuous"  # SCHEDULERS; recorded, never changes results
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     toc: TocConfig = field(default_factory=TocConfig)
@@ -286,6 +290,10 @@ def _cross_problems(top: dict[str, Any], sections: dict[str, dict[str, Any]]) ->
     r = {f.name: f.default for f in dataclasses.fields(RetrievalConfig)} | sections.get("retrieval", {})
     if isinstance(r["pool"], int) and isinstance(r["top_k"], int) and r["pool"] < r["top_k"]:
         out.append(("retrieval.pool", f"must be >= retrieval.top_k ({r['top_k']}), got {r['pool']}"))
+    from clarify.batch.demos import pool_spec_problem
+
+    if problem := pool_spec_problem(top.get("demo_pool", RunConfig.demo_pool)):
+        out.append(("demo_pool", problem))
     name = top.get("dataset", RunConfig.dataset)
     if datasets.get(name).default_file is None and not top.get("questions"):
         out.append(("questions", f"dataset '{name}' needs a questions file"))

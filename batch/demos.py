@@ -1,18 +1,31 @@
 """Few-shot demo pools, chosen per prompt by embedding kNN (ToC §3.1: dsp.knn over the train split,
 5 demos, nearest last — run_toc.py `demos.reverse()`).
 
-No ASQA train split exists here (data/asqa/SOURCE.md), so the clarification demos come from ASQA dev
-questions 500..947 and evaluation uses questions 0..499; the split is recorded in the run config
-(`demo_pool`). SEMQA demos come from QuoteSum dev, never the question being answered.
+The clarification demos come from an ASQA file in the official layout (`{"train": …, "dev": …}`), as the
+run config's `demo_pool` names them (README "Running the whole ASQA dev set"):
+- `asqa:train`: every train question, as the official code has it (run_toc.py:23-41 `get_dataset` reads
+  train and dev, :35 the train DQ/DA strings, :52 `dsp.knn(train)`, :191 `cur_demos = train.copy()`);
+- `asqa:dev[a:b]`: dev questions a..b-1 — the shipped data has no train split (data/asqa/SOURCE.md), so its
+  default is `asqa:dev[500:]` and a run answers the dev questions outside it (eval/datasets/asqa.py);
+- either with `@FILE`: that file's split instead of the run's own ASQA file (its questions file when the
+  dataset is ASQA, else the shipped dev set);
+- `auto` (the default): `asqa:train` when the run's own ASQA file has a train split, else `asqa:dev[500:]`.
+A run makes it concrete before anything is frozen (`resolve_pool`, batch/pipeline.py `run`): config.json
+records the pool used, inputs.json its file's sha256 and size. SEMQA demos come from QuoteSum dev, never
+the question being answered.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -69,29 +82,143 @@ class KnnPool:
         return out
 
 
-def load_asqa_demos(path: Path | None = None, start: int = 500, stop: int | None = None) -> list[Demo]:
-    """ASQA dev[start:stop] as clarification demos: each qa_pair → DQ with its first short answer
-    (toc/utils.py make_str_disambig, ambigQA=True), the first annotation's long answer."""
+AUTO = "auto"
+SHIPPED_POOL = "asqa:dev[500:]"  # the shipped data has no train split: dev 500..947 are the demos
+TRAIN_POOL = "asqa:train"
+_SPEC = re.compile(r"asqa:(?P<split>dev|train)(?:\[(?P<start>\d*):(?P<stop>\d*)\])?(?:@(?P<file>.+))?")
+
+
+def _demo(sample_id: str, ex: dict) -> Demo | None:
+    """One ASQA instance as a clarification demo: each qa_pair with a short answer → DQ with its first short
+    answer (toc/utils.py:12-23 make_str_disambig, ambigQA=True), the first annotation's long answer; None
+    when it has no such pair or no annotation."""
+    pairs = tuple(Disambiguation(p["question"], (p["short_answers"][0],))
+                  for p in ex["qa_pairs"] if p.get("short_answers"))
+    if pairs and ex.get("annotations"):
+        return Demo(sample_id, ex["ambiguous_question"], pairs, ex["annotations"][0]["long_answer"])
+    return None
+
+
+@lru_cache(maxsize=4)
+def _file_demos(path: str, stamp: tuple[int, int]) -> dict[str, tuple[Demo | None, ...]]:
+    """Every split of an official-layout ASQA file as demos in file order (None where an instance makes no
+    demo), read once per file version (`stamp`: mtime and size)."""
     try:
-        path = path or datasets.get("asqa").default_path()
-        dev = json.loads(Path(path).read_text(encoding="utf-8"))["dev"]
-    except (OSError, ValueError, KeyError) as exc:
-        raise InputError(f"cannot read ASQA demos: {exc}", path=str(path)) from exc
-    demos = []
-    for sample_id, ex in list(dev.items())[start:stop]:
-        pairs = tuple(Disambiguation(p["question"], (p["short_answers"][0],))
-                      for p in ex["qa_pairs"] if p.get("short_answers"))
-        if pairs and ex.get("annotations"):
-            demos.append(Demo(sample_id, ex["ambiguous_question"], pairs, ex["annotations"][0]["long_answer"]))
-    return demos
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read ASQA demos: {exc}", path=path) from exc
+    if not isinstance(data, dict):
+        raise InputError("not an ASQA file in the official layout ({split: {sample_id: {...}}})", path=path)
+    out = {}
+    for split, rows in data.items():
+        if not isinstance(rows, dict):
+            continue
+        demos = []
+        for sample_id, ex in rows.items():
+            try:
+                demos.append(_demo(str(sample_id), ex))
+            except (KeyError, TypeError, IndexError, AttributeError) as exc:
+                raise InputError(f"an ASQA instance unfit for a demo ({exc!r})", path=path,
+                                 field=f"{split}.{sample_id}") from exc
+        out[split] = tuple(demos)
+    return out
 
 
-def parse_pool_spec(spec: str) -> tuple[str, int, int | None]:
-    """'asqa:dev[500:]' → ('asqa', 500, None)."""
-    m = re.fullmatch(r"asqa:dev\[(\d*):(\d*)\]", spec.strip())
+def asqa_splits(path: str | Path) -> dict[str, tuple[Demo | None, ...]]:
+    """split → its instances as demos (`_file_demos`), for the file as it is now."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise InputError(f"cannot read ASQA demos: {exc.strerror or exc}", path=str(path)) from exc
+    return _file_demos(str(Path(path).resolve()), (st.st_mtime_ns, st.st_size))
+
+
+def load_asqa_demos(path: Path | None = None, start: int = 0, stop: int | None = None, *,
+                    split: str = "dev") -> list[Demo]:
+    """`split`[start:stop] of an official-layout ASQA file (default: the shipped dev set) as clarification
+    demos (`_demo`); a slice counts every instance of the file, demo or not."""
+    path = path or datasets.get("asqa").default_path()
+    splits = asqa_splits(path)
+    if split not in splits:
+        raise InputError(f"no split '{split}' in the ASQA file (top level: {list(splits)[:5]})", path=str(path),
+                         field="demo_pool")
+    return [d for d in splits[split][start:stop] if d is not None]
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """A parsed `demo_pool`: `asqa:SPLIT[start:stop]@FILE` (slice and file optional)."""
+
+    split: str
+    start: int = 0
+    stop: int | None = None
+    file: str = ""  # "": the run's own ASQA file
+
+
+def pool_spec_problem(spec: str) -> str | None:
+    """Why `spec` is no `demo_pool` (the config's check), or None."""
+    if spec == AUTO or _SPEC.fullmatch(spec.strip()):
+        return None
+    return (f"unknown demo pool {spec!r}; expected 'auto', 'asqa:train', 'asqa:dev[500:]' or either with "
+            f"'@FILE'")
+
+
+def parse_pool_spec(spec: str) -> PoolSpec:
+    """'asqa:dev[500:]' → PoolSpec('dev', 500, None); 'asqa:train@/data/ASQA.json' → PoolSpec('train', 0, None,
+    '/data/ASQA.json')."""
+    m = _SPEC.fullmatch(spec.strip())
     if not m:
-        raise InputError(f"unknown demo pool {spec!r}; expected e.g. 'asqa:dev[500:]'", field="demo_pool")
-    return "asqa", int(m.group(1) or 0), int(m.group(2)) if m.group(2) else None
+        raise InputError(pool_spec_problem(spec), field="demo_pool")
+    return PoolSpec(m["split"], int(m["start"] or 0), int(m["stop"]) if m["stop"] else None, m["file"] or "")
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A run's concrete clarification demo pool (`resolve_pool`)."""
+
+    spec: str  # concrete, never "auto": what config.json records
+    split: str
+    start: int
+    stop: int | None
+    path: Path  # the ASQA file it reads
+    from_questions: bool  # a slice of the run's own questions (same file, dev): a run must not answer it
+    fallback: str = ""  # why "auto" did not take a train split
+
+    def demos(self) -> list[Demo]:
+        return load_asqa_demos(self.path, self.start, self.stop, split=self.split)
+
+    def identity(self) -> dict[str, Any]:
+        """What inputs.json pins (batch/rundir.py input_changes compares the sha256)."""
+        from clarify.files import sha256
+
+        return {"spec": self.spec, "path": str(self.path), "sha256": sha256(self.path), "demos": len(self.demos())}
+
+    def line(self, n_demos: int) -> str:
+        """The run's one line about its pool."""
+        why = f" ({self.fallback})" if self.fallback else ""
+        return f"demo pool {self.spec}{why}: {n_demos:,} demos from the {self.split} split of {self.path}"
+
+
+def resolve_pool(cfg: Any) -> Pool:
+    """The concrete pool of a run config (a RunConfig): `auto` → `asqa:train` when the run's own ASQA file
+    (eval/datasets `demo_file`: ASQA's questions file) has a train split, as the official code always has
+    (run_toc.py:23, :191), else `asqa:dev[500:]`; a spec without `@FILE` reads that own file, or the shipped
+    ASQA dev set when the dataset is not ASQA."""
+    from clarify.batch.pipeline import questions_path
+
+    own = datasets.get(cfg.dataset).demo_file(questions_path(cfg))
+    spec, fallback = cfg.demo_pool, ""
+    if spec == AUTO:
+        if own is not None and "train" in asqa_splits(own):
+            spec = TRAIN_POOL
+        else:
+            spec = SHIPPED_POOL
+            if own is not None and Path(own).resolve() != Path(datasets.get("asqa").default_path()).resolve():
+                fallback = f"{Path(own).name} has no train split"
+    parsed = parse_pool_spec(spec)
+    path = Path(parsed.file) if parsed.file else own or datasets.get("asqa").default_path()
+    same = own is not None and parsed.split == "dev" and Path(path).resolve() == Path(own).resolve()
+    return Pool(spec, parsed.split, parsed.start, parsed.stop, Path(path), same, fallback)
 
 
 def load_quotesum_demos(path: Path | None = None) -> list[QuotedDemo]:

@@ -84,14 +84,23 @@ def dsp_has_answers(passage: str, answers: Sequence[str]) -> bool:
     return False
 
 
+@lru_cache(maxsize=1 << 16)
+def _f1_tokens(s: str) -> tuple[Counter, int]:
+    """An answer's `normalize_text` tokens (split on whitespace) and their count, computed once per answer:
+    official demo removal compares every DA found with every demo DA of the pool (4,353 train questions,
+    program.py removed_by), so the demos' answers recur in every expansion."""
+    toks = dsp_normalize_text(s).split()
+    return Counter(toks), len(toks)
+
+
 def dsp_f1(prediction: str, ground_truth: str) -> float:
     """dsp/utils/metrics.py:60-79 f1_score: token F1 over `normalize_text` (split on whitespace); nothing in
     common, two empty answers included, scores 0 (:67-73: "We don't for uniformity")."""
-    pred, gold = dsp_normalize_text(prediction).split(), dsp_normalize_text(ground_truth).split()
-    num_same = sum((Counter(pred) & Counter(gold)).values())
+    (pred, n_pred), (gold, n_gold) = _f1_tokens(prediction), _f1_tokens(ground_truth)
+    num_same = 0 if pred.keys().isdisjoint(gold) else sum((pred & gold).values())
     if num_same == 0:
         return 0.0
-    precision, recall = num_same / len(pred), num_same / len(gold)
+    precision, recall = num_same / n_pred, num_same / n_gold
     return 2 * precision * recall / (precision + recall)
 
 

@@ -7,6 +7,7 @@ re-run makes zero model calls, opens no model and rewrites nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -20,6 +21,7 @@ import polars as pl
 from clarify import console, faults, schemas, stops
 from clarify.batch import cluster
 from clarify.batch.config import PART_TREES, RESULT_FREE, TOKENS_PER_QUESTION, RunConfig
+from clarify.batch.demos import resolve_pool
 from clarify.batch.program import Resources, TreeRows
 from clarify.batch.prompts import Passage
 from clarify.batch.rundir import Run, RunDir
@@ -39,12 +41,12 @@ def questions_path(cfg: RunConfig) -> Path:
 
 
 def load_questions(cfg: RunConfig) -> tuple[pl.DataFrame, pl.DataFrame | None]:
-    """(questions, gold-or-None) for the configured dataset (eval/datasets/), sliced to offset:offset+limit."""
+    """(questions, gold-or-None) for the configured dataset (eval/datasets/): the questions the run answers
+    (offset:offset+limit, limit 0 all; ASQA: none of its demo pool, `Dataset.select`)."""
     ds = datasets.get(cfg.dataset)
     questions, gold = ds.load(questions_path(cfg))
     _check_offset(cfg, questions)
-    ds.check_slice(cfg, questions)
-    return questions.slice(cfg.offset, cfg.limit if cfg.limit else None), gold
+    return ds.select(cfg, questions), gold
 
 
 def _check_offset(cfg: RunConfig, questions: pl.DataFrame) -> None:
@@ -56,12 +58,17 @@ def _check_offset(cfg: RunConfig, questions: pl.DataFrame) -> None:
 def check_inputs(cfg: RunConfig, *, index=None, engine_factory=None) -> tuple[object, dict]:
     """Check the index and the model before anything is frozen or loaded (the questions are read by
     `load_questions`); return the opened (lazy) index and what pins the inputs: the questions file's
-    sha256, the model folder's fingerprint, the index's. An index or engine passed in by a caller (tests)
-    is taken as given; an embedded model then is not prepared."""
+    sha256, the demo pool's file and size, the model folder's fingerprint, the index's. An index or engine
+    passed in by a caller (tests) is taken as given; an embedded model then is not prepared."""
     from clarify.local_llm.models import EMBEDDED, check_model_dir, model_fingerprint, resolve_model
 
     inputs: dict[str, dict] = {"questions": {"path": str(questions_path(cfg)),
                                              "sha256": file_sha256(questions_path(cfg))}}
+    # the ASQA file the clarification demos come from, pinned like the questions (batch/demos.py)
+    inputs["demo_pool"] = resolve_pool(cfg).identity()
+    if not inputs["demo_pool"]["demos"]:
+        raise InputError(f"the demo pool {cfg.demo_pool} holds no demos", path=inputs["demo_pool"]["path"],
+                         field="demo_pool")
     if index is None:
         from clarify.index import ensure_default_index, open_index
 
@@ -106,7 +113,7 @@ def open_resources(cfg: RunConfig, questions: pl.DataFrame, cache_dir: Path,
                    search_cache: Path | None = None, cache_name: str = "completions.sqlite") -> Resources:
     """Index, encoder, demo pools and the cached engine for this config. The engine's completion cache
     is `cache_dir/cache_name`, read together with the other caches there (a cluster run's workers')."""
-    from clarify.batch.demos import KnnPool, load_asqa_demos, load_quotesum_demos, parse_pool_spec
+    from clarify.batch.demos import KnnPool, load_quotesum_demos
     from clarify.index import ensure_default_index, open_index
     from clarify.local_llm.cache import CachedEngine, union_of
 
@@ -116,8 +123,9 @@ def open_resources(cfg: RunConfig, questions: pl.DataFrame, cache_dir: Path,
     passages = passage_store(fixed, index)
     embed = index.encoder.encode
     enc_id = getattr(index.encoder, "name", "encoder")
-    _, start, stop = parse_pool_spec(cfg.demo_pool)
-    demos = KnnPool(load_asqa_demos(start=start, stop=stop), embed, name="asqa-demos", encoder_id=enc_id)
+    # the whole pool is embedded once and cached by its questions' checksum (KnnPool): 4,353 train questions
+    # cost seconds once, nothing on later runs
+    demos = KnnPool(resolve_pool(cfg).demos(), embed, name="asqa-demos", encoder_id=enc_id)
     quoted = None
     ds = datasets.get(cfg.dataset)
     if cfg.answer_style == "quoted" or ds.quoted_gold:
@@ -203,9 +211,14 @@ def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, pro
     from clarify.local_llm.cache import check_caches
 
     rd = RunDir(out)
+    pool = resolve_pool(cfg)
+    # the pool used, not `auto`, is what config.json records and a resumed run compares
+    cfg = dataclasses.replace(cfg, demo_pool=pool.spec)
     questions, gold = load_questions(cfg)
     index, inputs = check_inputs(cfg, index=index, engine_factory=engine_factory)
     check_caches(rd.cache_dir)
+    if progress:  # with the stage lines; --no-progress keeps the terminal to errors (inputs.json has it)
+        console.say(pool.line(inputs["demo_pool"]["demos"]) + _limit_words(cfg, pool, questions.height))
     if rd.finished and not restart and not os.access(rd.path, os.W_OK):
         # a finished run on a read-only file system (an archive): nothing to write, nothing to lock
         rd.freeze(json.loads(cfg.to_json()), inputs, ignore=RESULT_FREE)  # compares only: it is finished
@@ -219,6 +232,14 @@ def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, pro
             return Run.open(rd.path).summary
         return _run_locked(rd, cfg, questions, gold, index, engine_factory, progress, stop_after_parts,
                            part_trees, search_cache, on_part)
+
+
+def _limit_words(cfg: RunConfig, pool, n: int) -> str:
+    """`--limit 0` said with its count (ASQA with a dev pool: the questions outside it)."""
+    if cfg.limit:
+        return ""
+    outside = " outside the pool" if pool.from_questions else ""
+    return f"; limit 0: {n:,} question{'' if n == 1 else 's'}{outside}"
 
 
 class _Parts:

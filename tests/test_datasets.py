@@ -118,10 +118,26 @@ def test_quotesum_given_sources_are_numbered_once_for_runs_and_demos():
 def test_asqa_refuses_a_slice_overlapping_the_demo_pool():
     asqa = datasets.get("asqa")
     questions, _ = asqa.load(asqa.default_path())
-    for overrides in ({"offset": 490, "limit": 20}, {"offset": 600, "limit": 3}, {"limit": 0}):
+    for overrides in ({"offset": 490, "limit": 20}, {"offset": 600, "limit": 3}, {"limit": 900}):
         with pytest.raises(InputError, match=r"field 'limit': questions .* overlap the demo pool asqa:dev\[500:\]"):
-            asqa.check_slice(config.load(None, overrides), questions)
-    asqa.check_slice(config.load(None, {"offset": 480, "limit": 20}), questions)  # 480..499: allowed
-    asqa.check_slice(config.load(None, {"limit": 900, "demo_pool": "asqa:dev[900:]"}), questions)
+            asqa.select(config.load(None, overrides), questions)
+    assert asqa.select(config.load(None, {"offset": 480, "limit": 20}), questions).height == 20  # 480..499
+    assert asqa.select(config.load(None, {"limit": 900, "demo_pool": "asqa:dev[900:]"}), questions).height == 900
     with pytest.raises(InputError, match="overlap the demo pool"):  # and the run asks the adapter
         load_questions(config.load(None, {"offset": 490, "limit": 20}))
+
+
+def test_limit_0_answers_every_asqa_question_outside_the_demo_pool():
+    """issue 35: `--limit 0` on the shipped dev-only file is dev 0..499 (the default pool is dev 500..947);
+    with a pool inside the file, the questions on both sides of it; from an offset inside the pool, none."""
+    asqa = datasets.get("asqa")
+    questions, _ = asqa.load(asqa.default_path())
+    got = load_questions(config.load(None, {"limit": 0}))[0]
+    assert got["qid"].to_list() == questions["qid"][:500].to_list()
+    got = asqa.select(config.load(None, {"limit": 0, "offset": 100, "demo_pool": "asqa:dev[200:848]"}), questions)
+    assert got["qid"].to_list() == questions["qid"][100:200].to_list() + questions["qid"][848:].to_list()
+    with pytest.raises(InputError, match=r"field 'offset': every question from 600 on is in the demo pool"):
+        asqa.select(config.load(None, {"limit": 0, "offset": 600}), questions)
+    # a pool from another file or split never overlaps the run's questions
+    other = config.load(None, {"limit": 0, "demo_pool": f"asqa:dev[0:]@{asqa.default_path()}x"})
+    assert asqa.select(other, questions).height == 948

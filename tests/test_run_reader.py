@@ -3,6 +3,7 @@ damage is named by file and column."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import polars as pl
@@ -27,7 +28,8 @@ def finished(tmp_path_factory):
 def test_a_finished_run_reads_back_as_written(finished):
     cfg, summary, path = finished
     run = Run.open(path)
-    assert run.config == cfg and run.finished and run.summary == json.loads(json.dumps(summary, default=str))
+    # the frozen config names the demo pool used, never "auto" (issue 35); the rest is the config given
+    assert run.config == dataclasses.replace(cfg, demo_pool="asqa:dev[500:]") and run.finished and run.summary == json.loads(json.dumps(summary, default=str))
     assert run.name == "run" and run.missing == []
     for name, schema in TABLE_SCHEMAS.items():
         df = run.table(name)
@@ -37,7 +39,7 @@ def test_a_finished_run_reads_back_as_written(finished):
     parts = run.parts()
     assert len(parts) == 2 and sorted(t["qid"] for p in parts for t in p["trees"]) == ["q0", "q1"]
     # the frozen config.json is itself a config file: the same run settings again
-    assert config.load(path / "config.json") == cfg
+    assert config.load(path / "config.json") == run.config
 
 
 def test_an_unfinished_run_has_no_summary_and_lists_what_is_missing(finished, tmp_path):

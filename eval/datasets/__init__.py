@@ -7,7 +7,9 @@
 What an adapter answers (`Dataset`, the defaults below fit a searched dataset without gold):
 - `default_file`: its shipped questions/gold file under `clarify.files.data_dir()` (None: the user gives one);
 - `load(path, split=)`: (questions [schemas.QUESTIONS + own columns], gold or None);
-- `check_slice(cfg, questions)`: its own checks of the run's offset/limit (ASQA: not the demo pool);
+- `select(cfg, questions)`: the questions a run answers, offset/limit applied (ASQA: not the demo pool's);
+- `demo_file(path)`: the official-layout ASQA file its clarification demos come from (ASQA: its own file;
+  others: None, the shipped ASQA dev set; batch/demos.py `resolve_pool`);
 - `given_sources(questions)`: qid → the question's own numbered passages (QuoteSum), else {};
 - `builds_trees`: False when a run answers from the given sources, with no index search and no tree;
 - `quoted_gold`: its gold answers are SEMQA quoted answers (a run then loads the SEMQA demos);
@@ -59,8 +61,15 @@ class Dataset:
         """(questions, gold or None) from `path`, in file order."""
         raise NotImplementedError
 
-    def check_slice(self, cfg: Any, questions: pl.DataFrame) -> None:
-        """Refuse a run's offset/limit that this dataset cannot answer (InputError); `cfg`: a RunConfig."""
+    def select(self, cfg: Any, questions: pl.DataFrame) -> pl.DataFrame:
+        """The questions a run answers (`cfg`: a RunConfig): offset..offset+limit-1, limit 0 every one from
+        offset on; an InputError for a slice this dataset cannot answer."""
+        return questions.slice(cfg.offset, cfg.limit or None)
+
+    def demo_file(self, path: Path | None) -> Path | None:
+        """The official-layout ASQA file the clarification demo pool reads when `demo_pool` names none, given
+        the run's questions file `path`; None: the shipped ASQA dev set."""
+        return None
 
     def given_sources(self, questions: pl.DataFrame) -> dict[str, list[Passage]]:
         """qid → the question's own passages, for datasets that come with them; {} for searched ones."""
