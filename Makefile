@@ -60,7 +60,7 @@ bench: setup
 	$(PY) bench/bench_engine.py
 	$(PY) bench/bench_index.py
 	$(PY) bench/bench_eval.py
-	$(PY) bench/bench_toc.py
+	$(PY) bench/bench_sched.py --questions 12
 
 # Optional second embedded model for `clarify compare` (gemma-3-270m, a base model; Gemma terms).
 gemma: $(DEPS_STAMP)
