@@ -10,7 +10,8 @@ the process it starts; that process SIGKILLs itself when the named point is reac
 Points: `cache-commit` (local_llm/cache.py), `freeze` (inputs.json written, config.json not yet),
 `part-tmp:N` (part N complete in its temp folder, not renamed), `part-done:N` (renamed),
 `final-tables` (final tables written, summary.json not yet), `restart-cleared` (`--restart` moved the
-parts away, the tables not yet removed). tests/test_faults.py kills a run at each of them.
+parts away, the tables not yet removed), `index-built` (a new index complete in its build folder, not
+yet in place: index/store.py). tests/test_faults.py kills a run at each of them.
 
 `CLARIFY_KILL_SIGNAL` names another signal to send instead (SIGINT, SIGTERM, SIGHUP: a stop at an exact
 state, stops.py); it is sent once.

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from clarify import console, stops
+from clarify import console, faults, stops
 from clarify.errors import InputError, need_file
 from clarify.files import data_dir, home, make_dirs, modes, open_own, write_json
 from clarify.files import sha256 as sha256_file
@@ -248,6 +248,7 @@ def build_index(corpus, out, *, options: BuildOptions | None = None, force: bool
             manifest = _build_into(tmp, files, corpus_entries, options)
             manifest["path_built"] = str(out.resolve())
             write_json(manifest, tmp / MANIFEST, sort_keys=False)
+            faults.point("index-built")
             old = None
             readers = _no_readers(out, wait=True)  # one that started reading since the check above
             with stops.deferred():  # a stop signal never falls between the two renames (no index at all)

@@ -245,3 +245,29 @@ def test_an_index_being_read_is_not_rebuilt_under_its_reader(tmp_path):
     gc.collect()
     build_index([corpus], out, dense=False, force=True)
     assert open_index(out).manifest["passages"]["count"] == 41
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_stopped_rebuild_says_so_in_one_line_and_keeps_the_old_index(tmp_path, sig):
+    """`clarify index build --force` stopped by a signal with the new index complete but not yet in place
+    (clarify/faults.py `index-built`): one line, exit 128 + the signal, no build folder left, the old
+    index as it was (issue 34)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    corpus = write_small_corpus(tmp_path / "c.jsonl", n_core=30, n_random=0)
+    out = build_index([corpus], tmp_path / "idx", dense=False)
+    before = (out / "manifest.json").read_bytes()
+    with open(corpus, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"id": "new-1", "title": "Zanzibar", "text": "Quetzalcoatl visited Zanzibar."}) + "\n")
+    argv = ["index", "build", "--corpus", str(corpus), "--out", str(out), "--no-dense", "--force"]
+    env = {**os.environ, "CLARIFY_KILL_AT": "index-built", "CLARIFY_KILL_SIGNAL": sig}
+    proc = subprocess.run([sys.executable, "-m", "clarify.batch.cli", *argv], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 128 + signal.Signals[sig].value, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"clarify index build: stopped by {sig}; nothing kept, run again: clarify {' '.join(argv)}")
+    assert "Traceback" not in proc.stderr
+    assert (out / "manifest.json").read_bytes() == before and not list(tmp_path.glob(".idx.*"))
