@@ -243,20 +243,12 @@ def check_model_dir(path: str | os.PathLike) -> Path:
 
 def _check_weights(path: Path) -> None:
     """InputError unless a weights file is non-empty and, for safetensors, starts with a valid header."""
-    size = path.stat().st_size
-    if size == 0:
+    if path.stat().st_size == 0:
         raise InputError("weights file is empty", path=str(path))
     if path.suffix != ".safetensors":
         return
     try:
-        with path.open("rb") as fh:
-            head = fh.read(8)
-            (n,) = struct.unpack("<Q", head) if len(head) == 8 else (-1,)
-            if not 0 < n <= min(size - 8, SAFETENSORS_MAX_HEADER):
-                raise ValueError(f"header length {n} does not fit the file ({size} bytes)")
-            header = json.loads(fh.read(n))
-        if not isinstance(header, dict):
-            raise ValueError("header is not a JSON object")
+        _safetensors_header(path)
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
         raise InputError(f"not a safetensors file ({exc}); re-copy or re-convert the model", path=str(path)) from None
 
@@ -292,10 +284,18 @@ SAFETENSORS_MAX_HEADER = 100 * 2**20  # the safetensors format caps its JSON hea
 
 
 def _safetensors_header(path: Path) -> dict:
-    # Format: 8-byte little-endian header length, then a JSON header (safetensors spec).
+    """The JSON header of a safetensors file: an 8-byte little-endian length, then the header (safetensors
+    spec); ValueError when the length does not fit the file or the header is no JSON object."""
+    size = path.stat().st_size
     with path.open("rb") as fh:
-        (n,) = struct.unpack("<Q", fh.read(8))
-        return json.loads(fh.read(n))
+        head = fh.read(8)
+        (n,) = struct.unpack("<Q", head) if len(head) == 8 else (-1,)
+        if not 0 < n <= min(size - 8, SAFETENSORS_MAX_HEADER):
+            raise ValueError(f"header length {n} does not fit the file ({size} bytes)")
+        header = json.loads(fh.read(n))
+    if not isinstance(header, dict):
+        raise ValueError("header is not a JSON object")
+    return header
 
 
 def _count_parameters(path: Path) -> int | None:
