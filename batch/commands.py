@@ -136,6 +136,9 @@ def _run_args(p: argparse.ArgumentParser, *, with_model: bool = True) -> None:
     p.add_argument("--seed", type=int, help="sampling seed of the run (default 0)")
     p.add_argument("--no-verify", action="store_true", help="switch off self-verification pruning")
     p.add_argument("--no-progress", action="store_true", help="no progress display")
+    p.add_argument("--batch-invariant", action="store_true",
+                   help="results that do not depend on the batch: vLLM's batch-invariant mode on CUDA (compute "
+                        "capability >= 8.0), float32 on CPU ([model] batch_invariant; default off)")
     p.add_argument("--scheduler", choices=["continuous", "waves", "sequential"],
                    help="how trees are driven; never changes results (default: continuous)")
     g = p.add_argument_group("cluster (Ray; README \"Running on a cluster\"; never changes results)")
@@ -158,6 +161,8 @@ def _overrides(args: argparse.Namespace) -> dict:
          "cluster.chunk_questions": args.chunk_questions}
     if args.no_verify:
         o["toc.verify"] = False
+    if args.batch_invariant:
+        o["model.batch_invariant"] = True
     return o
 
 

@@ -117,6 +117,12 @@ class ModelConfig:
     # "auto": bfloat16 where the CPU computes it natively, float32 otherwise, the model's own on CUDA
     # (local_llm/hardware.py). The dtype really run is recorded in summary.json and every cache key.
     dtype: str = "auto"
+    # Results that do not depend on the batch (README "Reproducible on GPU"): vLLM's batch-invariant mode on
+    # CUDA (compute capability >= 8.0), float32 on CPU. Part of the model identity, hence every cache key.
+    batch_invariant: bool = False
+    # Sequences the engine runs at once; 0: the settings table's value for the device (local_llm/settings.py:
+    # vLLM's 256 on CPU, 512 on a GPU). The scheduler admits as many trees' requests (VLLMEngine.capacity).
+    max_num_seqs: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, list):
@@ -232,6 +238,7 @@ RULES: dict[str, Rule] = {
     "model.gpu_memory_utilization": Rule(lo=0, hi=1, lo_open=True),
     "model.tensor_parallel_size": POSITIVE,
     "model.dtype": Rule(choices=DTYPES),
+    "model.max_num_seqs": Rule(lo=0),
     "cluster.workers": Rule(lo=0),
     "cluster.chunk_questions": POSITIVE,
     "cluster.cores_per_worker": Rule(lo=0),

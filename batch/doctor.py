@@ -3,8 +3,12 @@
 Models (embedded, prepared or not), the embedded index (built, matching the shipped corpus), Java for
 Pyserini, the vLLM build and the device it will run on, the CPU's capability and the dtype `auto`
 resolves to (local_llm/hardware.py), the cores an engine binds and who holds them now, and how much
-disk `$CLARIFY_HOME` takes. Nothing is built, converted or loaded: torch is imported (to ask the device
-and the CPU), vLLM and the JVM are not.
+disk `$CLARIFY_HOME` takes. On a CUDA machine, the GPU preflight for the configured model
+(local_llm/preflight.py: driver vs torch's CUDA, GPUs and free memory vs weights + KV cache at
+max_model_len, compute capability vs dtype, NCCL, faiss-gpu). `--settings`: the CPU/CUDA settings table
+for this device (local_llm/settings.py). `--offline BUNDLE`: the carried bundle against its manifest and
+the installed packages against its lock (batch/offline.py). Nothing is built, converted or loaded: torch
+is imported (to ask the device and the CPU), vLLM and the JVM are not.
 """
 
 from __future__ import annotations
@@ -19,7 +23,10 @@ from pathlib import Path
 EPILOG = """\
 examples:
   clarify doctor
-  clarify doctor --json            the same facts as one JSON object
+  clarify doctor --json             the same facts as one JSON object
+  clarify doctor --config run.toml  the GPU preflight for that run's [model] (default: the embedded model)
+  clarify doctor --settings         the engine settings this device gets (the CPU/CUDA table)
+  clarify doctor --offline bundle   the air-gapped bundle and the installed packages vs its manifest
 
 What is missing is named with the command that makes it (`clarify models prepare`, `make gemma`,
 `clarify index build --default`). Nothing is written.
@@ -30,6 +37,10 @@ def register(sub) -> None:
     p = sub.add_parser("doctor", help="what is installed and ready: models, index, Java, vLLM device, cores, disk",
                        description=__doc__, epilog=EPILOG)
     p.add_argument("--json", action="store_true", help="print the facts as JSON")
+    p.add_argument("--config", help="a run's TOML config (or frozen config.json): its [model] is preflighted")
+    p.add_argument("--settings", action="store_true", help="print the engine settings table for this device")
+    p.add_argument("--offline", metavar="BUNDLE",
+                   help="check an air-gapped bundle (wheels/, models/, indexes/) against its manifest.json")
     p.set_defaults(func=cmd_doctor)
 
 
@@ -111,7 +122,37 @@ def java() -> dict:
     return out
 
 
-def engine() -> dict:
+def _ask(cfg) -> tuple:
+    """(settings.Ask, model folder or None) for a run config's [model] table."""
+    from clarify.local_llm.models import config_dtype, resolve_model
+    from clarify.local_llm.settings import Ask
+
+    m = cfg.model
+    try:
+        path = resolve_model(m.model)
+    except Exception:  # not prepared / not a model folder: the models section says how
+        path = None
+    return Ask(model=str(path or m.model), model_dtype=config_dtype(path) if path else None, dtype=m.dtype,
+               max_model_len=m.max_model_len, gpu_memory_utilization=m.gpu_memory_utilization,
+               tensor_parallel_size=m.tensor_parallel_size, max_num_seqs=m.max_num_seqs,
+               batch_invariant=m.batch_invariant), path
+
+
+def gpu_preflight(cfg) -> list[dict]:
+    """The GPU checks (local_llm/preflight.py) for this config's model on this machine's GPUs."""
+    from dataclasses import asdict
+
+    from clarify.local_llm import preflight
+
+    ask, path = _ask(cfg)
+    facts = preflight.gather()
+    if path is None:
+        return [asdict(preflight.Check("model", False, f"{cfg.model.model!r} is not a prepared model folder",
+                                       "clarify models prepare, or [model] model = DIR"))]
+    return [asdict(c) for c in preflight.checks(facts, preflight.ModelShape.of(path), ask)]
+
+
+def engine(cfg=None) -> dict:
     """vLLM build, device, CPU capability, dtype resolution and cores (imports torch, not vLLM)."""
     from clarify.local_llm.hardware import (
         BUSY_ENV,
@@ -139,7 +180,10 @@ def engine() -> dict:
     else:
         import torch
 
+        from clarify.batch import config
+
         out["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        out["preflight"] = gpu_preflight(cfg or config.load(None))
     return out
 
 
@@ -165,17 +209,19 @@ def _size(path: Path) -> int:
     return total
 
 
-def collect() -> dict:
+def collect(cfg=None) -> dict:
     from clarify.files import home
 
-    eng = engine()
+    eng = engine(cfg)
     bf16 = bool((eng.get("cpu") or {}).get("bf16_native"))
     facts = {"models": models(eng["device"], bf16), "index": index(), "java": java(), "engine": eng,
              "clarify_home": disk(home())}
     default = next(m for m in facts["models"] if m["default"])
     missing = [what for what, ok in (("the default model", default["ready"]),
                                      ("the embedded index", facts["index"]["built"]),
-                                     ("Java", facts["java"].get("ready"))) if not ok]
+                                     ("Java", facts["java"].get("ready")),
+                                     ("a passing GPU preflight", all(c["ok"] for c in eng.get("preflight", ())))
+                                     ) if not ok]
     facts["ready_for_demo"] = not missing
     facts["missing"] = missing
     return facts
@@ -220,6 +266,8 @@ def render(f: dict) -> str:
                      + f"; when busy: {e['busy_policy']} (CLARIFY_ENGINE_BUSY)")
     else:
         lines.append(f"  GPUs: {', '.join(e['gpus'])}")
+        lines.append("  GPU preflight (the configured [model]):")
+        lines.extend(_check_line(c) for c in e["preflight"])
     d = f["clarify_home"]
     lines.append("disk")
     parts = ", ".join(f"{k} {_mb(v)}" for k, v in sorted(d["bytes"].items(), key=lambda kv: -kv[1]))
@@ -231,7 +279,37 @@ def render(f: dict) -> str:
     return "\n".join(lines)
 
 
+def _check_line(c: dict) -> str:
+    mark = "ok  " if c["ok"] and not c["warning"] else "WARN" if c["ok"] else "FAIL"
+    return f"  [{mark}] {c['name']}: {c['detail']}" + (f" -> {c['fix']}" if c["fix"] else "")
+
+
+def settings_table(cfg) -> str:
+    """The CPU/CUDA settings table evaluated for this machine's device and the config's [model]."""
+    from clarify.local_llm.settings import render
+    from clarify.local_llm.vllm_engine import device_facts
+
+    return render([device_facts()], _ask(cfg)[0])
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
-    facts = collect()
+    from clarify.batch import config
+
+    cfg = config.load(args.config) if args.config else None
+    if args.offline:
+        from clarify.batch.offline import check_bundle
+
+        result = check_bundle(Path(args.offline))
+        if args.json:
+            print(json.dumps(result, indent=2))
+        else:
+            print(f"bundle {result['bundle']}: {result['files']} files, {result['bytes'] / 1e9:.2f} GB, lock "
+                  f"{result['lock']}")
+            print("\n".join(f"  {p}" for p in result["problems"]) or "  every file and installed package matches")
+        return 1 if result["problems"] else 0
+    if args.settings:
+        print(settings_table(cfg or config.load(None)))
+        return 0
+    facts = collect(cfg)
     print(json.dumps(facts, indent=2, default=str) if args.json else render(facts))
     return 0

@@ -175,7 +175,8 @@ def engine_for(cfg: RunConfig, **placement):
 
     m = cfg.model
     return get_engine(m.model, max_model_len=m.max_model_len, gpu_memory_utilization=m.gpu_memory_utilization,
-                      tensor_parallel_size=m.tensor_parallel_size, dtype=m.dtype, **placement,
+                      tensor_parallel_size=m.tensor_parallel_size, dtype=m.dtype, max_num_seqs=m.max_num_seqs,
+                      batch_invariant=m.batch_invariant, **placement,
                       progress=False)  # the run shows its own progress (console.RunProgress), not vLLM's
 
 

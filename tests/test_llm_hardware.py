@@ -1,4 +1,4 @@
-"""dtype = "auto" resolution (local_llm/hardware.py): both CPU branches, CUDA, explicit dtypes, and the
+"""dtype = "auto" resolution (local_llm/hardware.py, the settings table's dtype row): both CPU branches, CUDA, explicit dtypes, and the
 run config's field. Pure: the CPU facts are passed in, so both branches run on any machine."""
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ def test_auto_on_cpu_follows_the_capability(bf16_native, model_dtype, expected):
     assert resolve_dtype("auto", "cpu", bf16_native=bf16_native, model_dtype=model_dtype) == expected
 
 
-def test_auto_on_cuda_is_left_to_vllm_and_explicit_dtype_wins():
-    assert resolve_dtype("auto", "cuda", bf16_native=False, model_dtype="bfloat16") == "auto"
+def test_auto_on_cuda_follows_the_compute_capability_and_explicit_dtype_wins():
+    for capability, expected in (((7, 0), "float16"), ((7, 5), "float16"), ((8, 0), "bfloat16"), ((9, 0), "bfloat16")):
+        assert resolve_dtype("auto", "cuda", bf16_native=False, model_dtype="bfloat16",
+                             capability=capability) == expected
     for dt in ("bfloat16", "float16", "float32"):
         assert resolve_dtype(dt, "cpu", bf16_native=False, model_dtype="bfloat16") == dt
         assert resolve_dtype(dt, "cpu", bf16_native=True, model_dtype="float32") == dt

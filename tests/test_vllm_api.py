@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from clarify.local_llm.engine import GenParams
+from clarify.local_llm.settings import Device
 from tests.fixtures_llm import write_fake_model
 
 pytestmark = pytest.mark.integration
@@ -55,13 +56,48 @@ def test_every_engine_setting_is_a_vllm_argument(tmp_path, monkeypatch, device):
             return None
 
     monkeypatch.setattr(vllm, "LLM", FakeLLM)
-    monkeypatch.setattr(vllm_engine, "detect_device", lambda: device)
+    if device == "cuda":
+        monkeypatch.setattr(vllm_engine, "device_facts", lambda: Device("cuda", capability=(9, 0), name="H100", count=1))
+    else:
+        monkeypatch.setattr(vllm_engine, "detect_device", lambda: "cpu")
     monkeypatch.setattr(vllm_engine, "check_gpu_memory", lambda *a, **k: None)
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "935")  # a core lock no real engine uses
     vllm_engine.VLLMEngine(write_fake_model(tmp_path / "m"), progress=False)
     assert seen and set(seen) <= accepted, sorted(set(seen) - accepted)
     if device == "cuda":  # the CPU-only settings stay off a GPU engine
-        assert "enforce_eager" not in seen and "gpu_memory_utilization" in seen
+        assert seen["enforce_eager"] is False and "gpu_memory_utilization" in seen
+
+
+def _accepted() -> set[str]:
+    import vllm
+    from vllm.engine.arg_utils import EngineArgs
+
+    return ({f.name for f in dataclasses.fields(EngineArgs)}
+            | set(inspect.signature(vllm.LLM.__init__).parameters)) - {"self", "kwargs"}
+
+
+@pytest.mark.parametrize("device", [Device("cpu", bf16_native=True, cores="0-1"), Device("cpu", cores="0"),
+                                    *(Device("cuda", capability=c, name="GPU", count=2) for c in ((7, 0), (8, 0), (9, 0)))],
+                         ids=["cpu-bf16", "cpu-avx2", "cuda-7.0", "cuda-8.0", "cuda-9.0"])
+@pytest.mark.parametrize("batch_invariant", [False, True])
+def test_the_settings_table_speaks_the_pinned_vllms_names(device, batch_invariant):
+    """Every keyword of the one CPU/CUDA table (local_llm/settings.py), for each faked device, is an `LLM` or
+    `EngineArgs` argument of the installed vLLM, and every environment variable is one vLLM declares
+    (vllm/envs.py `environment_variables`)."""
+    import vllm.envs
+
+    from clarify.errors import InputError
+    from clarify.local_llm.settings import Ask, engine_settings
+
+    ask = Ask(model="m", model_dtype="bfloat16", tensor_parallel_size=2 if device.kind == "cuda" else 1,
+              batch_invariant=batch_invariant, ray_worker=True)
+    if batch_invariant and device.capability == (7, 0):
+        with pytest.raises(InputError, match="batch_invariant = true needs compute capability >= 8.0"):
+            engine_settings(device, ask)
+        return
+    table = engine_settings(device, ask)
+    assert set(table.llm) <= _accepted(), sorted(set(table.llm) - _accepted())
+    assert set(table.env) <= set(vllm.envs.environment_variables), sorted(set(table.env) - set(vllm.envs.environment_variables))
 
 
 def test_every_sampling_setting_is_a_vllm_sampling_parameter():

@@ -1,0 +1,88 @@
+"""The one CPU/CUDA settings table (local_llm/settings.py), rendered for a CPU and for faked CUDA devices of
+compute capability 7.0 (V100), 8.0 (A100) and 9.0 (H100). Pure: no torch, no vLLM, no GPU. The keywords
+themselves are checked against the pinned vLLM's argument names in tests/test_vllm_api.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from clarify.errors import InputError
+from clarify.local_llm.settings import Ask, Device, engine_settings, render
+
+CPU_BF16 = Device("cpu", bf16_native=True, cores="0-1")
+CPU_AVX2 = Device("cpu", bf16_native=False, cores="0-3")
+V100 = Device("cuda", capability=(7, 0), name="Tesla V100", count=4, total_bytes=32 << 30)
+A100 = Device("cuda", capability=(8, 0), name="A100", count=8, total_bytes=80 << 30)
+H100 = Device("cuda", capability=(9, 0), name="H100", count=8, total_bytes=80 << 30)
+BF16_MODEL = Ask(model="/models/m", model_dtype="bfloat16", max_model_len=6144, gpu_memory_utilization=0.9,
+                 tensor_parallel_size=1)
+
+
+@pytest.mark.parametrize(("device", "dtype"), [(V100, "float16"), (A100, "bfloat16"), (H100, "bfloat16")])
+def test_cuda_runs_half_precision_by_capability_with_graphs_and_gpu_batches(device, dtype):
+    s = engine_settings(device, BF16_MODEL)
+    assert s.llm["dtype"] == dtype
+    assert s.llm["enforce_eager"] is False  # CUDA graphs
+    assert s.llm["gpu_memory_utilization"] == 0.9 and s.llm["max_model_len"] == 6144
+    assert s.llm["max_num_seqs"] >= 256 and s.llm["max_num_batched_tokens"] >= 6144
+    assert s.llm["enable_prefix_caching"] is True and s.llm["trust_remote_code"] is False
+    assert "enable_chunked_prefill" not in s.llm  # vLLM's default (on) on GPUs
+    assert not [k for k in s.env if k.startswith("VLLM_CPU_")]  # CPU-only variables never set on CUDA
+    assert "VLLM_BATCH_INVARIANT" not in s.env
+    # a bf16 model on a GPU without bf16 is run in float16, and the user is told
+    assert bool(s.notes) == (device is V100) and (not s.notes or "float16" in s.notes[0])
+
+
+def test_cpu_keeps_its_own_settings():
+    s = engine_settings(CPU_BF16, BF16_MODEL)
+    assert s.llm["dtype"] == "bfloat16" and s.llm["enforce_eager"] is True and s.llm["enable_chunked_prefill"] is False
+    assert "gpu_memory_utilization" not in s.llm and "max_num_batched_tokens" not in s.llm
+    assert s.env["VLLM_CPU_OMP_THREADS_BIND"] == "0-1" and s.env["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    assert engine_settings(CPU_AVX2, BF16_MODEL).llm["dtype"] == "float32"
+
+
+def test_a_gpu_never_runs_float32_silently():
+    fp32 = Ask(model="m", model_dtype="float32")
+    s = engine_settings(H100, fp32)
+    assert s.llm["dtype"] == "bfloat16" and "float32" in s.notes[0]
+    s = engine_settings(H100, Ask(model="m", model_dtype="float32", dtype="float32"))
+    assert s.llm["dtype"] == "float32" and "float32 on a GPU" in s.notes[0]  # asked for: kept, and said
+    with pytest.raises(InputError, match="bfloat16 needs a GPU of compute capability >= 8.0"):
+        engine_settings(V100, Ask(model="m", dtype="bfloat16"))
+
+
+def test_batch_invariant_by_device():
+    ask = Ask(model="m", model_dtype="bfloat16", batch_invariant=True)
+    for gpu in (A100, H100):
+        s = engine_settings(gpu, ask)
+        assert s.env["VLLM_BATCH_INVARIANT"] == "1" and s.llm["dtype"] == "bfloat16"
+    with pytest.raises(InputError, match="field 'model.batch_invariant'.*compute capability >= 8.0"):
+        engine_settings(V100, ask)
+    s = engine_settings(CPU_BF16, ask)  # CPU: float32, whose results do not depend on the batch
+    assert s.llm["dtype"] == "float32" and "VLLM_BATCH_INVARIANT" not in s.env
+    with pytest.raises(InputError, match="runs float32 on a CPU"):
+        engine_settings(CPU_BF16, Ask(model="m", dtype="bfloat16", batch_invariant=True))
+
+
+def test_tensor_parallelism_is_for_gpus_and_a_ray_worker_uses_vllms_ray_executor():
+    tp2 = Ask(model="m", tensor_parallel_size=2)
+    assert "distributed_executor_backend" not in engine_settings(H100, tp2).llm
+    assert engine_settings(H100, Ask(model="m", tensor_parallel_size=2, ray_worker=True)).llm[
+        "distributed_executor_backend"] == "ray"
+    with pytest.raises(InputError, match="tensor_parallel_size > 1 needs GPUs"):
+        engine_settings(CPU_BF16, tp2)
+    with pytest.raises(InputError, match="tensor_parallel_size 16 needs that many GPUs; 8 visible"):
+        engine_settings(H100, Ask(model="m", tensor_parallel_size=16))
+
+
+def test_the_rendered_table_has_a_column_per_device_and_every_difference():
+    text = render([CPU_BF16, V100, A100, H100], Ask(model="m", model_dtype="bfloat16", batch_invariant=True))
+    lines = text.splitlines()
+    assert lines[0].count("|") == 7 and "compute capability 7.0" in lines[0] and "compute capability 9.0" in lines[0]
+    row = {line.split("|")[1].strip(" `"): [c.strip() for c in line.split("|")[2:6]] for line in lines[2:]}
+    assert row["dtype"][0] == "`float32`" and row["dtype"][1].startswith("refused") is False
+    assert row["dtype"][1] == "`float16`" and row["dtype"][2] == row["dtype"][3] == "`bfloat16`"
+    assert row["enforce_eager"] == ["`True`", "`False`", "`False`", "`False`"]
+    assert row["env VLLM_BATCH_INVARIANT"][0] == "not set" and row["env VLLM_BATCH_INVARIANT"][1].startswith("refused")
+    assert row["env VLLM_BATCH_INVARIANT"][3] == "`1`"
+    assert row["env VLLM_CPU_KVCACHE_SPACE"][1:] == ["not set"] * 3
