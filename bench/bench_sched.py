@@ -39,15 +39,21 @@ def critical_path(calls: pl.DataFrame) -> int:
     return int(per_request.group_by("qid").agg(pl.col("output_tokens").sum())["output_tokens"].max())
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--questions", default="12,48", help="comma-separated question counts (first N of ASQA dev)")
     ap.add_argument("--arms", default="continuous,waves,sequential,ceiling")
     ap.add_argument("--arms-large", default=None,
                     help="arms for counts above 12 (default: --arms); the per-question loop is slow on CPU")
     ap.add_argument("--model", default="smollm2-135m-instruct")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "sched.json"))
-    args = ap.parse_args()
+    ap.add_argument("--batch-invariant", action="store_true",
+                    help="[model] batch_invariant = true (float32 on CPU, vLLM's batch-invariant mode on CUDA)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
 
     from clarify.batch import config
     from clarify.batch.pipeline import load_questions, nodes_table, open_resources
@@ -58,8 +64,10 @@ def main() -> None:
     from clarify.local_llm.vllm_engine import get_engine
 
     index = open_index(ensure_default_index())
-    base = config.load(None, {"model.model": args.model})
-    engine = get_engine(args.model, max_model_len=base.model.max_model_len, dtype=base.model.dtype, progress=False)
+    over = {"model.model": args.model, "model.batch_invariant": args.batch_invariant}
+    base = config.load(None, over)
+    engine = get_engine(args.model, max_model_len=base.model.max_model_len, dtype=base.model.dtype,
+                        batch_invariant=base.model.batch_invariant, progress=False)
     print(f"cpu: {json.dumps(engine.cpu)}  device: {engine.device}  dtype: {engine.dtype}  "
           f"capacity: {engine.capacity()} requests", flush=True)
     # warm-up: JIT of the JVM searcher, the encoder and the engine, so no arm pays start-up costs
@@ -69,7 +77,7 @@ def main() -> None:
     result: dict = {"model": engine.model_id, "device": engine.device, "dtype": engine.dtype, "cpu": engine.cpu,
                     "capacity": engine.capacity(), "runs": {}}
     for n in [int(x) for x in args.questions.split(",")]:
-        cfg = config.load(None, {"limit": n, "model.model": args.model})
+        cfg = config.load(None, {**over, "limit": n})
         questions, _ = load_questions(cfg)
         arms = (args.arms_large if n > 12 and args.arms_large else args.arms).split(",")
 

@@ -3,7 +3,7 @@
 `engine_settings(device, ask)` evaluates the table for one device and returns what an engine is started
 with: the keywords of `vllm.LLM(...)`, the environment set before vLLM is imported, and notes that say
 what was chosen for the user (a dtype fallback). `render(device, ask)` prints the same rows as a
-Markdown table (`clarify doctor`, README "GPU servers"). Nothing here imports torch or vLLM: the device
+Markdown table (`clarify doctor --settings`, README "GPU servers, air-gapped"). Nothing here imports torch or vLLM: the device
 facts are passed in, so faked devices (CUDA capability 7.0, 8.0, 9.0) are tested on a CPU machine
 (tests/test_engine_settings.py), and every keyword is checked against the pinned vLLM's own argument
 names (tests/test_vllm_api.py).

@@ -86,3 +86,20 @@ def test_the_rendered_table_has_a_column_per_device_and_every_difference():
     assert row["env VLLM_BATCH_INVARIANT"][0] == "not set" and row["env VLLM_BATCH_INVARIANT"][1].startswith("refused")
     assert row["env VLLM_BATCH_INVARIANT"][3] == "`1`"
     assert row["env VLLM_CPU_KVCACHE_SPACE"][1:] == ["not set"] * 3
+
+
+def test_the_readme_shows_the_table_the_code_applies():
+    """README "GPU servers, air-gapped" carries the table rendered for the default [model] and a bfloat16
+    model: regenerate it with this test's `render(...)` call when a row changes."""
+    from pathlib import Path
+
+    from clarify.batch.config import ModelConfig
+
+    m = ModelConfig()
+    ask = Ask(model_dtype="bfloat16", max_model_len=m.max_model_len, gpu_memory_utilization=m.gpu_memory_utilization)
+    devices = [Device("cpu", bf16_native=True, cores="0-15"), Device("cpu", bf16_native=False, cores="0-15"),
+               Device("cuda", capability=(7, 0), name="V100", count=8),
+               Device("cuda", capability=(8, 0), name="A100", count=8),
+               Device("cuda", capability=(9, 0), name="H100", count=8)]
+    table = render(devices, ask)
+    assert table in (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8"), table

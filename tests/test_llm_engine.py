@@ -25,7 +25,8 @@ QUESTIONS = [
 def test_engine_contract_and_model_id(llm_engine):
     assert isinstance(llm_engine, Engine)
     assert llm_engine.model_id.startswith("smollm2-135m-instruct@")
-    assert llm_engine.model_id.endswith(f":chat:{llm_engine.dtype}")
+    facts = llm_engine.facts()  # the vLLM and torch builds are part of the identity (issue 30)
+    assert llm_engine.model_id.endswith(f":chat:{llm_engine.dtype}:vllm-{facts['vllm']}:torch-{facts['torch']}")
     assert llm_engine.settings["enable_prefix_caching"] is True
 
 
@@ -83,7 +84,7 @@ def test_float32_results_do_not_depend_on_batch_composition(llm_model_dir):
     from clarify.local_llm.vllm_engine import get_engine
 
     engine = get_engine(llm_model_dir, dtype="float32", progress=False)
-    assert engine.dtype == "float32" and engine.model_id.endswith(":chat:float32")
+    assert engine.dtype == "float32" and ":chat:float32:vllm-" in engine.model_id
     params = [GenParams(temperature=0.7, seed=1000 + i, max_tokens=24) for i in range(len(QUESTIONS))]
     a = [c.text for c in engine.generate(QUESTIONS, params)]
     b = [c.text for c in engine.generate(list(reversed(QUESTIONS)), list(reversed(params)))]
