@@ -52,3 +52,8 @@ def write_failure(exc: OSError) -> str:
     """One line for a failed write: the path, the system's reason and what to do."""
     where = f"{exc.filename}: " if exc.filename else ""
     return f"cannot write {where}{exc.strerror or exc}; {_WHAT_TO_DO.get(exc.errno, 'write elsewhere (--out)')}"
+
+
+class EngineUnavailable(RuntimeError):
+    """An engine stopped answering (a server after every retry, local_llm/openai_engine.py): the run stops
+    with one line, keeps what finished, and the same command resumes (batch/cli.py)."""

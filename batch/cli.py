@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 from clarify import console, files, stops
-from clarify.errors import WRITE_ERRNOS, InputError, write_failure
+from clarify.errors import WRITE_ERRNOS, EngineUnavailable, InputError, write_failure
 from clarify.stops import Stopped
 
 # (module, function) pairs; each function takes the subparsers object and adds its commands.
@@ -147,6 +147,11 @@ def main(argv: list[str] | None = None) -> int:
             return _main(args)
         except Stopped as exc:
             return _stopped(args, argv, exc)
+        except EngineUnavailable as exc:  # a server that stopped answering: what finished is kept
+            again = "clarify " + shlex.join(sys.argv[1:] if argv is None else argv)
+            tail = f"; what finished is kept, resume with: {again}" if args.command in RESUMABLE else ""
+            print(f"clarify {args.command}: error: {exc}{tail}", file=sys.stderr, flush=True)
+            return 1
 
 
 def _main(args: argparse.Namespace) -> int:

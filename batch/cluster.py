@@ -263,7 +263,12 @@ def _plan(cfg: RunConfig) -> _Plan:
     """How many workers and what each one gets: GPUs when the cluster has them, else CPU cores."""
     import ray
 
+    from clarify.local_llm import backends
+
     c, tp = cfg.cluster, cfg.model.tensor_parallel_size
+    if not backends.get(cfg.model.backend).uses_gpus:  # a server's clients: no GPU, no core of their own
+        workers = c.workers or 1
+        return _Plan(workers, [{"num_cpus": 0}] * workers, [None] * workers, {})
     gpus = int(ray.cluster_resources().get("GPU", 0))
     if gpus:
         workers = c.workers or max(1, gpus // tp)

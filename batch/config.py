@@ -23,6 +23,7 @@ from typing import Any
 from clarify.batch.match import MATCHING
 from clarify.errors import InputError
 from clarify.eval import datasets
+from clarify.local_llm import backends
 from clarify.local_llm.hardware import DTYPES
 
 # What a ToC question costs the engine (prompt + output tokens actually computed: identical re-expansion
@@ -123,6 +124,15 @@ class ModelConfig:
     # Sequences the engine runs at once; 0: the settings table's value for the device (local_llm/settings.py:
     # vLLM's 256 on CPU, 512 on a GPU). The scheduler admits as many trees' requests (VLLMEngine.capacity).
     max_num_seqs: int = 0
+    # Which engine (local_llm/backends.py): "vllm" starts vLLM in this process; "openai" talks to a running
+    # OpenAI-compatible server at base_url (`model` is then the name it serves; empty: its only model).
+    backend: str = "vllm"
+    base_url: str = ""  # e.g. http://127.0.0.1:8000/v1
+    api_key_env: str = ""  # the NAME of an environment variable holding the server's API key (never the key)
+    endpoint: str = "chat"  # openai: "chat" (the server applies the chat template) or "completions" (raw text)
+    max_concurrency: int = 64  # openai: requests in flight at once
+    request_timeout_s: float = 600.0  # openai: one request's time limit
+    max_retries: int = 6  # openai: retries of a request on 429/5xx/timeouts (backoff 1, 2, 4 ... s)
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, list):
@@ -239,6 +249,11 @@ RULES: dict[str, Rule] = {
     "model.tensor_parallel_size": POSITIVE,
     "model.dtype": Rule(choices=DTYPES),
     "model.max_num_seqs": Rule(lo=0),
+    "model.backend": Rule(choices=backends.names),
+    "model.endpoint": Rule(choices=("chat", "completions")),
+    "model.max_concurrency": POSITIVE,
+    "model.request_timeout_s": Rule(lo=0, lo_open=True),
+    "model.max_retries": Rule(lo=0),
     "cluster.workers": Rule(lo=0),
     "cluster.chunk_questions": POSITIVE,
     "cluster.cores_per_worker": Rule(lo=0),

@@ -60,7 +60,8 @@ def check_inputs(cfg: RunConfig, *, index=None, engine_factory=None) -> tuple[ob
     `load_questions`); return the opened (lazy) index and what pins the inputs: the questions file's
     sha256, the demo pool's file and size, the model folder's fingerprint, the index's. An index or engine
     passed in by a caller (tests) is taken as given; an embedded model then is not prepared."""
-    from clarify.local_llm.models import EMBEDDED, check_model_dir, model_fingerprint, resolve_model
+    from clarify.local_llm import backends
+    from clarify.local_llm.models import EMBEDDED, check_model_dir, model_fingerprint
 
     inputs: dict[str, dict] = {"questions": {"path": str(questions_path(cfg)),
                                              "sha256": file_sha256(questions_path(cfg))}}
@@ -79,9 +80,8 @@ def check_inputs(cfg: RunConfig, *, index=None, engine_factory=None) -> tuple[ob
                                    "fingerprint": model_fingerprint(check_model_dir(cfg.retrieval.cross_encoder))}
     if engine_factory is not None and cfg.model.model in EMBEDDED:
         inputs["model"] = {"name": cfg.model.model}
-    else:
-        path = resolve_model(cfg.model.model)
-        inputs["model"] = {"path": str(path), "fingerprint": model_fingerprint(path)}
+    else:  # a model folder's fingerprint, or a server's address and the model it reports (local_llm/backends.py)
+        inputs["model"] = backends.get(cfg.model.backend).identity(cfg.model)
     return index, inputs
 
 
@@ -169,15 +169,12 @@ def passage_store(fixed: dict[str, list[Passage]], index) -> Callable[[list[str]
 
 
 def engine_for(cfg: RunConfig, **placement):
-    """The process-wide vLLM engine for this config's `[model]` table (built once, then shared).
-    `placement`: where a cluster worker's engine runs its shards (batch/cluster.py), no result changes."""
-    from clarify.local_llm.vllm_engine import get_engine
+    """The engine of this config's `[model]` table, from its backend (local_llm/backends.py): vLLM's
+    process-wide engine (built once, then shared), or a client of a running server. `placement`: where a
+    cluster worker's engine runs its shards (batch/cluster.py), no result changes."""
+    from clarify.local_llm import backends
 
-    m = cfg.model
-    return get_engine(m.model, max_model_len=m.max_model_len, gpu_memory_utilization=m.gpu_memory_utilization,
-                      tensor_parallel_size=m.tensor_parallel_size, dtype=m.dtype, max_num_seqs=m.max_num_seqs,
-                      batch_invariant=m.batch_invariant, **placement,
-                      progress=False)  # the run shows its own progress (console.RunProgress), not vLLM's
+    return backends.get(cfg.model.backend).open(cfg.model, **placement)
 
 
 def _tables(rows: list[TreeRows]) -> dict[str, pl.DataFrame]:

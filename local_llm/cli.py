@@ -16,6 +16,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from clarify import schemas
 from clarify.console import home_logs
@@ -89,9 +90,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise InputError("must be >= 1", field="--batch-size")
     out = Path(args.out)
-    model_dir = resolve_model(args.model)
-    _check_context(model_dir, args.prompts, lines)
-    name = embedded_name_of(model_dir)
+    if args.base_url:  # a served model: the server checks its own context
+        name = None
+    else:
+        model_dir = resolve_model(args.model)
+        _check_context(model_dir, args.prompts, lines)
+        name = embedded_name_of(model_dir)
     stop = tuple(args.stop) if args.stop else (EMBEDDED[name].default_stop if name else ())
     try:
         params = GenParams(
@@ -100,9 +104,18 @@ def cmd_generate(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise InputError(str(exc), field="sampling options") from exc
 
-    from clarify.local_llm.vllm_engine import get_engine
+    from clarify.local_llm import backends
+    from clarify.local_llm.vllm_engine import DEFAULT_MAX_MODEL_LEN
 
-    engine = get_engine(model_dir, progress=False)
+    if args.base_url:
+        spec = SimpleNamespace(base_url=args.base_url, model="" if args.model == DEFAULT_MODEL else args.model,
+                               api_key_env=args.api_key_env, endpoint="chat", max_concurrency=args.batch_size,
+                               request_timeout_s=600.0, max_retries=6, max_model_len=None)
+        engine = backends.get("openai").open(spec)
+    else:
+        spec = SimpleNamespace(model=str(model_dir), max_model_len=DEFAULT_MAX_MODEL_LEN, gpu_memory_utilization=0.85,
+                               tensor_parallel_size=1, dtype="auto", max_num_seqs=0, batch_invariant=False)
+        engine = backends.get("vllm").open(spec)
     runner = engine
     if args.cache:
         from clarify.local_llm.cache import CachedEngine
@@ -199,6 +212,10 @@ def register(sub) -> None:
     g.add_argument("--stop", action="append", help="stop string (repeatable); base models default to a blank line")
     g.add_argument("--cache", default=None, help="completion cache (SQLite file or directory); re-runs make no model calls")
     g.add_argument("--batch-size", type=int, default=256, help="prompts per engine call")
+    g.add_argument("--base-url", default="",
+                   help="a running OpenAI-compatible server (e.g. http://127.0.0.1:8000/v1) instead of vLLM in this "
+                        "process; --model is then the name it serves (backend openai, local_llm/backends.py)")
+    g.add_argument("--api-key-env", default="", help="with --base-url: the environment variable holding the API key")
     g.set_defaults(func=cmd_generate, log_dir=home_logs)
 
     m = sub.add_parser("models", help="embedded models: prepare (convert once) and inspect", epilog=MODELS_EPILOG)

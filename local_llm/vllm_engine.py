@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import inspect
 import logging
 import os
 import threading
@@ -421,7 +422,10 @@ def get_engine(model: str | os.PathLike = "smollm2-135m-instruct", **kwargs: Any
     `progress` (vLLM's progress bar) only changes the shared instance's display setting."""
     progress = kwargs.pop("progress", None)  # display only: not part of the engine's identity
     path = resolve_model(model)
-    key = (str(path.resolve()), tuple(sorted((k, repr(v)) for k, v in kwargs.items())))
+    defaults = {k: p.default for k, p in inspect.signature(VLLMEngine.__init__).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    # a setting given at its default is the same engine as one left out
+    key = (str(path.resolve()), tuple(sorted((k, repr(v)) for k, v in kwargs.items() if defaults.get(k, object()) != v)))
     with _ENGINES_LOCK:
         engine = _ENGINES.get(key)
         if engine is None:

@@ -106,6 +106,7 @@ def test_doctor_on_a_faked_cuda_machine_runs_the_gpu_preflight(tmp_path, monkeyp
     monkeypatch.setattr(vllm_engine, "detect_device", lambda: "cuda")
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Tesla V100-SXM2-32GB")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: (7, 0))
     facts = GpuFacts("12.8", "11.4", "470.82", (Gpu("Tesla V100-SXM2-32GB", (7, 0), 30 << 30, 32 << 30),))
     monkeypatch.setattr(preflight, "gather", lambda: facts)
     assert main(["doctor", "--config", str(tmp_path / "run.toml")]) == 0

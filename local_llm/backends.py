@@ -1,0 +1,85 @@
+"""Engine backends behind one seam (issue 31), shaped like the dataset registry (eval/datasets/).
+
+`[model] backend` picks one: "vllm" (default) starts vLLM's offline engine in this process
+(local_llm/vllm_engine.py); "openai" talks to a model that already runs as a server speaking the
+OpenAI-compatible API (local_llm/openai_engine.py). Each backend answers three questions:
+- `open(model_cfg, **placement)`: the engine (Engine + EngineInfo + StepEngine, local_llm/engine.py);
+- `identity(model_cfg)`: what a run pins in inputs.json, checked before anything is written (a model
+  folder's fingerprint; a server's address and the model id it reports, refused in one line when down);
+- `uses_gpus`: whether a Ray worker of this backend needs a GPU of its own (batch/cluster.py).
+Adding SGLang's or TGI's native client is one more module and one more entry here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    open: Callable[..., Any]
+    identity: Callable[[Any], dict]
+    uses_gpus: bool
+    description: str
+
+
+def _vllm_open(m, **placement):
+    from clarify.local_llm.vllm_engine import get_engine
+
+    return get_engine(m.model, max_model_len=m.max_model_len, gpu_memory_utilization=m.gpu_memory_utilization,
+                      tensor_parallel_size=m.tensor_parallel_size, dtype=m.dtype, max_num_seqs=m.max_num_seqs,
+                      batch_invariant=m.batch_invariant, **placement,
+                      progress=False)  # the run shows its own progress (console.RunProgress), not vLLM's
+
+
+def _vllm_identity(m) -> dict:
+    from clarify.local_llm.models import model_fingerprint, resolve_model
+
+    path = resolve_model(m.model)
+    return {"path": str(path), "fingerprint": model_fingerprint(path)}
+
+
+def _openai_open(m, **placement):
+    from clarify.local_llm.openai_engine import OpenAIEngine
+
+    return OpenAIEngine(_base_url(m), m.model, api_key_env=m.api_key_env, endpoint=m.endpoint,
+                        max_concurrency=m.max_concurrency, request_timeout_s=m.request_timeout_s,
+                        max_retries=m.max_retries, max_model_len=m.max_model_len)
+
+
+def _openai_identity(m) -> dict:
+    from clarify.local_llm.openai_engine import resolve_served_model
+
+    url = _base_url(m)
+    return {"backend": "openai", "base_url": url, "served_model": resolve_served_model(url, m.model, m.api_key_env)}
+
+
+def _base_url(m) -> str:
+    from clarify.errors import InputError
+
+    if not m.base_url:
+        raise InputError("backend \"openai\" needs the server's address, e.g. http://127.0.0.1:8000/v1",
+                         field="model.base_url")
+    return m.base_url.rstrip("/")
+
+
+BACKENDS: dict[str, Backend] = {
+    "vllm": Backend("vllm", _vllm_open, _vllm_identity, True,
+                    "vLLM's offline engine in this process (a model folder or an embedded model)"),
+    "openai": Backend("openai", _openai_open, _openai_identity, False,
+                      "a running OpenAI-compatible server (vllm serve, SGLang, TGI, llama.cpp) at [model] base_url"),
+}
+
+
+def names() -> tuple[str, ...]:
+    return tuple(BACKENDS)
+
+
+def get(name: str) -> Backend:
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise ValueError(f"unknown backend {name!r}; choose one of {names()}") from None
