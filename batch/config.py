@@ -24,7 +24,7 @@ from clarify.batch.match import MATCHING
 from clarify.errors import InputError
 from clarify.eval import datasets
 from clarify.local_llm import backends
-from clarify.local_llm.hardware import DTYPES
+from clarify.local_llm.settings import DTYPES
 
 # What a ToC question costs the engine (prompt + output tokens actually computed: identical re-expansion
 # prompts are answered once under the official default) on the embedded model and defaults: ~4,400

@@ -29,8 +29,7 @@ from pathlib import Path
 
 from clarify.errors import InputError
 from clarify.files import open_own, read_holder, write_holder
-
-DTYPES = ("auto", "bfloat16", "float16", "float32")
+from clarify.local_llm.settings import Ask, Device, dtype_for
 
 
 @lru_cache(maxsize=1)
@@ -52,8 +51,6 @@ def resolve_dtype(requested: str, device: str, *, bf16_native: bool, model_dtype
                   capability: tuple[int, int] | None = None) -> str:
     """The dtype to ask vLLM for: the settings table's dtype row (local_llm/settings.py). Pure: the facts
     are passed in (`capability`: a GPU's compute capability; None on CUDA means an unknown GPU)."""
-    from clarify.local_llm.settings import Ask, Device, dtype_for
-
     return dtype_for(Device(device, bf16_native=bf16_native, capability=capability),
                      Ask(dtype=requested, model_dtype=model_dtype))
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from clarify.errors import InputError
 
+DTYPES = ("auto", "bfloat16", "float16", "float32")  # what [model] dtype accepts
 _HALF = {"bfloat16", "bf16", "float16", "fp16", "half"}
 BF16_MIN_CAPABILITY = (8, 0)  # Ampere: bfloat16 tensor cores; vLLM refuses bf16 below it
 BATCH_INVARIANT_MIN_CAPABILITY = (8, 0)  # vLLM 0.32's batch-invariant kernels: SM80 and newer
@@ -84,8 +85,6 @@ NOT_SET = None  # a row's value None: clarify passes nothing, vLLM's own default
 
 
 def _dtype(d: Device, a: Ask, notes: list[str]) -> str:
-    from clarify.local_llm.hardware import DTYPES
-
     if a.dtype not in DTYPES:
         raise InputError(f"unknown dtype {a.dtype!r}; choose one of {DTYPES}", field="model.dtype")
     model_half = str(a.model_dtype or "").lower() in _HALF
