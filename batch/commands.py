@@ -135,6 +135,12 @@ def _run_args(p: argparse.ArgumentParser, *, with_model: bool = True) -> None:
                    help="free: the official long answer; quoted: SEMQA [k span] answers (default: quoted)")
     p.add_argument("--seed", type=int, help="sampling seed of the run (default 0)")
     p.add_argument("--no-verify", action="store_true", help="switch off self-verification pruning")
+    p.add_argument("--constrain-format", action="store_true",
+                   help="decode clarifications under a grammar of the DQ/DA format ([toc] constrain_format; "
+                        "default off, the official free decoding)")
+    p.add_argument("--constrain-quotes", action="store_true",
+                   help="decode quoted answers so every [k span] is a run of source k's words ([answer] "
+                        "constrain_quotes; default off)")
     p.add_argument("--no-progress", action="store_true", help="no progress display")
     p.add_argument("--scheduler", choices=["continuous", "waves", "sequential"],
                    help="how trees are driven; never changes results (default: continuous)")
@@ -158,6 +164,10 @@ def _overrides(args: argparse.Namespace) -> dict:
          "cluster.chunk_questions": args.chunk_questions}
     if args.no_verify:
         o["toc.verify"] = False
+    if args.constrain_format:
+        o["toc.constrain_format"] = True
+    if args.constrain_quotes:
+        o["answer.constrain_quotes"] = True
     return o
 
 
@@ -165,6 +175,9 @@ def print_summary(summary: dict, out=None) -> None:
     out = out or sys.stdout  # looked up now: a quiet session (console.session) swaps sys.stdout
     print(f"\n== {summary.get('name')}: {summary.get('n_questions')} {summary.get('dataset')} questions, "
           f"model {summary.get('model')}, {summary.get('answer_style')} answers", file=out)
+    on = [name for name, flag in (summary.get("constraints") or {}).items() if flag]
+    if on:
+        print(f"  decoding constrained: {' and '.join(on)} (batch/constraints.py)", file=out)
     for k, v in (summary.get("metrics") or {}).items():
         print(f"  {k:<28} {v if isinstance(v, str) else f'{v:.3f}' if v is not None else 'n/a'}", file=out)
     print(f"  {'llm calls / question':<28} {summary['llm_calls_per_question']:.1f} "
