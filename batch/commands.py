@@ -230,6 +230,10 @@ DEMO_MIN_QUESTIONS, DEMO_MAX_QUESTIONS = 3, 20
 # and its tail holds few trees. Measured on an AVX2 CPU with the continuous scheduler (issue 13): probe
 # 267 tok/s, the demo's ToC 261 tok/s (with the wave scheduler before it: 315 vs 224, hence 0.7 then).
 PROBE_TO_TOC = 0.9
+# The demo decodes under the constraints of issue 29 (batch/constraints.py) where they measured better on the
+# embedded model (bench/bench_constrained.py, README "Constrained decoding"); `clarify run` keeps the
+# official free decoding. A resumed demo keeps the settings it was started with.
+DEMO_CONSTRAINTS = {"toc.constrain_format": True, "answer.constrain_quotes": True}
 
 
 def demo_size(tokens_per_s: float) -> int:
@@ -270,12 +274,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
     index_dir = ensure_default_index()
     limit, expected_s = args.limit, None
     frozen = Path(args.out) / "config.json"
-    if limit is None and frozen.exists():  # a resumed (or finished) demo keeps the size it was started with
+    constraints = dict(DEMO_CONSTRAINTS)
+    if frozen.exists():  # a resumed (or finished) demo keeps the size and the decoding it was started with
         from clarify.batch.rundir import Run
 
-        limit = Run.open(args.out).config.limit
+        started = Run.open(args.out).config
+        limit = started.limit if limit is None else limit
+        constraints = {"toc.constrain_format": started.toc.constrain_format,
+                       "answer.constrain_quotes": started.answer.constrain_quotes}
     cfg = config.load(None, {"dataset": "asqa", "limit": limit or DEMO_MAX_QUESTIONS,
-                             "answer_style": args.answer_style, "index": str(index_dir)})
+                             "answer_style": args.answer_style, "index": str(index_dir), **constraints})
+    if any(constraints.values()):
+        on = [w for k, w in (("toc.constrain_format", "the DQ/DA format"), ("answer.constrain_quotes", "verbatim quotes"))
+              if constraints[k]]
+        print(f"demo: decoding constrained to {' and '.join(on)} (README \"Constrained decoding\"); "
+              f"`clarify run` keeps the official free decoding unless --constrain-format/--constrain-quotes",
+              flush=True)
     if not (Path(args.out) / "summary.json").exists():
         with console.step("starting the engine and measuring its speed"):
             engine = engine_for(cfg)
@@ -283,7 +297,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if limit is None:
             limit = demo_size(tps)
             cfg = config.load(None, {"dataset": "asqa", "limit": limit, "answer_style": args.answer_style,
-                                     "index": str(index_dir)})
+                                     "index": str(index_dir), **constraints})
         expected_s = limit * DEMO_TOKENS_PER_QUESTION / tps
         cpu = f"CPU {engine.cpu['capability']}, " if engine.cpu else ""
         print(f"engine: {engine.device}, {cpu}{engine.dtype}, ~{tps:,.0f} ToC tokens/s -> {limit} ASQA questions, "

@@ -284,3 +284,52 @@ def test_real_constrained_run_replays_identically_under_every_scheduler(constrai
         assert nodes_table(replay_trees).equals(nodes_table(cont_trees)), name
         assert pl.DataFrame(got.answers).equals(pl.DataFrame(rec.answers)), name
         assert pl.DataFrame(got.llm_calls).drop("cached").equals(calls.drop("cached")), name
+
+
+def test_command_line_flags_set_the_switches():
+    from clarify.batch.cli import build_parser
+    from clarify.batch.commands import _overrides
+
+    args = build_parser().parse_args(["run", "--out", "x", "--constrain-format", "--constrain-quotes"])
+    cfg = config.load(None, _overrides(args))
+    assert cfg.toc.constrain_format and cfg.answer.constrain_quotes
+    cfg = config.load(None, _overrides(build_parser().parse_args(["run", "--out", "x"])))
+    assert not cfg.toc.constrain_format and not cfg.answer.constrain_quotes
+
+
+def test_demo_runs_constrained_and_says_so_while_run_keeps_the_official_default(tmp_path, monkeypatch, capsys):
+    """`clarify demo` decodes under both constraints (measured better on the embedded model: README
+    "Constrained decoding") and prints that it does; a demo started without them resumes without them."""
+    import types
+
+    from clarify.batch import commands, pipeline
+    from clarify.batch.cli import build_parser
+
+    got = []
+
+    class Ran(Exception):
+        pass
+
+    def fake_run(cfg, out, **kw):
+        got.append(cfg)
+        raise Ran
+
+    monkeypatch.setattr(pipeline, "run", fake_run)
+    monkeypatch.setattr(pipeline, "engine_for", lambda cfg: types.SimpleNamespace(cpu=None, device="cpu",
+                                                                                   dtype="float32"))
+    monkeypatch.setattr(commands, "probe_speed", lambda engine: 1000.0)
+    monkeypatch.setattr("clarify.index.ensure_default_index", lambda: tmp_path / "index")
+    with pytest.raises(Ran):
+        commands.cmd_demo(build_parser().parse_args(["demo", "--limit", "3", "--out", str(tmp_path / "d")]))
+    assert got[-1].toc.constrain_format and got[-1].answer.constrain_quotes
+    assert "decoding constrained to the DQ/DA format and verbatim quotes" in capsys.readouterr().out
+    # a demo frozen before (no constraints) keeps its settings
+    from tests.run_fixtures import write_run
+
+    write_run(tmp_path / "old", {"limit": 3})
+    with pytest.raises(Ran):
+        commands.cmd_demo(build_parser().parse_args(["demo", "--out", str(tmp_path / "old")]))
+    assert not got[-1].toc.constrain_format and not got[-1].answer.constrain_quotes
+    assert "decoding constrained" not in capsys.readouterr().out
+    # `clarify run` keeps the official default
+    assert not config.load(None, commands._overrides(build_parser().parse_args(["run", "--out", "x"]))).toc.constrain_format
