@@ -118,11 +118,8 @@ METRIC_COLUMNS = {"asqa": ("rouge_l", "str_em", "answer_f1"), "quotesum": ("roug
 
 
 def _metric(metrics: dict | None, name: str):
-    """A metric of summary["metrics"] by its short name (the evaluators' names carry prefixes/suffixes)."""
-    for k, v in (metrics or {}).items():
-        if k.lower().replace("-", "_").endswith(name) or k.lower() == name:
-            return v
-    return None
+    """A metric of summary["metrics"] by its name (eval/summary.py: rouge_l, str_em, answer_f1, sem_f1, ...)."""
+    return (metrics or {}).get(name)
 
 
 def table(results: list[dict]) -> str:
@@ -139,7 +136,7 @@ def table(results: list[dict]) -> str:
         cells = [r["model"].split("-")[0], r["dataset"], r["setting"], r["questions"],
                  f(r["parse_error_rate"]), r["clarify_cut_at_max_tokens"],
                  f(r["valid_nodes_per_question"]), f(r["llm_calls_per_question"]),
-                 f(_metric(m, "rouge_l") or _metric(m, "rougelsum")), f(_metric(m, "str_em")),
+                 f(_metric(m, "rouge_l")), f(_metric(m, "str_em")),
                  f(_metric(m, "answer_f1")), f(_metric(m, "sem_f1")), f(_metric(m, "sem_rec")), f(_metric(m, "semqa")),
                  f(r["spans_per_answer"]), f(r["share_verbatim"]), f(r["share_answers_with_span"]),
                  f(r["engine_tokens_per_s"], 4)]
@@ -154,6 +151,8 @@ def main() -> None:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--settings", default=",".join(SETTINGS))
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "constrained.json"))
+    ap.add_argument("--append", action="store_true",
+                    help="add these arms to the arms already in --out (e.g. another model at another size)")
     ap.add_argument("--arm", nargs=4, metavar=("MODEL", "DATASET", "SETTING", "LIMIT"), help=argparse.SUPPRESS)
     ap.add_argument("--arm-out", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -167,6 +166,11 @@ def main() -> None:
     print(f"cpu: {cpu}", flush=True)
     result = {"cpu": cpu, "sizes": {"asqa": args.asqa, "quotesum": args.quotesum},
               "command": " ".join([Path(sys.executable).name, *sys.argv]), "arms": []}
+    if args.append and Path(args.out).exists():
+        before = json.loads(Path(args.out).read_text())
+        result["arms"] = before["arms"]
+        result["command"] = before["command"] + " ; " + result["command"]
+        result["sizes"] = {"earlier": before["sizes"], "now": result["sizes"]}
     work = Path(tempfile.mkdtemp(prefix="bench-constrained-"))
     for model in args.models.split(","):
         for dataset, limit in (("asqa", args.asqa), ("quotesum", args.quotesum)):
@@ -187,7 +191,7 @@ def main() -> None:
                 result["arms"].append(got)
                 Path(args.out).parent.mkdir(parents=True, exist_ok=True)
                 Path(args.out).write_text(json.dumps(result, indent=2))
-    print(table([a for a in result["arms"] if "error" not in a]))
+    print(table([a for a in result["arms"] if "error" not in a]), flush=True)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,8 @@ FORMAT_BAD = [
     "Disambiguations:\nDQ 1: Who won?\nDA 1: Spain",
     "DQ 1: Who won?\nDA 1: Spain\nThe answer is Spain.",
     "".join(f"DQ {i}: q?\nDA {i}: a\n" for i in range(1, 11)) + "DQ 11: q?\nDA 11: a",  # past FORMAT_MAX_PAIRS
+    "DQ 1: " + "The World Boa, " * 14 + "\nDA 1: x",  # a line past FORMAT_MAX_DQ (a looping model)
+    "DQ 1: Who?\nDA 1: " + "Boa; " * 21,  # past FORMAT_MAX_DA
 ]
 
 
