@@ -52,10 +52,12 @@ from clarify.batch.prompts import Passage
 # --max_nodes 10 valid nodes (run_toc.py argparse) and the official demos hold at most 6 pairs
 # (toc/templates: ASQA demos): 10 leaves room without letting a looping model write on forever.
 FORMAT_MAX_PAIRS = 10
-# The longest DQ and DA lines (characters) the format grammar allows. ASQA dev's gold pairs: 13 of 3,184
-# disambiguated questions are longer than 200 characters (99th percentile 150), 32 answer lists (short
-# answers joined by "; ") longer than 100 (99th percentile 101); a DA holds 1-5-word answers (format guide).
-FORMAT_MAX_DQ, FORMAT_MAX_DA = 200, 100
+# The longest DQ and DA lines (words) the format grammar allows. ASQA dev's gold pairs: 5 of 3,184
+# disambiguated questions have more than 40 words (99th percentile 27), 13 answer lists (short answers
+# joined by "; ") more than 20 (99th percentile 15). Words, not characters: xgrammar expands a bounded
+# repetition into one state per step and precomputes a token mask for each, so `[^\n]{0,199}` took 33 s
+# to compile with Gemma 3's 262k-token vocabulary, 40 words 0.7 s (bench/README "Constrained decoding").
+FORMAT_MAX_DQ, FORMAT_MAX_DA = 40, 20
 
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -100,11 +102,12 @@ def format_grammar(max_pairs: int = FORMAT_MAX_PAIRS) -> str:
     for i in range(1, max_pairs + 1):
         more = f'"\\n" pair{i + 1} | ' if i < max_pairs else ""
         rules.append(f'pair{i} ::= "DQ {i}: " dq "\\nDA {i}: " da ({more}"\\n\\nAnswer:")?')
-    # Lines are capped (FORMAT_MAX_DQ / FORMAT_MAX_DA characters): a small model that loops inside one line
-    # ("The World Boa, The World Boa, ...") is made to go on to the next field instead of running into
-    # max_tokens, where the pair would be lost.
-    rules.append(f'dq ::= [^\\n\\t ] [^\\n]{{0,{FORMAT_MAX_DQ - 1}}}')
-    rules.append(f'da ::= [^\\n\\t ;"] [^\\n]{{0,{FORMAT_MAX_DA - 1}}}')
+    # Lines are capped (FORMAT_MAX_DQ / FORMAT_MAX_DA words, single spaces between them): a small model that
+    # loops inside one line ("The World Boa, The World Boa, ...") is made to go on to the next field
+    # instead of running into max_tokens, where the pair would be lost.
+    rules.append(f'dq ::= [^\\n\\t ] [^\\n ]* (" " word){{0,{FORMAT_MAX_DQ - 1}}}')
+    rules.append(f'da ::= [^\\n\\t ;"] [^\\n ]* (" " word){{0,{FORMAT_MAX_DA - 1}}}')
+    rules.append('word ::= [^\\n ]+')
     return "\n".join(rules) + "\n"
 
 

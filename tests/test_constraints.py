@@ -54,8 +54,8 @@ FORMAT_BAD = [
     "Disambiguations:\nDQ 1: Who won?\nDA 1: Spain",
     "DQ 1: Who won?\nDA 1: Spain\nThe answer is Spain.",
     "".join(f"DQ {i}: q?\nDA {i}: a\n" for i in range(1, 11)) + "DQ 11: q?\nDA 11: a",  # past FORMAT_MAX_PAIRS
-    "DQ 1: " + "The World Boa, " * 14 + "\nDA 1: x",  # a line past FORMAT_MAX_DQ (a looping model)
-    "DQ 1: Who?\nDA 1: " + "Boa; " * 21,  # past FORMAT_MAX_DA
+    "DQ 1: " + "The World Boa, " * 14 + "\nDA 1: x",  # a line past FORMAT_MAX_DQ words (a looping model)
+    "DQ 1: Who?\nDA 1: " + "Boa; " * 20 + "Boa",  # past FORMAT_MAX_DA words
 ]
 
 
@@ -74,14 +74,18 @@ def test_format_grammar_refuses_what_does_not_parse_as_the_official_format(text)
 def test_every_prefix_the_format_grammar_can_stop_at_parses():
     """Random completions the grammar accepts, built from its own rules: each parses without a note."""
     rng = random.Random(7)
-    chars = "abcXYZ 0189;:-?.\"'é"
+    chars = "abcXYZ0189;:-?.\"'é"
+
+    def line(first: str, max_words: int) -> str:  # words of the grammar's characters, single spaces
+        words = [rng.choice(first) + "".join(rng.choice(chars) for _ in range(rng.randint(0, 6)))]
+        words += ["".join(rng.choice(chars) for _ in range(rng.randint(1, 6))) for _ in range(rng.randint(0, max_words - 1))]
+        return " ".join(words)
+
     for _ in range(200):
         n = rng.randint(1, 10)
         lines = []
         for i in range(1, n + 1):
-            q = rng.choice("abcXYZé?") + "".join(rng.choice(chars) for _ in range(rng.randint(0, 12)))
-            a = rng.choice("abcXYZ01é") + "".join(rng.choice(chars) for _ in range(rng.randint(0, 12)))
-            lines += [f"DQ {i}: {q}", f"DA {i}: {a}"]
+            lines += [f"DQ {i}: {line('abcXYZé?', 40)}", f"DA {i}: {line('abcXYZ01é', 20)}"]
         text = "\n".join(lines)
         assert accepts(format_grammar(), text), text
         parsed = parse_disambiguations(text)
