@@ -15,7 +15,7 @@ Two switches, both off by default (the official trees stay the default):
   space: exactly what the checker's `normalise` collapses, so every constrained span is found verbatim
   (`tests/test_constraints.py` checks the mapping on every shipped QuoteSum source).
 
-Mechanism (measured, bench/README "Constrained decoding"): vLLM's structured outputs with a grammar
+Mechanism (measured, README "Constrained decoding"): vLLM's structured outputs with a grammar
 string per request (`SamplingParams(structured_outputs=StructuredOutputsParams(grammar=...))`,
 https://docs.vllm.ai/en/v0.11.0/features/structured_outputs.html — the `grammar` field; vLLM 0.32's
 `vllm/sampling_params.py` StructuredOutputsParams), in the EBNF (GBNF) syntax that vLLM's default
@@ -56,7 +56,7 @@ FORMAT_MAX_PAIRS = 10
 # disambiguated questions have more than 40 words (99th percentile 27), 13 answer lists (short answers
 # joined by "; ") more than 20 (99th percentile 15). Words, not characters: xgrammar expands a bounded
 # repetition into one state per step and precomputes a token mask for each, so `[^\n]{0,199}` took 33 s
-# to compile with Gemma 3's 262k-token vocabulary, 40 words 0.7 s (bench/README "Constrained decoding").
+# to compile with Gemma 3's 262k-token vocabulary, 40 words 0.7 s (README "Constrained decoding").
 FORMAT_MAX_DQ, FORMAT_MAX_DA = 40, 20
 
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}

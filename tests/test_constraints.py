@@ -339,3 +339,26 @@ def test_demo_runs_constrained_and_says_so_while_run_keeps_the_official_default(
     assert "decoding constrained" not in capsys.readouterr().out
     # `clarify run` keeps the official default
     assert not config.load(None, commands._overrides(build_parser().parse_args(["run", "--out", "x"]))).toc.constrain_format
+
+
+def test_compare_table_shows_the_switches_of_each_run(tmp_path, monkeypatch):
+    """`clarify compare`'s table (and so comparison.md) has a row for each switch, read from each run's
+    frozen config; a report's run section shows them with the rest of the config."""
+    from clarify.batch import compare as cmp
+    from clarify.batch.comparison import flatten
+    from clarify.batch.rundir import Run
+    from tests.run_fixtures import write_run
+
+    summary = {"params": 1, "n_questions": 1, "wall_s_total": 1.0, "llm_calls_per_question": 1.0,
+               "tokens": {"prompt": 1, "output": 1}, "valid_nodes_per_question": 0.0, "parse_errors": 0,
+               "cached_calls": 0, "metrics": {}, "quote_fidelity": None}
+    out = tmp_path / "cmp"
+    write_run(out / "a", {"toc.constrain_format": True}, summary={**summary, "constraints": {"format": True}})
+    write_run(out / "b", {}, summary=summary)
+    monkeypatch.setattr(cmp, "_launch", lambda models, *a, **k: {m: {"started": 0, "finished": 1, "devices": ""}
+                                                                for m in models})
+    table = cmp.compare(["a", "b"], config.load(None), out)
+    assert table["constrain_format"].to_list() == [True, False]
+    assert table["constrain_quotes"].to_list() == [False, False]
+    assert "| constrain_format | True | False |" in (out / "comparison.md").read_text()
+    assert flatten(Run.open(out / "a").settings)["toc.constrain_format"] is True
