@@ -8,7 +8,7 @@ a fresh run directory and completion cache) on the same questions.
 
 Per arm: parse-error rate of the clarifications (and how many were cut at max_tokens), valid nodes and
 LLM calls per question, the dataset's metrics (ASQA: ROUGE-L, STR-EM, Answer-F1; QuoteSum: ROUGE-L,
-Sem-F1, Sem-Rec, SEMQA), spans per answer, the share of spans verbatim as generated, the share of answers
+Sem-F1, Sem-Rec, SEMQA; QuoteSum builds no tree, so its "format" arm would be its "off" arm and is not run), spans per answer, the share of spans verbatim as generated, the share of answers
 with at least one span, engine tokens/s, and for the quote arms the grammar's compile time per prompt
 (xgrammar, the model's tokenizer, no cache: what vLLM's backend pays for each answer prompt).
 
@@ -177,6 +177,8 @@ def main() -> None:
             if not limit:
                 continue
             for setting in args.settings.split(","):
+                if dataset == "quotesum" and setting == "format":  # no tree, no clarification: the same as off
+                    continue
                 run_dir = work / f"{model}-{dataset}-{setting}"
                 print(f"== {model} {dataset} {limit} {setting} ...", flush=True)
                 proc = subprocess.run([sys.executable, __file__, "--arm", model, dataset, setting, str(limit),
