@@ -362,3 +362,21 @@ def test_compare_table_shows_the_switches_of_each_run(tmp_path, monkeypatch):
     assert table["constrain_quotes"].to_list() == [False, False]
     assert "| constrain_format | True | False |" in (out / "comparison.md").read_text()
     assert flatten(Run.open(out / "a").settings)["toc.constrain_format"] is True
+
+
+def test_a_run_started_before_the_switches_existed_resumes(tmp_path):
+    """A checkpointed run whose config.json predates the switches (no `answer` section, no
+    toc.constrain_format) resumes under the defaults (off: what it ran); switching one on is refused."""
+    from clarify.batch.rundir import RunDir
+    from clarify.errors import InputError
+
+    rd = RunDir(tmp_path / "old")
+    rd.path.mkdir()
+    old = json.loads(config.load(None).to_json())  # as the pipeline freezes it
+    del old["answer"], old["toc"]["constrain_format"]
+    rd.freeze(old, {})
+    (rd.path / "parts" / "0001").mkdir(parents=True)
+    rd.freeze(json.loads(config.load(None).to_json()), {})  # resumes
+    assert json.loads((rd.path / "config.json").read_text())["answer"] == {"constrain_quotes": False}
+    with pytest.raises(InputError, match="constrain_format"):
+        rd.freeze(json.loads(config.load(None, {"toc.constrain_format": True}).to_json()), {})
