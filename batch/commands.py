@@ -135,6 +135,12 @@ def _run_args(p: argparse.ArgumentParser, *, with_model: bool = True) -> None:
                    help="free: the official long answer; quoted: SEMQA [k span] answers (default: quoted)")
     p.add_argument("--seed", type=int, help="sampling seed of the run (default 0)")
     p.add_argument("--no-verify", action="store_true", help="switch off self-verification pruning")
+    p.add_argument("--constrain-format", action="store_true",
+                   help="decode clarifications under a grammar of the DQ/DA format ([toc] constrain_format; "
+                        "default off, the official free decoding)")
+    p.add_argument("--constrain-quotes", action="store_true",
+                   help="decode quoted answers so every [k span] is a run of source k's words ([answer] "
+                        "constrain_quotes; default off)")
     p.add_argument("--no-progress", action="store_true", help="no progress display")
     p.add_argument("--batch-invariant", action="store_true",
                    help="results that do not depend on the batch: vLLM's batch-invariant mode on CUDA (compute "
@@ -163,6 +169,10 @@ def _overrides(args: argparse.Namespace) -> dict:
         o["toc.verify"] = False
     if args.batch_invariant:
         o["model.batch_invariant"] = True
+    if args.constrain_format:
+        o["toc.constrain_format"] = True
+    if args.constrain_quotes:
+        o["answer.constrain_quotes"] = True
     return o
 
 
@@ -170,6 +180,9 @@ def print_summary(summary: dict, out=None) -> None:
     out = out or sys.stdout  # looked up now: a quiet session (console.session) swaps sys.stdout
     print(f"\n== {summary.get('name')}: {summary.get('n_questions')} {summary.get('dataset')} questions, "
           f"model {summary.get('model')}, {summary.get('answer_style')} answers", file=out)
+    on = [name for name, flag in (summary.get("constraints") or {}).items() if flag]
+    if on:
+        print(f"  decoding constrained: {' and '.join(on)} (batch/constraints.py)", file=out)
     for k, v in (summary.get("metrics") or {}).items():
         print(f"  {k:<28} {v if isinstance(v, str) else f'{v:.3f}' if v is not None else 'n/a'}", file=out)
     print(f"  {'llm calls / question':<28} {summary['llm_calls_per_question']:.1f} "
@@ -222,6 +235,10 @@ DEMO_MIN_QUESTIONS, DEMO_MAX_QUESTIONS = 3, 20
 # and its tail holds few trees. Measured on an AVX2 CPU with the continuous scheduler (issue 13): probe
 # 267 tok/s, the demo's ToC 261 tok/s (with the wave scheduler before it: 315 vs 224, hence 0.7 then).
 PROBE_TO_TOC = 0.9
+# The demo decodes under the constraints of issue 29 (batch/constraints.py) where they measured better on the
+# embedded model (bench/bench_constrained.py, README "Constrained decoding"); `clarify run` keeps the
+# official free decoding. A resumed demo keeps the settings it was started with.
+DEMO_CONSTRAINTS = {"toc.constrain_format": True, "answer.constrain_quotes": True}
 
 
 def demo_size(tokens_per_s: float) -> int:
@@ -262,12 +279,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
     index_dir = ensure_default_index()
     limit, expected_s = args.limit, None
     frozen = Path(args.out) / "config.json"
-    if limit is None and frozen.exists():  # a resumed (or finished) demo keeps the size it was started with
+    constraints = dict(DEMO_CONSTRAINTS)
+    if frozen.exists():  # a resumed (or finished) demo keeps the size and the decoding it was started with
         from clarify.batch.rundir import Run
 
-        limit = Run.open(args.out).config.limit
+        started = Run.open(args.out).config
+        limit = started.limit if limit is None else limit
+        constraints = {"toc.constrain_format": started.toc.constrain_format,
+                       "answer.constrain_quotes": started.answer.constrain_quotes}
     cfg = config.load(None, {"dataset": "asqa", "limit": limit or DEMO_MAX_QUESTIONS,
-                             "answer_style": args.answer_style, "index": str(index_dir)})
+                             "answer_style": args.answer_style, "index": str(index_dir), **constraints})
+    if any(constraints.values()):
+        on = [w for k, w in (("toc.constrain_format", "the DQ/DA format"), ("answer.constrain_quotes", "verbatim quotes"))
+              if constraints[k]]
+        print(f"demo: decoding constrained to {' and '.join(on)} (README \"Constrained decoding\"); "
+              f"`clarify run` keeps the official free decoding unless --constrain-format/--constrain-quotes",
+              flush=True)
     if not (Path(args.out) / "summary.json").exists():
         with console.step("starting the engine and measuring its speed"):
             engine = engine_for(cfg)
@@ -275,7 +302,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if limit is None:
             limit = demo_size(tps)
             cfg = config.load(None, {"dataset": "asqa", "limit": limit, "answer_style": args.answer_style,
-                                     "index": str(index_dir)})
+                                     "index": str(index_dir), **constraints})
         expected_s = limit * DEMO_TOKENS_PER_QUESTION / tps
         cpu = f"CPU {engine.cpu['capability']}, " if engine.cpu else ""
         print(f"engine: {engine.device}, {cpu}{engine.dtype}, ~{tps:,.0f} ToC tokens/s -> {limit} ASQA questions, "

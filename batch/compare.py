@@ -175,6 +175,9 @@ def compare(models: list[str], cfg: RunConfig, out: Path, *, parallel: bool = Fa
                "started": times[model]["started"], "finished": times[model]["finished"],
                "devices": times[model]["devices"],
                "n_questions": summary["n_questions"],
+               # decoding constraints (batch/constraints.py): the run's frozen config says, old runs too
+               "constrain_format": run.config.toc.constrain_format,
+               "constrain_quotes": run.config.answer.constrain_quotes,
                # all sessions up to their last checkpoint + finalize (None when a session's time was lost)
                "wall_s": summary["wall_s_total"],
                "llm_calls_per_question": summary["llm_calls_per_question"],

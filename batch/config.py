@@ -103,9 +103,25 @@ class TocConfig:
     # the official template renders an empty DQ/DA field (toc/tree.py:32-40, dsp/templates/template_v2.py:73-83);
     # "closed": it asks for the answer directly (before issue 26).
     empty_tree_answer: str = "open"
+    # True: each clarification is decoded under a grammar of the official DQ/DA format, so it parses
+    # (batch/constraints.py format_grammar; issue 29). False: free decoding, as the official code.
+    constrain_format: bool = False
 
     def __post_init__(self) -> None:
         _raise(_problems_of(self, "toc"), "config")
+
+
+@dataclass(frozen=True)
+class AnswerConfig:
+    """The final answer step (its style is the top-level `answer_style`)."""
+
+    # True: in the quoted style, the text of each `[k ...]` marker is decoded under a grammar that only
+    # allows runs of source k's words, so every quote is verbatim by construction
+    # (batch/constraints.py quotes_grammar; issue 29). False: free decoding, the checker repairs or unmarks.
+    constrain_quotes: bool = False
+
+    def __post_init__(self) -> None:
+        _raise(_problems_of(self, "answer"), "config")
 
 
 @dataclass(frozen=True)
@@ -170,6 +186,7 @@ class RunConfig:
     scheduler: str = "continuous"  # SCHEDULERS; recorded, never changes results
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     toc: TocConfig = field(default_factory=TocConfig)
+    answer: AnswerConfig = field(default_factory=AnswerConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
@@ -183,7 +200,8 @@ class RunConfig:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
 
-_SECTIONS = {"retrieval": RetrievalConfig, "toc": TocConfig, "model": ModelConfig, "cluster": ClusterConfig}
+_SECTIONS = {"retrieval": RetrievalConfig, "toc": TocConfig, "answer": AnswerConfig, "model": ModelConfig,
+             "cluster": ClusterConfig}
 
 
 # --- the declared schema ---------------------------------------------------------------------------

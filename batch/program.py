@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from clarify.batch.config import RunConfig
+from clarify.batch.constraints import answer_grammar, clarify_grammar
 from clarify.batch.demos import KnnPool
 from clarify.batch.match import MATCHING, Matching
 from clarify.batch.parse import Disambiguation, clean_long_answer, parse_disambiguations, parse_verdict
@@ -295,8 +296,10 @@ def expand(t: Tree, n: Node, res: Resources, cfg: RunConfig, wave: int, rows: Tr
     vecs = yield EmbedTexts((n.question,))
     (demos,) = res.demos.select(vecs[n.question][None, :], [n.question], toc.n_demos, [t.removed_demos])
     prompt = clarify_prompt(n.question, [store[p] for p in ctx], demos)
+    # [toc] constrain_format: the same prompt, decoded under the DQ/DA grammar (batch/constraints.py)
     params = GenParams(temperature=toc.temperature, max_tokens=toc.clarify_max_tokens,
-                       stop=CLARIFY_STOP + cfg.model.stop, seed=clarify_seed(cfg, t, n, prompt))
+                       stop=CLARIFY_STOP + cfg.model.stop, seed=clarify_seed(cfg, t, n, prompt),
+                       grammar=clarify_grammar(cfg))
     req = Generate("clarify", (n.node_id,), (prompt,), (params,), _priority("clarify", t, cfg))
     comps = yield req
     parsed = parse_disambiguations(comps[0].text, comps[0].finish_reason)
@@ -393,7 +396,9 @@ def answer(t: Tree, res: Resources, cfg: RunConfig, wave: int, rows: TreeRows) -
     else:
         (demos,) = res.demos.select(qmat, [t.question], toc.n_demos, [t.removed_demos])
         prompt = answer_prompt(t.question, pairs, ctx, demos, open_empty=toc.empty_tree_answer == "open")
-    params = GenParams(temperature=0.0, max_tokens=toc.answer_max_tokens, stop=ANSWER_STOP + cfg.model.stop)
+    # [answer] constrain_quotes: quoted spans decoded as runs of their source's words (batch/constraints.py)
+    params = GenParams(temperature=0.0, max_tokens=toc.answer_max_tokens, stop=ANSWER_STOP + cfg.model.stop,
+                       grammar=answer_grammar(cfg, ctx))
     req = Generate("answer", (ROOT,), (prompt,), (params,), _priority("answer", t, cfg))
     comps = yield req
     # the official answer is the whole completion (dsp/templates/template_v2.py:146-176 extract: every field

@@ -99,6 +99,20 @@ def read_json(path: Path, what_to_do: str) -> object:
         raise InputError(f"damaged ({exc}); {what_to_do}", path=str(path)) from None
 
 
+# Settings added after runs were made whose value then is what earlier clarify did: a config.json written
+# before they existed reads as having them (issue 29's decoding constraints: off, free decoding as before),
+# so such a run still resumes.
+ADDED_SETTINGS = {("toc", "constrain_format"): False, ("answer", "constrain_quotes"): False}
+
+
+def _with_added_settings(old: dict) -> dict:
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in old.items()}
+    for (section, key), value in ADDED_SETTINGS.items():
+        if isinstance(out.setdefault(section, {}), dict):
+            out[section].setdefault(key, value)
+    return out
+
+
 def _diff(a: object, b: object, prefix: str = "") -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         out = []
@@ -163,13 +177,14 @@ class RunDir:
         cfg_path, in_path = self.path / "config.json", self.path / "inputs.json"
         if cfg_path.exists() and self.has_checkpoint():
             restart = "use a new --out, or rerun with --restart to start over (the completion cache is kept)"
-            old = read_json(cfg_path, f"restore it, or {restart}")
+            raw = read_json(cfg_path, f"restore it, or {restart}")
+            old = _with_added_settings(raw)
             diffs = _diff({k: v for k, v in old.items() if k not in ignore},
                           {k: v for k, v in config.items() if k not in ignore})
             if diffs:
                 raise InputError("this run directory was made with another config; use the same settings, or "
                                  f"{restart}. Differences: " + "; ".join(diffs), path=str(cfg_path))
-            if old != config:  # only settings in `ignore` differ: record the latest
+            if raw != config:  # only settings in `ignore` (or added since) differ: record the latest
                 write_json(config, cfg_path)
             changed = input_changes(read_json(in_path, f"restore it, or {restart}"), inputs)
             if changed:

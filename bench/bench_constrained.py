@@ -1,0 +1,200 @@
+"""Constrained decoding (issue 29, batch/constraints.py) measured on the embedded models: constraints off,
+the DQ/DA format only, format + quotes; on ASQA dev (quoted style, the first N questions) and on QuoteSum
+dev (its own sources, answers only). Every arm is its own process (`clarify run` through `pipeline.run`,
+a fresh run directory and completion cache) on the same questions.
+
+    .venv/bin/python bench/bench_constrained.py --asqa 50 --quotesum 91          # the issue's sizes
+    .venv/bin/python bench/bench_constrained.py --asqa 10 --quotesum 20          # what 2 shared cores ran
+
+Per arm: parse-error rate of the clarifications (and how many were cut at max_tokens), valid nodes and
+LLM calls per question, the dataset's metrics (ASQA: ROUGE-L, STR-EM, Answer-F1; QuoteSum: ROUGE-L,
+Sem-F1, Sem-Rec, SEMQA; QuoteSum builds no tree, so its "format" arm would be its "off" arm and is not run), spans per answer, the share of spans verbatim as generated, the share of answers
+with at least one span, engine tokens/s, and for the quote arms the grammar's compile time per prompt
+(xgrammar, the model's tokenizer, no cache: what vLLM's backend pays for each answer prompt).
+
+Writes bench/results/constrained.json after every arm (and prints the table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SETTINGS = {
+    "off": {},
+    "format": {"toc.constrain_format": True},
+    "format+quotes": {"toc.constrain_format": True, "answer.constrain_quotes": True},
+}
+MODELS = ("smollm2-135m-instruct", "gemma3-270m")
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), as the other benches print the CPU they ran on."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def arm(model: str, dataset: str, setting: str, limit: int, out: Path) -> dict:
+    """One arm in this process: a run, then its measures."""
+    import polars as pl
+
+    from clarify.batch import config
+    from clarify.batch.pipeline import run
+
+    cfg = config.load(None, {"dataset": dataset, "limit": limit, "answer_style": "quoted", "model.model": model,
+                             **SETTINGS[setting]})
+    t0 = time.perf_counter()
+    summary = run(cfg, out, progress=False)
+    wall = time.perf_counter() - t0
+    calls = pl.read_parquet(out / "llm_calls.parquet")
+    clar = calls.filter(pl.col("step") == "clarify")
+    n_q = summary["n_questions"]
+    fid = summary.get("quote_fidelity") or {}
+    n_ans = fid.get("n_answers") or n_q
+    got = {
+        "model": model, "engine_model_id": summary.get("engine_model_id"), "dataset": dataset, "setting": setting,
+        "questions": n_q, "wall_s": round(wall, 1), "engine_tokens_per_s": summary.get("engine_tokens_per_s"),
+        "clarify_calls": clar.height,
+        "parse_error_rate": round(clar["parse_error"].is_not_null().mean(), 4) if clar.height else None,
+        "clarify_cut_at_max_tokens": int((clar["finish_reason"] == "length").sum()) if clar.height else 0,
+        "valid_nodes_per_question": summary["valid_nodes_per_question"],
+        "llm_calls_per_question": summary["llm_calls_per_question"],
+        "metrics": summary.get("metrics"),
+        "spans_per_answer": round(fid.get("n_spans", 0) / n_ans, 3) if n_ans else None,
+        "share_verbatim": fid.get("share_verbatim"),
+        "share_answers_with_span": (None if fid.get("share_answers_without_spans") is None
+                                    else round(1 - fid["share_answers_without_spans"], 4)),
+        "quote_fidelity": fid,
+    }
+    if setting == "format+quotes":
+        got["grammar_compile"] = compile_cost(cfg, out)
+    return got
+
+
+def compile_cost(cfg, out: Path) -> dict:
+    """xgrammar compile time of each answer prompt's quotes grammar (and of the format grammar), with the
+    model's tokenizer and no cache, as vLLM's xgrammar backend compiles them (backend_xgrammar.py)."""
+    import polars as pl
+    import xgrammar as xgr
+    from transformers import AutoTokenizer
+
+    from clarify.batch.constraints import format_grammar, quotes_grammar
+    from clarify.batch.prompts import Passage
+    from clarify.local_llm.models import resolve_model
+
+    tok = AutoTokenizer.from_pretrained(resolve_model(cfg.model.model))
+    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(tok), max_threads=8, cache_enabled=False)
+    t0 = time.perf_counter()
+    compiler.compile_grammar(format_grammar())
+    format_ms = (time.perf_counter() - t0) * 1000
+    passages = {r["passage_id"]: r for r in pl.read_parquet(out / "passages.parquet").iter_rows(named=True)}
+    times, sizes = [], []
+    for ids in pl.read_parquet(out / "answers.parquet")["passage_ids"]:
+        g = quotes_grammar([Passage(p, passages[p]["title"] or "", passages[p]["text"]) for p in ids])
+        t0 = time.perf_counter()
+        compiler.compile_grammar(g)
+        times.append((time.perf_counter() - t0) * 1000)
+        sizes.append(len(g.encode()))
+    times.sort()
+    return {"format_ms": round(format_ms, 1), "quotes_prompts": len(times),
+            "quotes_ms_mean": round(sum(times) / len(times), 1) if times else None,
+            "quotes_ms_p50": round(times[len(times) // 2], 1) if times else None,
+            "quotes_ms_max": round(times[-1], 1) if times else None,
+            "quotes_grammar_kb_mean": round(sum(sizes) / len(sizes) / 1024, 1) if sizes else None}
+
+
+METRIC_COLUMNS = {"asqa": ("rouge_l", "str_em", "answer_f1"), "quotesum": ("rouge_l", "sem_f1", "sem_rec", "semqa")}
+
+
+def _metric(metrics: dict | None, name: str):
+    """A metric of summary["metrics"] by its name (eval/summary.py: rouge_l, str_em, answer_f1, sem_f1, ...)."""
+    return (metrics or {}).get(name)
+
+
+def table(results: list[dict]) -> str:
+    """The README's Markdown table, one row per arm."""
+    head = ("| model | data | constraints | q | parse err | cut | valid nodes/q | calls/q | ROUGE-L | STR-EM | "
+            "Answer-F1 | Sem-F1 | Sem-Rec | SEMQA | spans/ans | verbatim | ans w/ span | tok/s |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+
+    def f(v, nd=3):
+        return "–" if v is None else (f"{v:.{nd}g}" if isinstance(v, float) else str(v))
+
+    for r in results:
+        m = r.get("metrics") or {}
+        cells = [r["model"].split("-")[0], r["dataset"], r["setting"], r["questions"],
+                 f(r["parse_error_rate"]), r["clarify_cut_at_max_tokens"],
+                 f(r["valid_nodes_per_question"]), f(r["llm_calls_per_question"]),
+                 f(_metric(m, "rouge_l")), f(_metric(m, "str_em")),
+                 f(_metric(m, "answer_f1")), f(_metric(m, "sem_f1")), f(_metric(m, "sem_rec")), f(_metric(m, "semqa")),
+                 f(r["spans_per_answer"]), f(r["share_verbatim"]), f(r["share_answers_with_span"]),
+                 f(r["engine_tokens_per_s"], 4)]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--asqa", type=int, default=50, help="first N ASQA dev questions (the issue: 50)")
+    ap.add_argument("--quotesum", type=int, default=91, help="first N QuoteSum dev questions (the issue: all 91)")
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--settings", default=",".join(SETTINGS))
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "constrained.json"))
+    ap.add_argument("--append", action="store_true",
+                    help="add these arms to the arms already in --out (e.g. another model at another size)")
+    ap.add_argument("--arm", nargs=4, metavar=("MODEL", "DATASET", "SETTING", "LIMIT"), help=argparse.SUPPRESS)
+    ap.add_argument("--arm-out", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.arm:  # a child: one arm, its result as the last stdout line
+        model, dataset, setting, limit = args.arm
+        print(json.dumps(arm(model, dataset, setting, int(limit), Path(args.arm_out))), flush=True)
+        return
+
+    cpu = cpu_model()
+    print(f"cpu: {cpu}", flush=True)
+    result = {"cpu": cpu, "sizes": {"asqa": args.asqa, "quotesum": args.quotesum},
+              "command": " ".join([Path(sys.executable).name, *sys.argv]), "arms": []}
+    if args.append and Path(args.out).exists():
+        before = json.loads(Path(args.out).read_text())
+        result["arms"] = before["arms"]
+        result["command"] = before["command"] + " ; " + result["command"]
+        result["sizes"] = {"earlier": before["sizes"], "now": result["sizes"]}
+    work = Path(tempfile.mkdtemp(prefix="bench-constrained-"))
+    for model in args.models.split(","):
+        for dataset, limit in (("asqa", args.asqa), ("quotesum", args.quotesum)):
+            if not limit:
+                continue
+            for setting in args.settings.split(","):
+                if dataset == "quotesum" and setting == "format":  # no tree, no clarification: the same as off
+                    continue
+                run_dir = work / f"{model}-{dataset}-{setting}"
+                print(f"== {model} {dataset} {limit} {setting} ...", flush=True)
+                proc = subprocess.run([sys.executable, __file__, "--arm", model, dataset, setting, str(limit),
+                                       "--arm-out", str(run_dir)], capture_output=True, text=True)
+                if proc.returncode != 0:
+                    print(proc.stderr[-3000:], flush=True)
+                    result["arms"].append({"model": model, "dataset": dataset, "setting": setting,
+                                           "error": proc.stderr.strip().splitlines()[-1:]})
+                    continue
+                got = json.loads(proc.stdout.strip().splitlines()[-1])
+                print(json.dumps(got), flush=True)
+                result["arms"].append(got)
+                Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                Path(args.out).write_text(json.dumps(result, indent=2))
+    print(table([a for a in result["arms"] if "error" not in a]), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,382 @@
+"""Decoding constraints (issue 29, batch/constraints.py): the grammar builders checked with xgrammar's own
+matcher (the backend vLLM compiles them with), the config switches, the cache key, and — with the real
+engine — constrained clarifications that parse, constrained quotes the checker finds verbatim at their
+offsets, and a constrained run that replays identically under all three schedulers."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import polars as pl
+import pytest
+
+from clarify.batch import config
+from clarify.batch.constraints import (
+    answer_grammar,
+    clarify_grammar,
+    format_grammar,
+    quote_words,
+    quotes_grammar,
+)
+from clarify.batch.parse import parse_disambiguations
+from clarify.batch.prompts import Passage
+from clarify.batch.quotes import check_answers, normalise
+from clarify.files import data_dir
+from clarify.local_llm.engine import GenParams, request_key
+from tests.run_fixtures import SMALL
+
+xgrammar = pytest.importorskip("xgrammar")
+from xgrammar.testing import _get_matcher_from_grammar  # noqa: E402  (after the skip)
+
+
+def accepts(grammar: str, text: str) -> bool:
+    """xgrammar's matcher (no tokenizer: strings only) accepts all of `text` and may end there."""
+    m = _get_matcher_from_grammar(grammar)
+    return m.accept_string(text) and m.is_terminated()
+
+
+# -- the format grammar ---------------------------------------------------------------------------------
+FORMAT_OK = [
+    "DQ 1: Who won in 2010?\nDA 1: Spain",
+    "DQ 1: Who won in 2010?\nDA 1: Spain; the Netherlands\nDQ 2: Who won in 2014?\nDA 2: Germany",
+    "DQ 1: Who won?\nDA 1: Spain\n\nAnswer:",
+    "".join(f"DQ {i}: q{i}?\nDA {i}: a{i}\n" for i in range(1, 10)) + "DQ 10: q?\nDA 10: a",
+]
+FORMAT_BAD = [
+    "",
+    "DQ 1: Who won?",  # a question without its answer
+    "DQ 1: Who won?\nDA 1: ",  # an empty answer
+    "DQ 1: Who won?\nDA 1: ; Spain",  # an answer the parser would drop the first part of
+    "DQ 2: Who won?\nDA 2: Spain",  # numbering starts at 1
+    "DQ 1: Who won?\nDA 1: Spain\nDQ 3: Who?\nDA 3: x",  # and counts up
+    "DQ 1:  \nDA 1: Spain",  # an empty question
+    "Disambiguations:\nDQ 1: Who won?\nDA 1: Spain",
+    "DQ 1: Who won?\nDA 1: Spain\nThe answer is Spain.",
+    "".join(f"DQ {i}: q?\nDA {i}: a\n" for i in range(1, 11)) + "DQ 11: q?\nDA 11: a",  # past FORMAT_MAX_PAIRS
+    "DQ 1: " + "The World Boa, " * 14 + "\nDA 1: x",  # a line past FORMAT_MAX_DQ words (a looping model)
+    "DQ 1: Who?\nDA 1: " + "Boa; " * 20 + "Boa",  # past FORMAT_MAX_DA words
+]
+
+
+@pytest.mark.parametrize("text", FORMAT_OK)
+def test_format_grammar_accepts_the_official_format_and_it_parses(text):
+    assert accepts(format_grammar(), text)
+    parsed = parse_disambiguations(text.removesuffix("\n\nAnswer:"))
+    assert parsed.error is None and len(parsed.pairs) == text.count("DA ")
+
+
+@pytest.mark.parametrize("text", FORMAT_BAD)
+def test_format_grammar_refuses_what_does_not_parse_as_the_official_format(text):
+    assert not accepts(format_grammar(), text)
+
+
+def test_every_prefix_the_format_grammar_can_stop_at_parses():
+    """Random completions the grammar accepts, built from its own rules: each parses without a note."""
+    rng = random.Random(7)
+    chars = "abcXYZ0189;:-?.\"'é"
+
+    def line(first: str, max_words: int) -> str:  # words of the grammar's characters, single spaces
+        words = [rng.choice(first) + "".join(rng.choice(chars) for _ in range(rng.randint(0, 6)))]
+        words += ["".join(rng.choice(chars) for _ in range(rng.randint(1, 6))) for _ in range(rng.randint(0, max_words - 1))]
+        return " ".join(words)
+
+    for _ in range(200):
+        n = rng.randint(1, 10)
+        lines = []
+        for i in range(1, n + 1):
+            lines += [f"DQ {i}: {line('abcXYZé?', 40)}", f"DA {i}: {line('abcXYZ01é', 20)}"]
+        text = "\n".join(lines)
+        assert accepts(format_grammar(), text), text
+        parsed = parse_disambiguations(text)
+        assert parsed.error is None and len(parsed.pairs) == n, (text, parsed)
+
+
+# -- the quotes grammar --------------------------------------------------------------------------------
+SOURCE = Passage("p1", "Paris", "Paris is the capital of France,  with 2.1 million people [citation].\n"
+                 "Its mayor is Anne Hidalgo; the café is «open».")
+
+
+def word_runs(text: str) -> set[str]:
+    words = quote_words(text)
+    runs = set()
+    for i in range(len(words)):
+        s = ""
+        for j in range(i, len(words)):
+            if "[" in words[j][0] or "]" in words[j][0]:
+                break
+            s += words[j][0]
+            runs.add(s)
+            s += words[j][1]
+    return runs
+
+
+def test_quotes_grammar_accepts_exactly_the_runs_of_a_sources_words():
+    g = quotes_grammar([SOURCE])
+    runs = word_runs(SOURCE.text) | word_runs(SOURCE.title)
+    assert {"capital of France,", "2.1 million", "France, with", "citation", "Hidalgo; the café is «open»."} <= runs
+    # every run, as a marker inside free text, is accepted
+    for r in runs:
+        assert accepts(g, f"It is [1 {r}] indeed."), r
+    # and the near misses are not: part of a word, another case, doubled spaces, a bracket, another source
+    rng = random.Random(3)
+    for r in rng.sample(sorted(runs), 40):
+        for bad in (r[1:], r[:-1], r.upper(), r.replace(" ", "  "), r + " [x]", "x" + r):
+            assert accepts(g, f"[1 {bad}]") == (bad in runs), bad
+    for text in ("[2 Paris]", "[1 ]", "[1 Paris", "[Paris]", "[1 people [citation]]", "[1 capital of Paris]"):
+        assert not accepts(g, text), text
+    # text outside markers is free (but for `[`), and an answer without a marker is an answer
+    assert accepts(g, "Paris (the city), population: 2.1 million!") and accepts(g, "")
+
+
+def test_quotes_grammar_numbers_sources_as_the_prompt_does():
+    a, b = Passage("a", "A", "alpha beta"), Passage("b", "B", "gamma delta")
+    g = quotes_grammar([a, b])
+    assert accepts(g, "[1 alpha beta] and [2 gamma] or [1 A]")
+    assert not accepts(g, "[1 gamma]") and not accepts(g, "[3 alpha]")
+    assert accepts(quotes_grammar([]), "no sources, free text")
+
+
+def test_every_word_run_of_every_quotesum_source_is_verbatim_for_the_checker():
+    """The grammar writes a run of words with one space for each whitespace run; batch/quotes.py's checker
+    must find each such run verbatim in its source, at offsets that hold it (all shipped QuoteSum sources,
+    random runs of each)."""
+    rng = random.Random(11)
+    rows, sources = [], {}
+    for line in (data_dir() / "quotesum" / "dev.jsonl").read_text(encoding="utf-8").splitlines():
+        obj = json.loads(line)
+        for k in range(1, 9):
+            text = obj.get(f"source{k}")
+            if text and text not in sources.values():
+                sources[f"s{len(sources)}"] = text
+    answers = []
+    for pid, text in sources.items():
+        words = quote_words(text)
+        marked = []
+        for _ in range(3):
+            i = rng.randrange(len(words))
+            j = min(len(words), i + rng.randint(1, 12))
+            run = "".join(w + (s if n < j - 1 else "") for n, (w, s) in enumerate(words[i:j], i))
+            if "[" in run or "]" in run:
+                continue
+            marked.append(f"[1 {run}]")
+        answers.append({"qid": pid, "answer": " and ".join(marked), "passage_ids": [pid]})
+        rows.append({"passage_id": pid, "title": "", "text": text})
+    checked, spans = check_answers(pl.DataFrame(answers), pl.DataFrame(rows), repair_threshold=1.0, progress=False)
+    assert len(sources) > 200 and spans.height > 600
+    assert (spans["status"] == "verbatim").all(), spans.filter(pl.col("status") != "verbatim").head(3)
+    for s in spans.iter_rows(named=True):
+        assert normalise(sources[s["passage_id"]][s["start"]:s["end"]])[0] == normalise(s["text"])[0]
+
+
+# -- switches, params, cache key ------------------------------------------------------------------------
+def test_switches_are_off_by_default_and_recorded_in_the_frozen_config():
+    cfg = config.load(None)
+    assert (cfg.toc.constrain_format, cfg.answer.constrain_quotes) == (False, False)
+    assert clarify_grammar(cfg) is None and answer_grammar(cfg, [SOURCE]) is None
+    on = config.load(None, {"toc.constrain_format": True, "answer.constrain_quotes": True})
+    frozen = json.loads(on.to_json())
+    assert frozen["toc"]["constrain_format"] is True and frozen["answer"]["constrain_quotes"] is True
+    assert config.from_dict(frozen) == on
+    assert clarify_grammar(on) == format_grammar() and answer_grammar(on, [SOURCE]) == quotes_grammar([SOURCE])
+    # the free answer style has no markers: nothing to constrain
+    assert answer_grammar(config.load(None, {"answer.constrain_quotes": True, "answer_style": "free"}), [SOURCE]) is None
+    with pytest.raises(Exception, match="constrain_quotes"):
+        config.load(None, {"answer.constrain_quotes": "yes"})
+
+
+def test_the_grammar_is_part_of_the_cache_key_and_absent_keeps_old_keys():
+    p = GenParams(temperature=0.7, max_tokens=8, seed=1)
+    # the key a request had before GenParams had a grammar field (same dict, no "grammar" entry)
+    old = {"temperature": 0.7, "top_p": 1.0, "max_tokens": 8, "stop": (), "seed": 1, "n": 1, "choices": None}
+    assert p.as_dict() == old
+    g = GenParams(temperature=0.7, max_tokens=8, seed=1, grammar=format_grammar())
+    assert request_key("m", "x", g) != request_key("m", "x", p)
+    assert request_key("m", "x", g) != request_key("m", "x", GenParams(temperature=0.7, max_tokens=8, seed=1,
+                                                                        grammar=quotes_grammar([SOURCE])))
+    with pytest.raises(ValueError):
+        GenParams(grammar="root ::= \"a\"", choices=("a",))
+
+
+# -- the real engine ------------------------------------------------------------------------------------
+CONSTRAINED = {"toc.constrain_format": True, "answer.constrain_quotes": True, "answer_style": "quoted"}
+
+
+@pytest.fixture(scope="module")
+def constrained_run(tmp_path_factory, default_local_index, llm_engine):
+    """1 ASQA question, both constraints on, driven by the continuous scheduler on vLLM's step loop."""
+    from clarify.batch.pipeline import load_questions, open_resources
+    from clarify.batch.scheduler import drive
+    from clarify.batch.tree import Tree
+
+    tmp = tmp_path_factory.mktemp("constrained")
+    cfg = config.load(None, {"limit": 1, **CONSTRAINED, **SMALL})
+    questions, _ = load_questions(cfg)
+
+    def resources():
+        return open_resources(cfg, questions, tmp / "cache", engine_factory=lambda c: llm_engine,
+                              index=default_local_index)
+
+    def trees():
+        return [Tree.new(q, text) for q, text in zip(questions["qid"], questions["question"])]
+
+    res, cont_trees = resources(), trees()
+    rec = drive("continuous", cont_trees, res, cfg)
+    res.engine.flush()
+    return cfg, rec, cont_trees, resources, trees
+
+
+@pytest.mark.integration
+def test_real_constrained_clarifications_all_parse(constrained_run):
+    _, rec, _, _, _ = constrained_run
+    calls = pl.DataFrame(rec.llm_calls)
+    clarify = calls.filter(pl.col("step") == "clarify")
+    assert clarify.height >= 1
+    # every completion the grammar let finish parses
+    finished = clarify.filter(pl.col("finish_reason") == "stop")
+    assert finished["parse_error"].is_null().all(), finished.select("completion", "parse_error").rows()
+    # one cut at max_tokens is a prefix of the format (its last pair lost at most): the engine kept the grammar
+    for row in clarify.iter_rows(named=True):
+        m = _get_matcher_from_grammar(format_grammar())
+        assert m.accept_string(row["completion"]), row["completion"]
+        assert row["finish_reason"] in ("stop", "length")
+
+
+@pytest.mark.integration
+def test_real_constrained_quotes_are_verbatim_at_their_offsets(constrained_run, default_local_index, tmp_path,
+                                                               llm_engine):
+    from clarify.batch.pipeline import run
+
+    _, rec, _, resources, _ = constrained_run
+    res = resources()
+    answers = pl.DataFrame(rec.answers)
+    ids = list(dict.fromkeys(p for ps in answers["passage_ids"] for p in ps))
+    store = res.passages(ids)
+    passages = pl.DataFrame([{"passage_id": p.passage_id, "title": p.title, "text": p.text} for p in store.values()])
+    # QuoteSum: the question's own sources, answers only (cheap); both runs' spans checked alike
+    cfg = config.load(None, {"dataset": "quotesum", "limit": 2, **CONSTRAINED, **SMALL})
+    run(cfg, tmp_path / "qs", engine_factory=lambda c: llm_engine, index=default_local_index, progress=False)
+    qs_answers = pl.read_parquet(tmp_path / "qs" / "answers.parquet")
+    qs_passages = pl.read_parquet(tmp_path / "qs" / "passages.parquet")
+    n_spans = 0
+    for ans, pas in ((answers, passages), (qs_answers.select("qid", pl.col("answer_raw").alias("answer"),
+                                                             "passage_ids"), qs_passages)):
+        checked, spans = check_answers(ans.select("qid", "answer", "passage_ids"), pas, progress=False)
+        n_spans += spans.height
+        assert (spans["status"] == "verbatim").all(), spans.select("text", "status").rows()
+        text = {r["passage_id"]: r for r in pas.iter_rows(named=True)}
+        for s in spans.iter_rows(named=True):
+            field = text[s["passage_id"]]["text" if s["field"] == "text" else "title"]
+            assert normalise(field[s["start"]:s["end"]])[0] == normalise(s["text"])[0]
+    summary = json.loads((tmp_path / "qs" / "summary.json").read_text())
+    assert summary["constraints"] == {"format": True, "quotes": True}
+    assert summary["quote_fidelity"]["n_spans"] == 0 or summary["quote_fidelity"]["share_verbatim"] == 1.0
+    assert n_spans > 0  # the model did quote (a vacuous pass would test nothing)
+
+
+@pytest.mark.integration
+def test_real_constrained_run_replays_identically_under_every_scheduler(constrained_run, llm_engine):
+    from clarify.batch.pipeline import nodes_table
+    from clarify.batch.scheduler import drive
+
+    cfg, rec, cont_trees, resources, trees = constrained_run
+    calls = pl.DataFrame(rec.llm_calls)
+    for name in ("waves", "sequential"):
+        before = llm_engine.stats.prompts
+        res = resources()
+        replay_trees = trees()
+        got = drive(name, replay_trees, res, cfg)
+        assert llm_engine.stats.prompts == before, name  # all from the cache: the grammar is in the key
+        assert nodes_table(replay_trees).equals(nodes_table(cont_trees)), name
+        assert pl.DataFrame(got.answers).equals(pl.DataFrame(rec.answers)), name
+        assert pl.DataFrame(got.llm_calls).drop("cached").equals(calls.drop("cached")), name
+
+
+def test_command_line_flags_set_the_switches():
+    from clarify.batch.cli import build_parser
+    from clarify.batch.commands import _overrides
+
+    args = build_parser().parse_args(["run", "--out", "x", "--constrain-format", "--constrain-quotes"])
+    cfg = config.load(None, _overrides(args))
+    assert cfg.toc.constrain_format and cfg.answer.constrain_quotes
+    cfg = config.load(None, _overrides(build_parser().parse_args(["run", "--out", "x"])))
+    assert not cfg.toc.constrain_format and not cfg.answer.constrain_quotes
+
+
+def test_demo_runs_constrained_and_says_so_while_run_keeps_the_official_default(tmp_path, monkeypatch, capsys):
+    """`clarify demo` decodes under both constraints (measured better on the embedded model: README
+    "Constrained decoding") and prints that it does; a demo started without them resumes without them."""
+    import types
+
+    from clarify.batch import commands, pipeline
+    from clarify.batch.cli import build_parser
+
+    got = []
+
+    class Ran(Exception):
+        pass
+
+    def fake_run(cfg, out, **kw):
+        got.append(cfg)
+        raise Ran
+
+    monkeypatch.setattr(pipeline, "run", fake_run)
+    monkeypatch.setattr(pipeline, "engine_for", lambda cfg: types.SimpleNamespace(cpu=None, device="cpu",
+                                                                                   dtype="float32"))
+    monkeypatch.setattr(commands, "probe_speed", lambda engine: 1000.0)
+    monkeypatch.setattr("clarify.index.ensure_default_index", lambda: tmp_path / "index")
+    with pytest.raises(Ran):
+        commands.cmd_demo(build_parser().parse_args(["demo", "--limit", "3", "--out", str(tmp_path / "d")]))
+    assert got[-1].toc.constrain_format and got[-1].answer.constrain_quotes
+    assert "decoding constrained to the DQ/DA format and verbatim quotes" in capsys.readouterr().out
+    # a demo frozen before (no constraints) keeps its settings
+    from tests.run_fixtures import write_run
+
+    write_run(tmp_path / "old", {"limit": 3})
+    with pytest.raises(Ran):
+        commands.cmd_demo(build_parser().parse_args(["demo", "--out", str(tmp_path / "old")]))
+    assert not got[-1].toc.constrain_format and not got[-1].answer.constrain_quotes
+    assert "decoding constrained" not in capsys.readouterr().out
+    # `clarify run` keeps the official default
+    assert not config.load(None, commands._overrides(build_parser().parse_args(["run", "--out", "x"]))).toc.constrain_format
+
+
+def test_compare_table_shows_the_switches_of_each_run(tmp_path, monkeypatch):
+    """`clarify compare`'s table (and so comparison.md) has a row for each switch, read from each run's
+    frozen config; a report's run section shows them with the rest of the config."""
+    from clarify.batch import compare as cmp
+    from clarify.batch.comparison import flatten
+    from clarify.batch.rundir import Run
+    from tests.run_fixtures import write_run
+
+    summary = {"params": 1, "n_questions": 1, "wall_s_total": 1.0, "llm_calls_per_question": 1.0,
+               "tokens": {"prompt": 1, "output": 1}, "valid_nodes_per_question": 0.0, "parse_errors": 0,
+               "cached_calls": 0, "metrics": {}, "quote_fidelity": None}
+    out = tmp_path / "cmp"
+    write_run(out / "a", {"toc.constrain_format": True}, summary={**summary, "constraints": {"format": True}})
+    write_run(out / "b", {}, summary=summary)
+    monkeypatch.setattr(cmp, "_launch", lambda models, *a, **k: {m: {"started": 0, "finished": 1, "devices": ""}
+                                                                for m in models})
+    table = cmp.compare(["a", "b"], config.load(None), out)
+    assert table["constrain_format"].to_list() == [True, False]
+    assert table["constrain_quotes"].to_list() == [False, False]
+    assert "| constrain_format | True | False |" in (out / "comparison.md").read_text()
+    assert flatten(Run.open(out / "a").settings)["toc.constrain_format"] is True
+
+
+def test_a_run_started_before_the_switches_existed_resumes(tmp_path):
+    """A checkpointed run whose config.json predates the switches (no `answer` section, no
+    toc.constrain_format) resumes under the defaults (off: what it ran); switching one on is refused."""
+    from clarify.batch.rundir import RunDir
+    from clarify.errors import InputError
+
+    rd = RunDir(tmp_path / "old")
+    rd.path.mkdir()
+    old = json.loads(config.load(None).to_json())  # as the pipeline freezes it
+    del old["answer"], old["toc"]["constrain_format"]
+    rd.freeze(old, {})
+    (rd.path / "parts" / "0001").mkdir(parents=True)
+    rd.freeze(json.loads(config.load(None).to_json()), {})  # resumes
+    assert json.loads((rd.path / "config.json").read_text())["answer"] == {"constrain_quotes": False}
+    with pytest.raises(InputError, match="constrain_format"):
+        rd.freeze(json.loads(config.load(None, {"toc.constrain_format": True}).to_json()), {})
