@@ -100,9 +100,15 @@ def read_json(path: Path, what_to_do: str) -> object:
 
 
 # Settings added after runs were made whose value then is what earlier clarify did: a config.json written
-# before they existed reads as having them (issue 29's decoding constraints: off, free decoding as before),
-# so such a run still resumes.
-ADDED_SETTINGS = {("toc", "constrain_format"): False, ("answer", "constrain_quotes"): False}
+# before they existed reads as having them (issue 29's decoding constraints: off, free decoding as before;
+# issues 30-31's engine settings: their defaults, the engine as before), so such a run still resumes.
+ADDED_SETTINGS = {("toc", "constrain_format"): False, ("answer", "constrain_quotes"): False,
+                  # issue 30: the in-process engine, batch size from the settings table, results as batched
+                  ("model", "batch_invariant"): False, ("model", "max_num_seqs"): 0,
+                  # issue 31: the engine backends (vLLM in this process, as before)
+                  ("model", "backend"): "vllm", ("model", "base_url"): "", ("model", "api_key_env"): "",
+                  ("model", "endpoint"): "chat", ("model", "max_concurrency"): 64,
+                  ("model", "request_timeout_s"): 600.0, ("model", "max_retries"): 6}
 
 
 def _with_added_settings(old: dict) -> dict:

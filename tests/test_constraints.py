@@ -303,9 +303,9 @@ def test_command_line_flags_set_the_switches():
     assert not cfg.toc.constrain_format and not cfg.answer.constrain_quotes
 
 
-def test_demo_runs_constrained_and_says_so_while_run_keeps_the_official_default(tmp_path, monkeypatch, capsys):
-    """`clarify demo` decodes under both constraints (measured better on the embedded model: README
-    "Constrained decoding") and prints that it does; a demo started without them resumes without them."""
+def test_demo_keeps_the_official_decoding_and_a_constrained_demo_resumes_constrained(tmp_path, monkeypatch, capsys):
+    """`clarify demo` decodes as the official code does (the constraints were not better on the embedded model:
+    README "Constrained decoding"); a demo started with them resumes with them and says so."""
     import types
 
     from clarify.batch import commands, pipeline
@@ -327,16 +327,16 @@ def test_demo_runs_constrained_and_says_so_while_run_keeps_the_official_default(
     monkeypatch.setattr("clarify.index.ensure_default_index", lambda: tmp_path / "index")
     with pytest.raises(Ran):
         commands.cmd_demo(build_parser().parse_args(["demo", "--limit", "3", "--out", str(tmp_path / "d")]))
-    assert got[-1].toc.constrain_format and got[-1].answer.constrain_quotes
-    assert "decoding constrained to the DQ/DA format and verbatim quotes" in capsys.readouterr().out
-    # a demo frozen before (no constraints) keeps its settings
-    from tests.run_fixtures import write_run
-
-    write_run(tmp_path / "old", {"limit": 3})
-    with pytest.raises(Ran):
-        commands.cmd_demo(build_parser().parse_args(["demo", "--out", str(tmp_path / "old")]))
     assert not got[-1].toc.constrain_format and not got[-1].answer.constrain_quotes
     assert "decoding constrained" not in capsys.readouterr().out
+    # a demo frozen with the constraints on keeps its settings
+    from tests.run_fixtures import write_run
+
+    write_run(tmp_path / "old", {"limit": 3, "toc.constrain_format": True, "answer.constrain_quotes": True})
+    with pytest.raises(Ran):
+        commands.cmd_demo(build_parser().parse_args(["demo", "--out", str(tmp_path / "old")]))
+    assert got[-1].toc.constrain_format and got[-1].answer.constrain_quotes
+    assert "decoding constrained to the DQ/DA format and verbatim quotes" in capsys.readouterr().out
     # `clarify run` keeps the official default
     assert not config.load(None, commands._overrides(build_parser().parse_args(["run", "--out", "x"]))).toc.constrain_format
 
@@ -374,9 +374,21 @@ def test_a_run_started_before_the_switches_existed_resumes(tmp_path):
     rd.path.mkdir()
     old = json.loads(config.load(None).to_json())  # as the pipeline freezes it
     del old["answer"], old["toc"]["constrain_format"]
+    for added in ("batch_invariant", "max_num_seqs", "backend", "base_url", "api_key_env", "endpoint",
+                  "max_concurrency", "request_timeout_s", "max_retries"):  # issues 30-31's [model] settings
+        del old["model"][added]
     rd.freeze(old, {})
     (rd.path / "parts" / "0001").mkdir(parents=True)
     rd.freeze(json.loads(config.load(None).to_json()), {})  # resumes
     assert json.loads((rd.path / "config.json").read_text())["answer"] == {"constrain_quotes": False}
     with pytest.raises(InputError, match="constrain_format"):
         rd.freeze(json.loads(config.load(None, {"toc.constrain_format": True}).to_json()), {})
+
+
+def test_added_settings_read_as_their_defaults():
+    """rundir.ADDED_SETTINGS fills what an older config.json lacks with what that run did: the defaults."""
+    from clarify.batch.rundir import ADDED_SETTINGS
+
+    defaults = json.loads(config.load(None).to_json())
+    for (section, key), value in ADDED_SETTINGS.items():
+        assert defaults[section][key] == value, (section, key)
