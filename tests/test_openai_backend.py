@@ -92,6 +92,8 @@ def test_requests_carry_vllms_sampling_fields_and_come_back_in_order(fake):
         (9, ["\n"], 0.7, 0, 1.0)
     verdict = eng.generate(["q"], [GenParams(choices=("True", "False"))])
     assert f.bodies[-1]["structured_outputs"] == {"choice": ["True", "False"]} and verdict[0].text == "q"
+    eng.generate(["g"], [GenParams(grammar='root ::= "DQ 1: " [a-z]+')])
+    assert f.bodies[-1]["structured_outputs"] == {"grammar": 'root ::= "DQ 1: " [a-z]+'}
     assert eng.model_id == f"openai:m@{f.url}" and eng.facts()["system_fingerprint"] == "fake-1"
     eng.close()
 
