@@ -103,7 +103,8 @@ class Worker:
         # exactly the index, FAISS folder and encoder the driver pinned (inputs.json), refused when this
         # node's copies differ (open_run_index); the FAISS part memory-mapped, so the workers of a node
         # share one copy of it in the page cache, and its OpenMP threads set to this worker's cores
-        index = open_run_index(self.cfg, index_pins or {"index": {"path": index_path}})
+        pinned = (index_pins or {}).get("index", {}).get("path")
+        index = open_run_index(self.cfg, index_pins if pinned else {"index": {"path": index_path}})
         self.questions = dict(zip(questions["qid"].to_list(), questions["question"].to_list()))
         self.res = open_resources(self.cfg, questions, RunDir(run_dir).cache_dir, index=index,
                                   engine_factory=lambda c: engine_for(c, **engine_kwargs),
