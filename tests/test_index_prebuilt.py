@@ -128,3 +128,28 @@ def test_toc_runs_end_to_end_on_prebuilt_layouts_with_a_dpr_encoder(layouts, tmp
     # the same run again: finished, nothing opened, nothing changed
     again = run(cfg, tmp_path / "run", engine_factory=lambda c: llm_engine, progress=False)
     assert again["llm_calls"] == summary["llm_calls"]
+
+
+def test_a_worker_opens_exactly_what_the_driver_pinned(layouts, tmp_path):
+    """What a Ray worker does (batch/cluster.py Worker): open the index, FAISS folder and encoder from the
+    driver's inputs.json, refused when this node's copy has another fingerprint."""
+    import shutil
+
+    from clarify.batch.pipeline import check_inputs, open_run_index
+
+    cfg = config.load(None, {"limit": 1, "index": str(layouts["lucene"]),
+                             "retrieval.faiss_index": str(layouts["faiss"]),
+                             "retrieval.encoder": str(layouts["query_encoder"])})
+    _, pins = check_inputs(cfg, engine_factory=lambda c: None)
+    assert set(pins) >= {"index", "faiss_index", "encoder"}
+    # the worker's own config says nothing about the FAISS folder: the pins decide
+    bare = config.load(None, {"limit": 1, "index": str(layouts["lucene"])})
+    idx = open_run_index(bare, pins)
+    assert idx.dense_dir == layouts["faiss"] and idx.encoder_spec == str(layouts["query_encoder"])
+    other = tmp_path / "faiss"
+    shutil.copytree(layouts["faiss"], other)
+    with open(other / "docid", "a") as fh:  # another node's copy that is not the same
+        fh.write("extra\n")
+    moved = {**pins, "faiss_index": {**pins["faiss_index"], "path": str(other)}}
+    with pytest.raises(InputError, match="faiss index differs from the one the driver pinned"):
+        open_run_index(bare, moved)
