@@ -33,14 +33,14 @@ def id_bytes(ids, width: int | None = None) -> np.ndarray:
     return np.array(encoded, dtype=f"S{width or max([len(b) for b in encoded] + [1])}")
 
 
-def write_store(passages: pl.DataFrame, out: Path) -> dict:
+def write_store(passages: pl.DataFrame, out: Path, *, batch_rows: int = 65536) -> dict:
     """Write passages [passage_id, title, text] as a text store into folder `out`; return its manifest part."""
     import pyarrow as pa
 
     out = Path(out)
     table = passages.select(list(PASSAGES)).to_arrow()
     with pa.OSFile(str(out / TEXT_FILE), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table, max_chunksize=65536)
+        writer.write_table(table, max_chunksize=batch_rows)
     ids = id_bytes(passages["passage_id"].to_list())
     order = np.argsort(ids, kind="stable")
     np.save(out / IDS_FILE, ids[order])
@@ -60,17 +60,19 @@ class PassageStore:
         for p in paths:
             if not p.is_file():
                 raise InputError(f"the passage store is incomplete: '{p.name}' is missing", path=str(self.folder))
-        try:
-            self.table = pa.ipc.open_file(pa.memory_map(str(paths[0]), "r")).read_all()  # zero-copy from the map
+        try:  # record batches point into the map (zero-copy); a lookup reads only the batches it needs
+            self.reader = pa.ipc.open_file(pa.memory_map(str(paths[0]), "r"))
         except pa.ArrowInvalid as exc:
             raise InputError(f"not an Arrow IPC passage file: {exc}", path=str(paths[0])) from None
+        sizes = [self.reader.get_batch(i).num_rows for i in range(self.reader.num_record_batches)]
+        self.starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self.ids = np.load(paths[1], mmap_mode="r")
         self.rows = np.load(paths[2], mmap_mode="r")
-        if not (len(self.ids) == len(self.rows) == self.table.num_rows):
+        if not (len(self.ids) == len(self.rows) == int(self.starts[-1])):
             raise InputError("the passage store's files disagree on the passage count", path=str(self.folder))
 
     def __len__(self) -> int:
-        return self.table.num_rows
+        return int(self.starts[-1])
 
     def row_of(self, passage_ids: list[str]) -> np.ndarray:
         """Rows of these ids in the Arrow file; InputError naming unknown ids."""
@@ -95,8 +97,18 @@ class PassageStore:
 
         ids = [str(p) for p in passage_ids]
         rows = self.row_of(ids)
-        return pl.from_arrow(self.table.take(pa.array(rows))).cast(PASSAGES)
+        if not len(rows):
+            return pl.DataFrame(schema=PASSAGES)
+        # per record batch: Table.take over the whole file would first combine every chunk (a full copy)
+        batch = np.searchsorted(self.starts, rows, side="right") - 1
+        pieces, where = [], []
+        for b in np.unique(batch):
+            sel = np.flatnonzero(batch == b)
+            pieces.append(self.reader.get_batch(int(b)).take(pa.array(rows[sel] - self.starts[b])))
+            where.append(sel)
+        got = pl.from_arrow(pa.Table.from_batches(pieces)).cast(PASSAGES)
+        return got[np.argsort(np.concatenate(where), kind="stable")]
 
     def all(self) -> pl.DataFrame:
         """Every passage as a DataFrame (a copy in RAM: for small indexes and tools, not for runs)."""
-        return pl.from_arrow(self.table).cast(PASSAGES)
+        return pl.from_arrow(self.reader.read_all()).cast(PASSAGES)

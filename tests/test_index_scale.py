@@ -114,13 +114,14 @@ def test_passage_store_reads_by_id_from_the_memory_map(tmp_path):
 
     rows = pl.DataFrame({"passage_id": [f"p{i}" for i in range(1000)][::-1],
                          "title": [f"T{i}" for i in range(1000)], "text": [f"text {i} " * 20 for i in range(1000)]})
-    files = write_store(rows, tmp_path)
+    files = write_store(rows, tmp_path, batch_rows=100)  # 10 record batches
     assert files["format"] == "arrow-ipc"
     before = pa.total_allocated_bytes()
     store = PassageStore(tmp_path)
     assert pa.total_allocated_bytes() == before  # opened zero-copy: the batches point into the map
-    got = store.lookup(["p3", "p999", "p3"])
-    assert got["passage_id"].to_list() == ["p3", "p999", "p3"]
+    got = store.lookup(["p3", "p999", "p3", "p500"])  # rows from different batches, in the order asked
+    assert got["passage_id"].to_list() == ["p3", "p999", "p3", "p500"]
+    assert pa.total_allocated_bytes() - before < 100_000  # only those rows were copied out of the map
     assert got.row(0) == rows.filter(pl.col("passage_id") == "p3").row(0)
     assert store.lookup([]).height == 0 and len(store) == 1000
     with pytest.raises(InputError, match="2 unknown passage id\\(s\\), e.g. \\['nope', 'p1000000'\\]"):
