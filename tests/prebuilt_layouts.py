@@ -58,6 +58,33 @@ def tiny_dpr(out: Path, rows: list[dict]) -> tuple[Path, Path]:
 
 
 def build_layouts(out: Path, n: int = 200) -> dict[str, Path]:
+    """`write_layouts` in a child process (Pyserini's encoder modules stay out of the test process: loaded
+    beside vLLM and the JVM there, a later test segfaulted); returns its paths and the corpus rows."""
+    code = ("import sys; from pathlib import Path; from tests.prebuilt_layouts import write_layouts; "
+            "write_layouts(Path(sys.argv[1]), int(sys.argv[2]))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    subprocess.run([sys.executable, "-c", code, str(out), str(n)], check=True, env=env, capture_output=True,
+                   cwd=REPO, timeout=600)
+    return {"lucene": out / "lucene", "faiss": out / "faiss", "query_encoder": out / "encoders" / "dpr-q",
+            "context_encoder": out / "encoders" / "dpr-ctx", "rows": corpus_rows(n)}
+
+
+def pyserini_dense_hits(faiss_dir: Path, encoder: Path, queries: list[str], k: int) -> list[list[tuple[str, float]]]:
+    """Pyserini's own FaissSearcher + DprQueryEncoder over `faiss_dir`, in a child process."""
+    import json as _json
+
+    code = ("import json, sys; from clarify.index.jvm import start_jvm; start_jvm(); "
+            "from pyserini.encode import DprQueryEncoder; from pyserini.search.faiss import FaissSearcher; "
+            "s = FaissSearcher(sys.argv[1], DprQueryEncoder(sys.argv[2])); "
+            "print(json.dumps([[(h.docid, float(h.score)) for h in s.search(q, int(sys.argv[3]))] "
+            "for q in json.loads(sys.argv[4])]))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.run([sys.executable, "-c", code, str(faiss_dir), str(encoder), str(k), _json.dumps(queries)],
+                          check=True, env=env, capture_output=True, text=True, cwd=REPO, timeout=600)
+    return _json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def write_layouts(out: Path, n: int = 200) -> dict[str, Path]:
     """Write the corpus slice, the Lucene index, the encoders and the FAISS directory under `out`."""
     import numpy as np
 

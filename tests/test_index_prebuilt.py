@@ -1,11 +1,11 @@
 """Issue 27: Pyserini's prebuilt layouts used as they are. Small indexes written by Pyserini's own tools
 (Anserini's collection indexer with stored raw JSON as in `wikipedia-dpr-100w`; Pyserini's FAISS writer,
 `index` + `docid`) and tiny DPR encoders built here (tests/prebuilt_layouts.py); searched like Pyserini
-searches them, refused with one clear error when a part is wrong, and a ToC run on them end to end."""
+searches them, refused with one clear error when a part is wrong. The ToC run on them end to end, with the
+real engine, is tests/test_toc_prebuilt.py (it sorts after the index tests: the engine loads in-process
+where the other real-engine tests load it)."""
 
 from __future__ import annotations
-
-import json
 
 import polars as pl
 import pytest
@@ -14,7 +14,6 @@ from clarify.batch import config
 from clarify.errors import InputError
 from clarify.index import open_index
 from tests.prebuilt_layouts import build_layouts
-from tests.run_fixtures import SMALL
 
 pytestmark = pytest.mark.integration
 
@@ -33,22 +32,17 @@ def test_dpr_faiss_and_lucene_search_as_pyserini_searches_them(layouts):
     """Our dense search over Pyserini's FAISS directory with the DPR question encoder (pooler output,
     inner product) ranks like Pyserini's own FaissSearcher + DprQueryEncoder; the passage text comes
     back from Lucene's stored raw JSON, title and text split as the corpus has them."""
-    from clarify.index.jvm import start_jvm
+    from tests.prebuilt_layouts import pyserini_dense_hits
 
     idx = open_index(layouts["lucene"], faiss_dir=layouts["faiss"], encoder=str(layouts["query_encoder"]))
     assert idx.encoder.kind == "dpr-question" and not idx.encoder.normalized and idx.encoder.dim == 24
     assert idx.dense_index.mapped and idx.dense_index.docids.ids.dtype.kind == "S"
     ours = idx.searcher("dense").search(QUERIES, 10)
-    start_jvm()
-    from pyserini.encode import DprQueryEncoder
-    from pyserini.search.faiss import FaissSearcher
-
-    theirs = FaissSearcher(str(layouts["faiss"]), DprQueryEncoder(str(layouts["query_encoder"])))
-    for qid, text in QUERIES.iter_rows():
-        hits = theirs.search(text, 10)
+    theirs = pyserini_dense_hits(layouts["faiss"], layouts["query_encoder"], QUERIES["query"].to_list(), 10)
+    for qid, hits in zip(QUERIES["qid"], theirs):
         mine = ours.filter(pl.col("qid") == qid)
-        assert mine["passage_id"].to_list() == [h.docid for h in hits]
-        assert mine["score"].to_list() == pytest.approx([float(h.score) for h in hits], abs=1e-3)
+        assert mine["passage_id"].to_list() == [d for d, _ in hits]
+        assert mine["score"].to_list() == pytest.approx([s for _, s in hits], abs=1e-3)
     by_id = {r["id"]: r for r in layouts["rows"]}
     got = idx.passage_lookup(ours["passage_id"].to_list()[:5])
     assert [(r["title"], r["text"]) for r in got.iter_rows(named=True)] == [
@@ -101,33 +95,6 @@ def test_run_refuses_a_bad_faiss_index_before_it_writes_anything(layouts, tmp_pa
     with pytest.raises(InputError, match="FAISS index directory not found"):
         run(cfg, tmp_path / "run", progress=False)
     assert not (tmp_path / "run").exists()
-
-
-def test_toc_runs_end_to_end_on_prebuilt_layouts_with_a_dpr_encoder(layouts, tmp_path, llm_engine):
-    """`clarify run` on a Pyserini Lucene index + Pyserini FAISS directory + DPR question encoder, attached
-    by `[retrieval]` settings: one ASQA question, small trees, the real engine. The inputs are pinned,
-    every hit comes from the prebuilt corpus and the passages table holds its stored text."""
-    from clarify.batch.pipeline import run
-
-    settings = {"limit": 1, "answer_style": "free", "index": str(layouts["lucene"]),
-                "retrieval.faiss_index": str(layouts["faiss"]), "retrieval.encoder": str(layouts["query_encoder"]),
-                **SMALL, "toc.max_expansions": 2}
-    cfg = config.load(None, settings)
-    summary = run(cfg, tmp_path / "run", engine_factory=lambda c: llm_engine, progress=False)
-    assert summary["n_questions"] == 1 and summary["llm_calls"] > 0
-    inputs = json.loads((tmp_path / "run" / "inputs.json").read_text())
-    assert inputs["faiss_index"]["path"] == str(layouts["faiss"]) and len(inputs["faiss_index"]["fingerprint"]) == 64
-    assert inputs["encoder"]["kind"] == "dpr-question"
-    frozen = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert frozen["retrieval"]["faiss_index"] == str(layouts["faiss"])
-    hits = pl.read_parquet(tmp_path / "run" / "hits.parquet")
-    by_id = {r["id"]: r for r in layouts["rows"]}
-    assert hits.height > 0 and set(hits["passage_id"]) <= set(by_id)
-    passages = pl.read_parquet(tmp_path / "run" / "passages.parquet")
-    assert all(by_id[r["passage_id"]]["text"] == r["text"] for r in passages.iter_rows(named=True))
-    # the same run again: finished, nothing opened, nothing changed
-    again = run(cfg, tmp_path / "run", engine_factory=lambda c: llm_engine, progress=False)
-    assert again["llm_calls"] == summary["llm_calls"]
 
 
 def test_a_worker_opens_exactly_what_the_driver_pinned(layouts, tmp_path):
