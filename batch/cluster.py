@@ -82,7 +82,8 @@ class Worker:
     answer while `serve` runs."""
 
     def __init__(self, slot: int, cfg: dict, run_dir: str, questions: pl.DataFrame, index_path: str,
-                 search_cache: str | None, env: dict[str, str], cores: list[int] | None, engine_kwargs: dict):
+                 search_cache: str | None, env: dict[str, str], cores: list[int] | None, engine_kwargs: dict,
+                 index_pins: dict | None = None):
         os.environ.update(env)
         files.restrict_umask()  # what it writes into the run directory is private like the driver's
         os.environ.pop(faults.ENV, None)
@@ -92,15 +93,20 @@ class Worker:
             from clarify.local_llm.hardware import cpu_list
 
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_list(set(cores))
+            os.environ["CLARIFY_FAISS_THREADS"] = str(len(cores))  # FAISS's OpenMP threads (index/dense.py)
         self.slot, self.node = slot, socket.gethostname()
         self._logs = contextlib.ExitStack()  # vLLM's and the libraries' output: run_dir/logs/worker-NN-….log
         self._logs.enter_context(console.session(Path(run_dir) / "logs", f"worker-{slot:02d}"))
-        from clarify.batch.pipeline import engine_for, open_resources
-        from clarify.index import open_index
+        from clarify.batch.pipeline import engine_for, open_resources, open_run_index
 
         self.cfg = from_dict(cfg)
+        # exactly the index, FAISS folder and encoder the driver pinned (inputs.json), refused when this
+        # node's copies differ (open_run_index); the FAISS part memory-mapped, so the workers of a node
+        # share one copy of it in the page cache, and its OpenMP threads set to this worker's cores
+        pinned = (index_pins or {}).get("index", {}).get("path")
+        index = open_run_index(self.cfg, index_pins if pinned else {"index": {"path": index_path}})
         self.questions = dict(zip(questions["qid"].to_list(), questions["question"].to_list()))
-        self.res = open_resources(self.cfg, questions, RunDir(run_dir).cache_dir, index=open_index(index_path),
+        self.res = open_resources(self.cfg, questions, RunDir(run_dir).cache_dir, index=index,
                                   engine_factory=lambda c: engine_for(c, **engine_kwargs),
                                   search_cache=Path(search_cache) if search_cache else None,
                                   cache_name=f"worker-{slot:02d}.sqlite")
@@ -366,6 +372,7 @@ class Pool:
 
 
 def run_chunks(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, finished: set[str], *, index_path: str,
+               index_pins: dict | None = None,
                search_cache: Path | None, display, run_s: Callable[[], float | None],
                stop_after_parts: int | None = None, on_part: Callable[[Pool], None] | None = None) -> Outcome:
     """Run every unfinished question's tree on Ray workers, writing each finished chunk as a part."""
@@ -385,7 +392,8 @@ def run_chunks(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, finished: se
         def make(slot: int):
             return actor.options(**plan.options[slot]).remote(
                 slot, cfg_dict, str(rd.path.resolve()), questions, index_path,
-                str(search_cache.resolve()) if search_cache else None, env, plan.cores[slot], plan.engine_kwargs)
+                str(search_cache.resolve()) if search_cache else None, env, plan.cores[slot], plan.engine_kwargs,
+                index_pins)
 
         where = "GPU" if plan.cores[0] is None else f"CPU cores {plan.cores}"
         console.say(f"{plan.workers} Ray workers ({where}), {len(todo)} chunks of ≤ {cfg.cluster.chunk_questions} "

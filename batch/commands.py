@@ -129,6 +129,16 @@ def _run_args(p: argparse.ArgumentParser, *, with_model: bool = True) -> None:
     p.add_argument("--cross-encoder", metavar="DIR",
                    help="local sentence-transformers CrossEncoder directory reranking the retrieved passages "
                         "([retrieval] cross_encoder; default: none, the dense encoder's cosine)")
+    p.add_argument("--faiss-index", metavar="DIR",
+                   help="a Pyserini FAISS directory (files index + docid) to search with --index, e.g. a prebuilt "
+                        "DPR index ([retrieval] faiss_index; default: the index's own dense part)")
+    p.add_argument("--encoder", metavar="DIR",
+                   help="the query encoder of --faiss-index: a sentence-transformers folder or a Hugging Face "
+                        "DPRQuestionEncoder folder ([retrieval] encoder; default: the index's own)")
+    p.add_argument("--nprobe", type=int, metavar="N", help="IVF lists searched per query ([retrieval] nprobe; "
+                                                           "default: the index's)")
+    p.add_argument("--ef-search", type=int, metavar="N", help="HNSW efSearch ([retrieval] ef_search; default: "
+                                                              "the index's)")
     if with_model:
         p.add_argument("--model", help="model directory or embedded model name (default: smollm2-135m-instruct)")
     p.add_argument("--answer-style", choices=["free", "quoted"],
@@ -161,7 +171,8 @@ def _run_args(p: argparse.ArgumentParser, *, with_model: bool = True) -> None:
 def _overrides(args: argparse.Namespace) -> dict:
     o = {"dataset": args.dataset, "questions": args.questions, "limit": args.limit, "offset": args.offset,
          "index": args.index, "answer_style": args.answer_style, "seed": args.seed, "demo_pool": args.demo_pool,
-         "retrieval.cross_encoder": args.cross_encoder,
+         "retrieval.cross_encoder": args.cross_encoder, "retrieval.faiss_index": args.faiss_index,
+         "retrieval.encoder": args.encoder, "retrieval.nprobe": args.nprobe, "retrieval.ef_search": args.ef_search,
          "model.model": getattr(args, "model", None), "scheduler": args.scheduler,
          "cluster.workers": args.workers, "cluster.ray_address": args.ray_address,
          "cluster.chunk_questions": args.chunk_questions}

@@ -56,6 +56,15 @@ class RetrievalConfig:
     # pool (run_toc.py:164 dsp's cross-encoder); empty: the dense encoder's cosine (README "Retrieval,
     # honestly"). It changes every ranking, so it is part of the frozen config.
     cross_encoder: str = ""
+    # Attached to `index` (a clarify index or a prebuilt Pyserini Lucene index) from elsewhere (issue 27):
+    # a Pyserini FAISS directory (`index` + `docid`) and the query encoder that goes with it (a
+    # sentence-transformers folder, or a Hugging Face DPRQuestionEncoder folder as for Pyserini's DPR
+    # indexes). Empty: the index's own dense part and encoder (none for a prebuilt Lucene index: BM25 only).
+    faiss_index: str = ""
+    encoder: str = ""
+    # FAISS search parameters (0: those stored in the index file): IVF lists probed, HNSW efSearch
+    nprobe: int = 0
+    ef_search: int = 0
 
     def __post_init__(self) -> None:
         _raise(_problems_of(self, "retrieval"), "config")
@@ -247,6 +256,8 @@ RULES: dict[str, Rule] = {
     "retrieval.pool": POSITIVE,
     "retrieval.searcher": Rule(choices=SEARCHERS),
     "retrieval.node_passages": Rule(choices=("pool", "search")),
+    "retrieval.nprobe": Rule(lo=0),
+    "retrieval.ef_search": Rule(lo=0),
     **{f"toc.{name}": POSITIVE for name in (
         "max_depth", "max_nodes", "max_expansions", "max_restarts", "n_demos", "clarify_max_tokens",
         "verify_max_tokens", "answer_max_tokens", "answer_nodes", "answer_passages")},

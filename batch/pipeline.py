@@ -71,10 +71,11 @@ def check_inputs(cfg: RunConfig, *, index=None, engine_factory=None) -> tuple[ob
         raise InputError(f"the demo pool {cfg.demo_pool} holds no demos", path=inputs["demo_pool"]["path"],
                          field="demo_pool")
     if index is None:
-        from clarify.index import ensure_default_index, open_index
-
-        index = open_index(cfg.index or ensure_default_index())
+        index = open_run_index(cfg)
     inputs["index"] = index_identity(index)
+    from clarify.index.store import index_pins
+
+    inputs |= index_pins(index)  # a FAISS folder and encoder attached from elsewhere: pinned like the model
     if cfg.retrieval.cross_encoder:  # a reranker changes every ranking: its files are pinned like the model's
         inputs["cross_encoder"] = {"path": cfg.retrieval.cross_encoder,
                                    "fingerprint": model_fingerprint(check_model_dir(cfg.retrieval.cross_encoder))}
@@ -88,9 +89,15 @@ def check_inputs(cfg: RunConfig, *, index=None, engine_factory=None) -> tuple[ob
 def searcher_identity(cfg: RunConfig, index) -> dict:
     """What a searcher's hits depend on (the shared search cache's key, batch/search_cache.py): its kind,
     candidates and reranker (the frozen config's `[retrieval]`), and the index's manifest checksum."""
+    from clarify.index.store import index_pins
+
     r = cfg.retrieval
-    return {"searcher": r.searcher, "candidates": r.candidates, "cross_encoder": r.cross_encoder,
-            "index": index_identity(index).get("fingerprint")}
+    ident = {"searcher": r.searcher, "candidates": r.candidates, "cross_encoder": r.cross_encoder,
+             "index": index_identity(index).get("fingerprint")}
+    # what issue 27 added joins the key only when set: caches made before it stay valid
+    ident |= {k: v["fingerprint"] for k, v in index_pins(index).items()}
+    ident |= {k: v for k, v in (("nprobe", r.nprobe), ("ef_search", r.ef_search)) if v}
+    return ident
 
 
 def index_identity(index) -> dict:
@@ -102,10 +109,47 @@ def index_identity(index) -> dict:
     manifest = getattr(index, "manifest", None) or {}
     if manifest.get("corpus") is not None:
         ident = json.dumps({k: manifest.get(k) for k in ("corpus", "build", "passages")}, sort_keys=True, default=str)
-    else:
-        files = sorted(p for p in Path(path).rglob("*") if p.is_file())
-        ident = "\n".join(f"{p.relative_to(path)}:{p.stat().st_size}" for p in files)
+    else:  # a prebuilt index: its files' names, sizes, mtimes and sampled blocks (store.fingerprint)
+        from clarify.index.store import fingerprint
+
+        ident = fingerprint(path)
     return {"path": str(path), "fingerprint": hashlib.sha256(ident.encode("utf-8")).hexdigest()}
+
+
+def dense_options(cfg: RunConfig):
+    """How this process opens the FAISS part, from `[retrieval]` (index/store.py DenseOptions)."""
+    from clarify.index.store import DenseOptions
+
+    r = cfg.retrieval
+    return DenseOptions(nprobe=r.nprobe, ef_search=r.ef_search)
+
+
+def open_run_index(cfg: RunConfig, pins: dict | None = None):
+    """The index a run uses: `index` (else the embedded default, built once), with `[retrieval]
+    faiss_index` and `encoder` attached, opened lazily after every path and the encoder/index dimensions
+    are checked. `pins`: the driver's inputs.json — a Ray worker opens exactly those paths and refuses
+    them when their fingerprints differ from the driver's (another copy on another node)."""
+    from clarify.index import ensure_default_index, open_index
+    from clarify.index.store import index_pins
+
+    r = cfg.retrieval
+    if pins is not None:
+        path = pins["index"]["path"]
+        faiss_dir = (pins.get("faiss_index") or {}).get("path") or r.faiss_index or None
+        encoder = (pins.get("encoder") or {}).get("path") or r.encoder or None
+    else:
+        path, faiss_dir, encoder = cfg.index or ensure_default_index(), r.faiss_index or None, r.encoder or None
+    index = open_index(path, faiss_dir=faiss_dir, encoder=encoder, dense_options=dense_options(cfg))
+    if pins is not None and pins["index"].get("fingerprint"):
+        mine = {"index": index_identity(index)} | index_pins(index)
+        for what in ("index", "faiss_index", "encoder"):
+            want, have = (pins.get(what) or {}).get("fingerprint"), (mine.get(what) or {}).get("fingerprint")
+            if want != have:
+                raise InputError(f"this worker's {what.replace('_', ' ')} differs from the one the driver pinned "
+                                 f"(fingerprint {str(have)[:12]} here, {str(want)[:12]} in inputs.json): every node "
+                                 f"needs the same files at the same path", path=str((mine.get(what) or {}).get("path")
+                                                                                    or (pins.get(what) or {}).get("path")))
+    return index
 
 
 def open_resources(cfg: RunConfig, questions: pl.DataFrame, cache_dir: Path,
@@ -114,11 +158,10 @@ def open_resources(cfg: RunConfig, questions: pl.DataFrame, cache_dir: Path,
     """Index, encoder, demo pools and the cached engine for this config. The engine's completion cache
     is `cache_dir/cache_name`, read together with the other caches there (a cluster run's workers')."""
     from clarify.batch.demos import KnnPool, load_quotesum_demos
-    from clarify.index import ensure_default_index, open_index
     from clarify.local_llm.cache import CachedEngine, union_of
 
     if index is None:
-        index = open_index(cfg.index or ensure_default_index())
+        index = open_run_index(cfg)
     fixed = fixed_passages(cfg, questions)
     passages = passage_store(fixed, index)
     embed = index.encoder.encode
@@ -229,7 +272,7 @@ def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, pro
         if rd.finished:
             return Run.open(rd.path).summary
         return _run_locked(rd, cfg, questions, gold, index, engine_factory, progress, stop_after_parts,
-                           part_trees, search_cache, on_part)
+                           part_trees, search_cache, on_part, pins=inputs)
 
 
 def _limit_words(cfg: RunConfig, pool, n: int) -> str:
@@ -282,7 +325,8 @@ class _Parts:
 
 
 def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index, engine_factory, progress: bool,
-                stop_after_parts: int | None, part_trees: int, search_cache: Path | None, on_part) -> dict:
+                stop_after_parts: int | None, part_trees: int, search_cache: Path | None, on_part, *,
+                pins: dict | None = None) -> dict:
     t_start = time.perf_counter()
     state = rd.load_state()  # verified: a damaged checkpoint is reported before any model loads
     if state is None:
@@ -300,7 +344,9 @@ def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index
                                       enabled=progress)
         try:
             path = getattr(index, "path", None)
+            pinned = {k: v for k, v in (pins or {}).items() if k in ("index", "faiss_index", "encoder")}
             outcome = cluster.run_chunks(rd, cfg, questions, set(finished), index_path=str(path) if path else "",
+                                         index_pins=pinned,
                                          search_cache=search_cache, display=display, run_s=run_s,
                                          stop_after_parts=stop_after_parts, on_part=on_part)
         except stops.Stopped as exc:

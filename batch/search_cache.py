@@ -33,23 +33,29 @@ class CachingSearcher:
             write_json(identity, self.folder / "identity.json")
         self.searched = 0  # queries that reached the inner searcher
         self.reused = 0
-        self._files: dict[str, pl.DataFrame] = {}  # the folder's files read so far (each file is written once)
+        self._seen: set[str] = set()  # the folder's files read so far (each file is written once)
+        self._rows: dict[tuple[str, int], pl.DataFrame] = {}  # (query, k) -> its hits, first file wins
+        self._read_new()
 
-    def _known(self) -> pl.DataFrame:
-        """Every result in the folder: the files read before, plus those other processes added since."""
-        for f in self.folder.glob("*.parquet"):
-            if f.name not in self._files:
-                self._files[f.name] = pl.read_parquet(f).cast(SEARCH_CACHE)
-        if not self._files:
-            return pl.DataFrame(schema=SEARCH_CACHE)
-        frames = [self._files[name] for name in sorted(self._files)]
-        return pl.concat(frames).unique(["query", "k", "rank"], keep="first")
+    def _read_new(self) -> None:
+        """Add the files other processes wrote since the last look (in name order: the first file holding a
+        (query, k) wins, as before). Called only when a lookup misses, so a warm cache costs one dict
+        lookup per query, not a folder listing and a concatenation of every row."""
+        for f in sorted(self.folder.glob("*.parquet")):
+            if f.name not in self._seen:
+                self._seen.add(f.name)
+                self._add(pl.read_parquet(f).cast(SEARCH_CACHE))
+
+    def _add(self, frame: pl.DataFrame) -> None:
+        for (query, k), rows in frame.partition_by(["query", "k"], as_dict=True, maintain_order=True).items():
+            self._rows.setdefault((query, int(k)), rows.unique("rank", keep="first", maintain_order=True))
 
     def search(self, queries: pl.DataFrame, k: int) -> pl.DataFrame:
-        known = self._known().filter(pl.col("k") == k)
-        have = set(known["query"].to_list())
-        missing = queries.filter(~pl.col("query").is_in(list(have))).unique("query", keep="first",
-                                                                              maintain_order=True)
+        wanted = list(dict.fromkeys(queries["query"].to_list()))
+        if any((q, k) not in self._rows for q in wanted):
+            self._read_new()
+        missing = queries.filter(~pl.col("query").is_in([q for q in wanted if (q, k) in self._rows])).unique(
+            "query", keep="first", maintain_order=True)
         self.reused += queries.height - missing.height
         if missing.height:
             self.searched += missing.height
@@ -58,8 +64,11 @@ class CachingSearcher:
                 "query", pl.lit(k, pl.Int32).alias("k"), "passage_id", "score", "rank", "retriever")
             name = f"{uuid.uuid4().hex}.parquet"
             write_parquet(fresh, self.folder / name)
-            self._files[name] = fresh = fresh.cast(SEARCH_CACHE)
-            known = pl.concat([known, fresh])
+            self._seen.add(name)
+            self._add(fresh.cast(SEARCH_CACHE))
+            for q in missing["query"].to_list():  # a query with no hits at all is still known
+                self._rows.setdefault((q, k), pl.DataFrame(schema=SEARCH_CACHE))
+        known = pl.concat([self._rows[(q, k)] for q in wanted]) if wanted else pl.DataFrame(schema=SEARCH_CACHE)
         return (queries.select("qid", "query")
                 .join(known, on="query", how="inner")
                 .select("qid", "passage_id", "score", "rank", "retriever")

@@ -38,9 +38,11 @@ examples:
   clarify index build --default                          the embedded index (what `make demo` builds)
   clarify index build --corpus passages.jsonl --out indexes/mine
   clarify index build --corpus a.jsonl b.parquet --out indexes/big --faiss ivf --skip-bad
+  clarify index build --corpus wiki.jsonl --out indexes/wiki --faiss 'IVF{nlist},SQ8' --nprobe 64
 
-writes into --out: manifest.json (corpus checksums, settings, timings), passages.parquet, lucene/ (BM25)
-and dense/ (FAISS index, docid, embeddings.npy). --default builds into
+writes into --out: manifest.json (corpus checksums, settings, timings), passages.arrow with
+passage_ids.npy and passage_rows.npy (the text, memory-mapped), lucene/ (BM25) and dense/ (FAISS index,
+docid, embeddings.npy). --default builds into
 $CLARIFY_HOME/index/wiki-default. Building again with the same files and settings does nothing; a
 changed corpus or setting is refused unless --force. Logs: $CLARIFY_HOME/logs.
 """
@@ -76,7 +78,13 @@ def register(sub) -> None:
     b.add_argument("--no-bm25", action="store_true", help="skip the Lucene index")
     b.add_argument("--no-dense", action="store_true", help="skip embeddings and FAISS")
     b.add_argument("--encoder", default="default", help="local sentence-transformers dir (default: packaged MiniLM)")
-    b.add_argument("--faiss", choices=["flat", "ivf", "hnsw"], default="flat", help="FAISS index kind")
+    b.add_argument("--faiss", default="flat", metavar="KIND",
+                   help="FAISS index: flat | ivf | hnsw, or a faiss.index_factory string such as 'IVF{nlist},PQ48', "
+                        "'IVF{nlist},SQ8', 'SQ8', 'HNSW32' ({nlist}: the default list count); compressed types "
+                        "are what fits a full-Wikipedia index in RAM (README \"Full English Wikipedia\")")
+    b.add_argument("--train-size", type=int, default=None,
+                   help="vectors the index is trained on (default: 256 per IVF list, at least 16,384 for PQ/SQ)")
+    b.add_argument("--ef-search", type=int, default=None, help="HNSW efSearch stored in the index (default 128)")
     b.add_argument("--nlist", type=int, default=None, help="IVF lists (default ≈ 4·sqrt(n))")
     b.add_argument("--nprobe", type=int, default=None, help="IVF lists searched per query")
     b.add_argument("--hnsw-m", type=int, default=32)
@@ -126,6 +134,7 @@ def cmd_build(args) -> int:
             raise InputError("index build needs --corpus FILE... and --out DIR (or --default)")
         opts = BuildOptions(bm25=not args.no_bm25, dense=not args.no_dense, encoder=args.encoder, faiss=args.faiss,
                             nlist=args.nlist, nprobe=args.nprobe, hnsw_m=args.hnsw_m, skip_bad=args.skip_bad,
+                            train_size=args.train_size, ef_search=args.ef_search,
                             batch_size=args.batch_size, threads=args.threads)
         out = build_index(args.corpus, args.out, options=opts, force=args.force)
     m = open_index(out).manifest

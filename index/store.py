@@ -40,6 +40,7 @@ from clarify.errors import InputError, need_file
 from clarify.files import data_dir, home, make_dirs, modes, open_own, write_json
 from clarify.files import sha256 as sha256_file
 from clarify.index.corpus import load_corpus
+from clarify.index.textstore import PassageStore, write_store
 
 FORMAT = "clarify-index"
 VERSION = 1
@@ -58,10 +59,13 @@ class BuildOptions:
     bm25: bool = True
     dense: bool = True
     encoder: str = "default"  # packaged all-MiniLM-L6-v2, or a local sentence-transformers directory
-    faiss: str = "flat"  # flat | ivf | hnsw
+    # flat | ivf | hnsw, or any faiss.index_factory string ("IVF4096,PQ64", "SQ8", "HNSW32", "IVF{nlist},PQ48")
+    faiss: str = "flat"
     nlist: int | None = None  # ivf lists (default ≈ 4·sqrt(n))
     nprobe: int | None = None  # ivf lists searched per query (default min(nlist, max(16, 2·sqrt(nlist))))
     hnsw_m: int = 32
+    ef_search: int | None = None  # HNSW efSearch stored in the index (default 128)
+    train_size: int | None = None  # rows the index is trained on (default: 256 per IVF list, ≥ 16,384 for PQ/SQ)
     skip_bad: bool = False
     batch_size: int = 16  # encoder batch; batches cut by token count (bench/results/encode.json)
     threads: int | None = None
@@ -69,15 +73,25 @@ class BuildOptions:
     def __post_init__(self):
         if not (self.bm25 or self.dense):
             raise InputError("nothing to build: both BM25 and dense are switched off")
-        if self.faiss not in ("flat", "ivf", "hnsw"):
-            raise InputError(f"unknown FAISS index kind '{self.faiss}' (flat | ivf | hnsw)", field="faiss")
-        if self.batch_size < 1 or self.hnsw_m < 2 or any(v is not None and v < 1 for v in (self.nlist, self.nprobe)):
-            raise InputError("batch_size, hnsw_m, nlist and nprobe must be positive", field="build options")
+        if not isinstance(self.faiss, str) or not self.faiss:
+            raise InputError("the FAISS index kind must be flat | ivf | hnsw or a faiss.index_factory string",
+                             field="faiss")
+        if self.dense and self.faiss not in ("flat", "ivf", "hnsw"):
+            from clarify.index.dense import check_factory
+
+            check_factory(self.faiss.replace("{nlist}", "64"))
+        if self.batch_size < 1 or self.hnsw_m < 2 or any(v is not None and v < 1 for v in (
+                self.nlist, self.nprobe, self.ef_search, self.train_size)):
+            raise InputError("batch_size, hnsw_m, nlist, nprobe, ef_search and train_size must be positive",
+                             field="build options")
 
     def identity(self) -> dict:
         d = {"layout": LAYOUT, **asdict(self)}
         d.pop("threads")
         d.pop("batch_size")
+        for key in ("ef_search", "train_size"):  # added by issue 27: absent when unset, so indexes built
+            if d[key] is None:                    # before it keep their identity (no rebuild)
+                d.pop(key)
         if self.encoder not in ("", "default"):
             d["encoder"] = str(Path(self.encoder).expanduser().resolve())
         return d
@@ -272,15 +286,15 @@ def _build_into(tmp: Path, files: list[Path], corpus_entries: list[dict], option
     passages = read.passages
     if read.n_skipped:
         _log(f"skipped {read.n_skipped} bad rows: {dict(read.skipped)}; e.g. " + " | ".join(read.examples[:3]))
-    passages.write_parquet(tmp / "passages.parquet")
+    store = write_store(passages, tmp)
     timings["read_s"] = round(time.perf_counter() - t0, 3)
     manifest: dict = {
         "format": FORMAT,
         "version": VERSION,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "corpus": corpus_entries,
-        "passages": {"count": passages.height, "file": "passages.parquet",
-                     "sha256": sha256_file(tmp / "passages.parquet"), "skipped": dict(read.skipped)},
+        "passages": {"count": passages.height, **store,
+                     "sha256": sha256_file(tmp / store["file"]), "skipped": dict(read.skipped)},
         "build": options.identity(),
         "bm25": None,
         "dense": None,
@@ -315,7 +329,8 @@ def _build_into(tmp: Path, files: list[Path], corpus_entries: list[dict], option
             emb = encode_to_memmap(encoder, passages, dense_dir / "embeddings.npy")
         timings["encode_s"] = round(time.perf_counter() - t0, 3)
         t0 = time.perf_counter()
-        index = build_faiss(emb, options.faiss, nlist=options.nlist, nprobe=options.nprobe, hnsw_m=options.hnsw_m)
+        index, facts = build_faiss(emb, options.faiss, nlist=options.nlist, nprobe=options.nprobe,
+                                   hnsw_m=options.hnsw_m, ef_search=options.ef_search, train_size=options.train_size)
         faiss.write_index(index, str(dense_dir / "index"))
         write_docids(dense_dir, passages["passage_id"].to_list())
         timings["faiss_s"] = round(time.perf_counter() - t0, 3)
@@ -323,9 +338,10 @@ def _build_into(tmp: Path, files: list[Path], corpus_entries: list[dict], option
         manifest["dense"] = {
             "dir": "dense", "encoder": encoder_spec, "encoder_name": encoder.name,
             "encoder_path": str(encoder.path), "dim": encoder.dim, "normalized": True, "metric": "inner_product",
-            "faiss": options.faiss, "faiss_class": type(index).__name__, "vectors": int(index.ntotal),
-            "faiss_params": {k: int(getattr(index, k)) for k in ("nlist", "nprobe") if hasattr(index, k)}
-            | ({"M": options.hnsw_m, "efSearch": int(index.hnsw.efSearch)} if options.faiss == "hnsw" else {}),
+            "faiss": options.faiss, "factory": facts["factory"], "faiss_class": type(index).__name__,
+            "vectors": int(index.ntotal), "train_rows": facts["train_rows"],
+            # search parameters stored in the index file; a run may set others ([retrieval] nprobe, ef_search)
+            "faiss_params": facts["params"] | ({"M": options.hnsw_m} if options.faiss == "hnsw" else {}),
             "passage_text": "title + '\\n' + text",
             "embeddings": source,
             "sha256": {name: sha256_file(dense_dir / name) for name in ("index", "docid", "embeddings.npy")},
@@ -356,20 +372,37 @@ def _shipped_embeddings(corpus_entries: list[dict], encoder, passages: pl.DataFr
 
 
 # ------------------------------------------------------------------------------------------------ open
+@dataclass(frozen=True)
+class DenseOptions:
+    """How a process opens the FAISS part (never what it finds, except nprobe/efSearch, which a run pins in
+    its config): memory-mapped or read whole, search parameters (0: the index file's), OpenMP threads
+    (0: this process's CPUs), device (the GPU hook, dense.to_gpu)."""
+
+    mmap: bool = True
+    nprobe: int = 0
+    ef_search: int = 0
+    threads: int = 0
+    device: str = "cpu"
+
+
 class LocalIndex:
     """An opened index: passages, searchers, encoder.
 
-    passages            pl.DataFrame [passage_id, title, text]
-    passage_lookup(ids) rows for these ids, in the given order (InputError for unknown ids)
+    passages            pl.DataFrame [passage_id, title, text] (a full copy: small indexes and tools)
+    passage_lookup(ids) rows for these ids, in the given order (InputError for unknown ids); reads only
+                        those passages (memory-mapped text store, or Lucene's stored documents)
     searcher(kind, candidates=100, cross_encoder=None) -> Searcher; kind: bm25 | dense | hybrid | rerank
-    encoder             the dense encoder (`encode(texts) -> float32 [n, dim]`, L2-normalised)
+    encoder             the query encoder (`encode(texts) -> float32 [n, dim]`; dense.load_encoder)
     """
 
     def __init__(self, path: Path, manifest: dict, *, lucene_dir: Path | None, dense_dir: Path | None,
-                 encoder_spec: str | None, passages_file: Path | None):
+                 encoder_spec: str | None, passages_file: Path | None, store: dict | None = None,
+                 dense_options: DenseOptions | None = None):
         self.path, self.manifest = Path(path), manifest
         self._lucene_dir, self._dense_dir = lucene_dir, dense_dir
         self._encoder_spec, self._passages_file = encoder_spec, passages_file
+        self._store_files, self._store = store, None
+        self.dense_options = dense_options or DenseOptions()
         self._passages: pl.DataFrame | None = None
         self._row: dict[str, int] | None = None
         self._lucene = self._dense = self._encoder = None
@@ -389,11 +422,28 @@ class LocalIndex:
     def has_dense(self) -> bool:
         return self._dense_dir is not None
 
+    @property
+    def dense_dir(self) -> Path | None:
+        return self._dense_dir
+
+    @property
+    def encoder_spec(self) -> str:
+        return self._encoder_spec or "default"
+
     # passages -----------------------------------------------------------------------------------
+    @property
+    def store(self) -> PassageStore | None:
+        """The memory-mapped text store (index/textstore.py) of an index built since issue 27, else None."""
+        if self._store is None and self._store_files is not None:
+            self._store = PassageStore(self.path, self._store_files)
+        return self._store
+
     @property
     def passages(self) -> pl.DataFrame:
         if self._passages is None:
-            if self._passages_file is not None:
+            if self.store is not None:
+                self._passages = self.store.all()
+            elif self._passages_file is not None:
                 self._passages = pl.read_parquet(self._passages_file)
             else:  # a prebuilt Lucene index: read back every stored document
                 self._passages = self.lucene.all_passages()
@@ -402,9 +452,11 @@ class LocalIndex:
     def passage_lookup(self, ids) -> pl.DataFrame:
         """passage ids -> passages [passage_id, title, text], one row per id in the given order."""
         ids = list(ids)
+        if self.store is not None:
+            return self.store.lookup(ids)
         if self._passages_file is None and self._passages is None:
             return self.lucene.passages(ids)
-        if self._row is None:
+        if self._row is None:  # an index built before issue 27 (passages.parquet, read whole)
             self._row = {p: i for i, p in enumerate(self.passages["passage_id"].to_list())}
         missing = [p for p in ids if p not in self._row]
         if missing:
@@ -426,18 +478,22 @@ class LocalIndex:
     def dense_index(self):
         if self._dense is None:
             if self._dense_dir is None:
-                raise InputError("this index has no dense (FAISS) part", path=str(self.path))
+                raise InputError("this index has no dense (FAISS) part: use the searcher bm25 (or rerank, which "
+                                 "then reranks the BM25 candidates), or attach a FAISS index (--faiss-index)",
+                                 path=str(self.path))
             from clarify.index.dense import DenseIndex
 
-            self._dense = DenseIndex(self._dense_dir)
+            o = self.dense_options
+            self._dense = DenseIndex(self._dense_dir, mmap=o.mmap, nprobe=o.nprobe or None,
+                                     ef_search=o.ef_search or None, threads=o.threads or None, device=o.device)
         return self._dense
 
     @property
     def encoder(self):
         if self._encoder is None:
-            from clarify.index.dense import Encoder
+            from clarify.index.dense import load_encoder
 
-            self._encoder = Encoder(self._encoder_spec)
+            self._encoder = load_encoder(self._encoder_spec)
         return self._encoder
 
     def searcher(self, kind: str = "hybrid", candidates: int = 100, *, cross_encoder: str | None = None,
@@ -445,7 +501,8 @@ class LocalIndex:
         """A Searcher: search(queries [qid, query], k) -> hits [qid, passage_id, score, rank, retriever].
 
         hybrid: union of BM25 and dense top-`candidates`, RRF (k=60). rerank: that union rescored by a
-        cross-encoder (`cross_encoder`: a local directory; a run's `[retrieval] cross_encoder`), else by dense cosine.
+        cross-encoder (`cross_encoder`: a local directory; a run's `[retrieval] cross_encoder`), else by dense
+        cosine. On an index without a dense part, rerank rescores the BM25 top-`candidates` instead.
         """
         if kind not in SEARCHER_KINDS:
             raise InputError(f"unknown searcher '{kind}' (use one of {', '.join(SEARCHER_KINDS)})", field="retriever")
@@ -465,15 +522,22 @@ class LocalIndex:
 
             s = DenseSearcher(self.dense_index, self.encoder)
         elif kind == "hybrid":
+            if not self.has_dense:
+                self.dense_index  # noqa: B018  (raises the error that says what to do)
             s = HybridSearcher(self.searcher("bm25", threads=threads), self.searcher("dense"), candidates=candidates)
-        else:
+        elif self.has_dense:
             s = RerankSearcher(self.searcher("hybrid", candidates, threads=threads), self.scorer(cross_encoder))
+        else:
+            s = RerankSearcher(self.searcher("bm25", threads=threads), self.scorer(cross_encoder),
+                               candidates=candidates)
         self._searchers[key] = s
         return s
 
     def scorer(self, cross_encoder: str | None = None):
-        """The second-stage PairScorer: a cross-encoder (`cross_encoder`, a local directory), else dense
-        cosine. One instance per setting (a cross-encoder is loaded once)."""
+        """The second-stage PairScorer: a cross-encoder (`cross_encoder`, a local directory), else the query
+        encoder's similarity (cosine for sentence-transformers, inner product for DPR) with each passage's
+        stored vector, or, on an index without a dense part, its text encoded by that same encoder. One
+        instance per setting (a cross-encoder is loaded once)."""
         key = ("scorer", cross_encoder)
         if key not in self._searchers:
             if cross_encoder:
@@ -483,16 +547,21 @@ class LocalIndex:
             else:
                 from clarify.index.rerank import DenseCosineScorer
 
-                self._searchers[key] = DenseCosineScorer(self.encoder, self.dense_index, self.passage_lookup)
-                console.note("reranker", "reranking fell back to the dense encoder's cosine (no cross-encoder "
-                                         "configured), which returns the dense ranking; set "
+                dense = self.dense_index if self.has_dense else None
+                self._searchers[key] = DenseCosineScorer(self.encoder, dense, self.passage_lookup)
+                how = ("which returns the dense ranking" if dense is not None else
+                       "computed by encoding each BM25 candidate's text (this index has no dense part)")
+                console.note("reranker", f"reranking fell back to the dense encoder's cosine ({how}) "
+                                         "(no cross-encoder "
+                                         "configured); set "
                                          "[retrieval] cross_encoder (clarify run --cross-encoder DIR) to a local "
                                          "sentence-transformers CrossEncoder directory for a real reranker "
                                          "(README \"Retrieval, honestly\").")
         return self._searchers[key]
 
     def verify(self) -> list[str]:
-        """Recompute the manifest checksums; return the list of mismatches (empty = intact)."""
+        """Recompute the manifest checksums (the full read of every file, on request); return the list of
+        mismatches (empty = intact)."""
         bad = []
         p = self.manifest.get("passages") or {}
         if p.get("sha256") and sha256_file(_inside(self.path, p["file"], "the passages file")) != p["sha256"]:
@@ -522,41 +591,153 @@ def _inside(index: Path, name: object, what: str, *, fix: str = "rebuild the ind
     return target
 
 
-def open_index(path, *, faiss_dir=None, encoder: str | None = None) -> LocalIndex:
+def check_faiss_dir(faiss_dir) -> Path:
+    """A Pyserini FAISS directory (`index` + `docid`), or InputError naming the path and what is wrong."""
+    d = Path(faiss_dir).expanduser()
+    if not d.exists():
+        raise InputError("FAISS index directory not found", path=str(d), field="faiss_index")
+    if not d.is_dir():
+        raise InputError("the FAISS index must be a directory holding 'index' and 'docid' (Pyserini's layout)",
+                         path=str(d), field="faiss_index")
+    missing = [n for n in ("index", "docid") if not (d / n).is_file()]
+    if missing:
+        raise InputError(f"not a Pyserini FAISS index directory: {' and '.join(repr(m) for m in missing)} missing",
+                         path=str(d), field="faiss_index")
+    return d
+
+
+def check_dense(dense_dir: Path, encoder_spec: str | None) -> tuple[int, int]:
+    """Before anything loads: the encoder folder's kind and dimension (its config files) against the
+    FAISS index's (its header, memory-mapped). One InputError on a mismatch. Returns (dim, vectors)."""
+    from clarify.index.dense import encoder_dim, encoder_kind, read_header, resolve_encoder_path
+
+    dim, count = read_header(dense_dir / "index")
+    _, enc_path = resolve_encoder_path(encoder_spec)
+    if encoder_spec not in (None, "", "default"):
+        encoder_kind(enc_path)
+    enc_dim = encoder_dim(enc_path)
+    if enc_dim != dim:
+        raise InputError(f"the query encoder gives {enc_dim}-d vectors but the FAISS index holds {dim}-d vectors: "
+                         f"name the encoder the index was built with (--encoder DIR, [retrieval] encoder)",
+                         path=str(dense_dir / "index"), field="encoder")
+    return dim, count
+
+
+def _check_search_options(dense_dir: Path | None, options: DenseOptions | None) -> None:
+    """nprobe / efSearch asked for: the index must have them (InputError now, not at the first search)."""
+    if options is None or not (options.nprobe or options.ef_search):
+        return
+    if dense_dir is None:
+        raise InputError("nprobe / ef_search are set but the index has no dense (FAISS) part", field="nprobe")
+    import faiss
+
+    from clarify.index.dense import mmap_flag, set_search_parameters
+
+    set_search_parameters(faiss.read_index(str(dense_dir / "index"), mmap_flag()), nprobe=options.nprobe or None,
+                          ef_search=options.ef_search or None)
+
+
+def open_index(path, *, faiss_dir=None, encoder: str | None = None,
+               dense_options: DenseOptions | None = None) -> LocalIndex:
     """Open an index directory: one built by clarify (manifest.json), or a prebuilt Pyserini Lucene index
-    (optionally with a Pyserini-format FAISS directory `faiss_dir` and the local `encoder` that made it).
-    InputError when `path` is none of these.
+    (optionally with a Pyserini-format FAISS directory `faiss_dir` and the local `encoder` that made it:
+    a sentence-transformers folder or a Hugging Face DPRQuestionEncoder folder). `faiss_dir`/`encoder`
+    also replace a clarify index's own dense part/encoder. Everything is checked here, before anything
+    heavy loads (the FAISS header is read memory-mapped); InputError names the path that is wrong.
     """
     from clarify.index.bm25 import is_lucene_dir
 
     path = Path(path).expanduser()
     if not path.is_dir():
         raise InputError("index directory not found", path=str(path))
+    faiss_dir = check_faiss_dir(faiss_dir) if faiss_dir else None
     manifest = read_manifest(path)
     if manifest is not None:
         bm25, dense = manifest.get("bm25"), manifest.get("dense")
-        passages_file = _inside(path, (manifest.get("passages") or {}).get("file"), "the passages file")
+        pinfo = manifest.get("passages") or {}
+        passages_file = _inside(path, pinfo.get("file"), "the passages file")
+        store = None
+        if pinfo.get("format") == "arrow-ipc":  # built since issue 27: the memory-mapped text store
+            store = {k: str(_inside(path, pinfo.get(k), "a passage store file").relative_to(path))
+                     for k in ("file", "ids", "rows")}
         lucene_dir = _inside(path, bm25.get("dir"), "the BM25 folder") if bm25 else None
         dense_dir = _inside(path, dense.get("dir"), "the dense folder") if dense else None
         for part in (passages_file, lucene_dir, dense_dir):
             if part is not None and not part.exists():
                 raise InputError(f"index is incomplete: '{part.name}' is missing", path=str(path))
-        spec = encoder or (dense.get("encoder") if dense else None) or "default"
+        spec = encoder or (dense.get("encoder") if dense and not faiss_dir else None) or "default"
         if not encoder and spec != "default":  # the manifest's encoder: only one the index holds
             spec = str(_inside(path, spec, "the encoder folder", fix=ENCODER_FIX))
-        return LocalIndex(path, manifest, lucene_dir=lucene_dir, dense_dir=Path(faiss_dir) if faiss_dir else dense_dir,
-                          encoder_spec=spec, passages_file=passages_file)
+        dense_dir = faiss_dir or dense_dir
+        if dense_dir is not None and (faiss_dir or encoder):
+            check_dense(dense_dir, spec)
+        _check_search_options(dense_dir, dense_options)
+        return LocalIndex(path, manifest, lucene_dir=lucene_dir, dense_dir=dense_dir, encoder_spec=spec,
+                          passages_file=None if store else passages_file, store=store, dense_options=dense_options)
     if is_lucene_dir(path):
-        if faiss_dir is not None and not (Path(faiss_dir) / "index").is_file():
-            raise InputError("not a FAISS index directory (needs files 'index' and 'docid')", path=str(faiss_dir))
+        spec = encoder or "default"
+        if faiss_dir is not None:
+            check_dense(faiss_dir, spec)
+        _check_search_options(faiss_dir, dense_options)
         manifest = {"format": "pyserini-prebuilt", "bm25": {"dir": str(path)},
-                    "dense": {"dir": str(faiss_dir), "encoder": encoder or "default"} if faiss_dir else None}
-        return LocalIndex(path, manifest, lucene_dir=path, dense_dir=Path(faiss_dir) if faiss_dir else None,
-                          encoder_spec=encoder or "default", passages_file=None)
+                    "dense": {"dir": str(faiss_dir), "encoder": spec} if faiss_dir else None}
+        return LocalIndex(path, manifest, lucene_dir=path, dense_dir=faiss_dir, encoder_spec=spec,
+                          passages_file=None, dense_options=dense_options)
     if (path / "index").is_file() and (path / "docid").is_file():
         raise InputError("a FAISS directory holds no passage text: open the Lucene index of the same corpus and "
                          "pass this directory as faiss_dir (CLI: --faiss-index)", path=str(path))
     raise InputError("not an index directory (no manifest.json, Lucene segments_* or FAISS index/docid)", path=str(path))
+
+
+# ------------------------------------------------------------------------------------------- identities
+SAMPLE_BLOCK = 1 << 16  # bytes read at each sampled offset
+SAMPLES = 8  # sampled blocks per file (first, last and evenly between)
+
+
+def fingerprint(path, *, full: bool = False) -> str:
+    """A cheap identity of a file or folder: each file's relative name, size and mtime, plus a hash of
+    SAMPLES blocks of SAMPLE_BLOCK bytes spread over it (first, last, between) — ~0.5 MB read per
+    file, so a 60 GB index costs milliseconds to seconds, and a changed or replaced file (new mtime,
+    size, or content at the sampled places) changes it. `full`: hash every byte instead (sha256 of
+    each file; minutes at 60 GB), for `clarify index verify`-style checks on request."""
+    import hashlib
+
+    root = Path(path)
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    h = hashlib.sha256(b"full" if full else b"sampled")
+    for f in files:
+        st = f.stat()
+        name = f.name if f == root else str(f.relative_to(root))
+        h.update(f"{name}\0{st.st_size}\0".encode())
+        if full:
+            h.update(sha256_file(f).encode())
+            continue
+        h.update(str(st.st_mtime_ns).encode())
+        with open(f, "rb") as fh:
+            last = max(0, st.st_size - SAMPLE_BLOCK)
+            for off in sorted({int(last * i / (SAMPLES - 1)) for i in range(SAMPLES)}):
+                fh.seek(off)
+                h.update(fh.read(SAMPLE_BLOCK))
+    return h.hexdigest()
+
+
+def index_pins(index) -> dict:
+    """What a run pins of its retrieval inputs (inputs.json) beyond the index itself: the FAISS folder and
+    the query encoder attached to it from elsewhere (`[retrieval] faiss_index`, `encoder`), by path and
+    cheap fingerprint. {} for an index opened with its own parts."""
+    out = {}
+    manifest = getattr(index, "manifest", None) or {}
+    own_dense = (manifest.get("dense") or {}).get("dir")
+    dense_dir = getattr(index, "dense_dir", None)
+    if dense_dir is not None and (manifest.get("format") == "pyserini-prebuilt"
+                                  or Path(dense_dir).resolve() != (Path(index.path) / str(own_dense)).resolve()):
+        out["faiss_index"] = {"path": str(dense_dir), "fingerprint": fingerprint(dense_dir)}
+    spec = getattr(index, "encoder_spec", "default")
+    if spec not in ("", "default") and not Path(spec).resolve().is_relative_to(Path(index.path).resolve()):
+        from clarify.index.dense import encoder_kind
+
+        out["encoder"] = {"path": str(spec), "kind": encoder_kind(Path(spec)), "fingerprint": fingerprint(spec)}
+    return out
 
 
 # -------------------------------------------------------------------------------------- default index

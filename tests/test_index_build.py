@@ -162,7 +162,7 @@ def test_approximate_faiss_kinds(small_index, kind, opts, min_overlap):
 
     idx = open_index(small_index)
     emb = np.load(small_index / "dense" / "embeddings.npy", mmap_mode="r")
-    index = build_faiss(emb, kind, **opts)
+    index, _ = build_faiss(emb, kind, **opts)
     queries = _queries(idx.passages)
     qv = idx.encoder.encode(queries["query"].to_list())
     _, rows = index.search(qv, 10)

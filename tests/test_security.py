@@ -365,8 +365,11 @@ def test_index_manifest_paths_stay_inside_the_index(tmp_path):
         (idx / "dense").mkdir()
         with pytest.raises(InputError, match="outside the index folder"):
             open_index(idx)
-    # the caller's own encoder is theirs to choose
-    assert open_index(tmp_path / "d", encoder=str(tmp_path / "enc"))._encoder_spec == str(tmp_path / "enc")
+    # the caller's own encoder is theirs to choose: not refused as outside the index, but checked before
+    # anything loads (issue 27: an encoder folder whose dimension matches the FAISS index; here there is none)
+    with pytest.raises(InputError) as err:
+        open_index(tmp_path / "d", encoder=str(tmp_path / "enc"))
+    assert "outside" not in str(err.value)
 
 
 def test_an_index_holds_its_own_encoder(tmp_path):
