@@ -117,11 +117,14 @@ def index_identity(index) -> dict:
 
 
 def dense_options(cfg: RunConfig):
-    """How this process opens the FAISS part, from `[retrieval]` (index/store.py DenseOptions)."""
+    """How this process opens the FAISS part, from `[retrieval]` (index/store.py DenseOptions) and, for the
+    device, the CPU/CUDA settings table (local_llm/settings.py: the GPU where faiss-gpu sees one)."""
     from clarify.index.store import DenseOptions
+    from clarify.local_llm.settings import faiss_device
+    from clarify.local_llm.vllm_engine import device_facts
 
     r = cfg.retrieval
-    return DenseOptions(nprobe=r.nprobe, ef_search=r.ef_search)
+    return DenseOptions(nprobe=r.nprobe, ef_search=r.ef_search, device=faiss_device(device_facts()))
 
 
 def open_run_index(cfg: RunConfig, pins: dict | None = None):

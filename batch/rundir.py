@@ -108,7 +108,10 @@ ADDED_SETTINGS = {("toc", "constrain_format"): False, ("answer", "constrain_quot
                   # issue 31: the engine backends (vLLM in this process, as before)
                   ("model", "backend"): "vllm", ("model", "base_url"): "", ("model", "api_key_env"): "",
                   ("model", "endpoint"): "chat", ("model", "max_concurrency"): 64,
-                  ("model", "request_timeout_s"): 600.0, ("model", "max_retries"): 6}
+                  ("model", "request_timeout_s"): 600.0, ("model", "max_retries"): 6,
+                  # issue 27: an index attached from elsewhere (none: the index folder's own parts)
+                  ("retrieval", "faiss_index"): "", ("retrieval", "encoder"): "", ("retrieval", "nprobe"): 0,
+                  ("retrieval", "ef_search"): 0}
 
 
 def _with_added_settings(old: dict) -> dict:

@@ -48,6 +48,7 @@ class Device:
     name: str = ""
     count: int = 0
     total_bytes: int = 0
+    faiss_gpus: int = 0  # GPUs FAISS sees (faiss-gpu); 0 with faiss-cpu
 
     def label(self) -> str:
         if self.kind == "cpu":
@@ -79,6 +80,7 @@ class EngineSettings:
     llm: dict[str, Any]  # vllm.LLM(**llm)
     env: dict[str, str]  # set with setdefault before vLLM is imported (a user's own value wins)
     notes: list[str] = field(default_factory=list)
+    faiss: dict[str, Any] = field(default_factory=dict)  # how the dense index is searched (rows "faiss ...")
 
 
 NOT_SET = None  # a row's value None: clarify passes nothing, vLLM's own default holds
@@ -187,6 +189,9 @@ TABLE: tuple[Row, ...] = (
         lambda d, a, n: "ray" if a.ray_worker and a.tensor_parallel_size > 1 else NOT_SET,
         "a Ray worker's tensor-parallel engine: vLLM's Ray executor puts its shards in the worker's placement "
         "group of GPU bundles (vllm/v1/executor/ray_utils.py); a Ray worker on CPU binds its own cores"),
+    Row("faiss device", _const("cpu"), lambda d, a, n: faiss_device(d),
+        "dense search on the GPU where faiss-gpu is installed and sees one (index/dense.py to_gpu), else the "
+        "memory-mapped CPU index every process of a node shares"),
     Row("env VLLM_CPU_OMP_THREADS_BIND", lambda d, a, n: d.cores or NOT_SET, _const(NOT_SET),
         "every core of this process (vLLM's default leaves one idle); a Ray worker: its own cores"),
     Row("env VLLM_CPU_KVCACHE_SPACE", _same(lambda a: str(a.kv_cache_gib)), _const(NOT_SET),
@@ -198,6 +203,11 @@ TABLE: tuple[Row, ...] = (
 )
 
 
+def faiss_device(device: Device) -> str:
+    """Where a run searches its FAISS index: "cuda" on a CUDA machine whose FAISS sees a GPU, else "cpu"."""
+    return "cuda" if device.kind == "cuda" and device.faiss_gpus > 0 else "cpu"
+
+
 def engine_settings(device: Device, ask: Ask) -> EngineSettings:
     """The table evaluated for `device`: LLM keywords and environment (None values left out)."""
     if device.kind not in ("cpu", "cuda"):
@@ -205,15 +215,18 @@ def engine_settings(device: Device, ask: Ask) -> EngineSettings:
     notes: list[str] = []
     llm: dict[str, Any] = {"model": ask.model}
     env: dict[str, str] = {}
+    settings_faiss: dict[str, Any] = {}
     for row in TABLE:
         value = (row.cpu if device.kind == "cpu" else row.cuda)(device, ask, notes)
         if value is NOT_SET:
             continue
         if row.name.startswith("env "):
             env[row.name.removeprefix("env ")] = str(value)
+        elif row.name.startswith("faiss "):
+            settings_faiss[row.name.removeprefix("faiss ")] = value
         else:
             llm[row.name] = value
-    return EngineSettings(llm, env, notes)
+    return EngineSettings(llm, env, notes, settings_faiss)
 
 
 def render(devices: list[Device], ask: Ask) -> str:

@@ -98,8 +98,14 @@ def device_facts() -> Device:
     import torch
 
     props = torch.cuda.get_device_properties(0)
+    try:
+        import faiss
+
+        faiss_gpus = int(faiss.get_num_gpus()) if hasattr(faiss, "get_num_gpus") else 0
+    except ImportError:
+        faiss_gpus = 0
     return Device("cuda", capability=tuple(torch.cuda.get_device_capability(0)), name=props.name,
-                  count=torch.cuda.device_count(), total_bytes=int(props.total_memory))
+                  count=torch.cuda.device_count(), total_bytes=int(props.total_memory), faiss_gpus=faiss_gpus)
 
 
 def stack_versions() -> dict[str, str]:

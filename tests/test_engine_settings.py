@@ -103,3 +103,13 @@ def test_the_readme_shows_the_table_the_code_applies():
                Device("cuda", capability=(9, 0), name="H100", count=8)]
     table = render(devices, ask)
     assert table in (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8"), table
+
+
+def test_dense_search_goes_to_the_gpu_only_where_faiss_sees_one():
+    from clarify.local_llm.settings import faiss_device
+
+    assert faiss_device(CPU_BF16) == "cpu" and faiss_device(H100) == "cpu"  # faiss-cpu on a GPU server
+    gpu_faiss = Device("cuda", capability=(9, 0), name="H100", count=8, faiss_gpus=8)
+    assert faiss_device(gpu_faiss) == "cuda"
+    assert engine_settings(gpu_faiss, BF16_MODEL).faiss == {"device": "cuda"}
+    assert "faiss device" not in engine_settings(gpu_faiss, BF16_MODEL).llm  # never an engine keyword
