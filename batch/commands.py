@@ -168,6 +168,11 @@ def _run_args(p: argparse.ArgumentParser, *, with_model: bool = True) -> None:
                    help="questions handed to a worker at a time; each finished chunk is one part (default 64)")
 
 
+# store_true flags -> the setting each sets when given
+SWITCH_FLAGS = {"no_verify": ("toc.verify", False), "batch_invariant": ("model.batch_invariant", True),
+                "constrain_format": ("toc.constrain_format", True), "constrain_quotes": ("answer.constrain_quotes", True)}
+
+
 def _overrides(args: argparse.Namespace) -> dict:
     o = {"dataset": args.dataset, "questions": args.questions, "limit": args.limit, "offset": args.offset,
          "index": args.index, "answer_style": args.answer_style, "seed": args.seed, "demo_pool": args.demo_pool,
@@ -176,14 +181,7 @@ def _overrides(args: argparse.Namespace) -> dict:
          "model.model": getattr(args, "model", None), "scheduler": args.scheduler,
          "cluster.workers": args.workers, "cluster.ray_address": args.ray_address,
          "cluster.chunk_questions": args.chunk_questions}
-    if args.no_verify:
-        o["toc.verify"] = False
-    if args.batch_invariant:
-        o["model.batch_invariant"] = True
-    if args.constrain_format:
-        o["toc.constrain_format"] = True
-    if args.constrain_quotes:
-        o["answer.constrain_quotes"] = True
+    o.update({key: value for flag, (key, value) in SWITCH_FLAGS.items() if getattr(args, flag)})
     return o
 
 

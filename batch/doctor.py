@@ -20,6 +20,8 @@ import json
 import os
 from pathlib import Path
 
+from clarify.local_llm.preflight import Check  # a light module: no torch
+
 EPILOG = """\
 examples:
   clarify doctor
@@ -270,7 +272,7 @@ def render(f: dict) -> str:
     else:
         lines.append(f"  GPUs: {', '.join(e['gpus'])}")
         lines.append("  GPU preflight (the configured [model]):")
-        lines.extend(_check_line(c) for c in e["preflight"])
+        lines.extend(Check(**c).line() for c in e["preflight"])
     d = f["clarify_home"]
     lines.append("disk")
     parts = ", ".join(f"{k} {_mb(v)}" for k, v in sorted(d["bytes"].items(), key=lambda kv: -kv[1]))
@@ -280,11 +282,6 @@ def render(f: dict) -> str:
                  "ready for `clarify demo`: not yet, missing " + ", ".join(f["missing"])
                  + " (`make demo` or `clarify demo` prepares them)")
     return "\n".join(lines)
-
-
-def _check_line(c: dict) -> str:
-    mark = "ok  " if c["ok"] and not c["warning"] else "WARN" if c["ok"] else "FAIL"
-    return f"  [{mark}] {c['name']}: {c['detail']}" + (f" -> {c['fix']}" if c["fix"] else "")
 
 
 def settings_table(cfg) -> str:

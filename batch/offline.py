@@ -27,13 +27,11 @@ FORMAT = 1
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)", re.M)
 
 
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503
-
-
 def lock_pins(lock_text: str) -> dict[str, str]:
     """{normalised name: version} of every `name==version` line of a pip lock (requirements/*.txt)."""
-    return {_norm(n): v for n, v in _PIN.findall(lock_text)}
+    from packaging.utils import canonicalize_name
+
+    return {canonicalize_name(n): v for n, v in _PIN.findall(lock_text)}
 
 
 def _files(bundle: Path) -> list[Path]:

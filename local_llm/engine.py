@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -174,6 +175,18 @@ class BatchStepper:
 
 def as_step_engine(engine: Engine) -> StepEngine:
     return engine if isinstance(engine, StepEngine) else BatchStepper(engine)
+
+
+# When set, every engine appends "<prompt tokens> <output tokens>" per batch of finished requests to this
+# file (the test suite counts its real-engine work there, subprocesses included: tests/conftest.py).
+TOKENS_LOG = "CLARIFY_ENGINE_TOKENS_LOG"
+
+
+def log_tokens(completions: Sequence[Completion]) -> None:
+    """Append the completions' token counts to TOKENS_LOG when it is set (VLLMEngine, OpenAIEngine)."""
+    if path := os.environ.get(TOKENS_LOG):
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(f"{sum(c.prompt_tokens for c in completions)} {sum(c.output_tokens for c in completions)}\n")
 
 
 def request_key(model_id: str, prompt: str, params: GenParams) -> str:

@@ -34,11 +34,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from clarify.errors import EngineUnavailable, InputError
-from clarify.local_llm.engine import Completion, GenParams, Request
+from clarify.local_llm.engine import Completion, GenParams, Request, log_tokens
 
 log = logging.getLogger(__name__)
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
-TOKENS_LOG = "CLARIFY_ENGINE_TOKENS_LOG"  # as local_llm/vllm_engine.py: the test suite's token budget
 
 
 def _headers(api_key_env: str) -> dict[str, str]:
@@ -244,9 +243,7 @@ class OpenAIEngine:
         self.stats["seconds"] += elapsed
         if self.on_progress is not None:
             self.on_progress(len(completions), prompt + output)
-        if path := os.environ.get(TOKENS_LOG):
-            with open(path, "a", encoding="utf-8") as fh:
-                fh.write(f"{prompt} {output}\n")
+        log_tokens(completions)  # the test suite's token budget (tests/conftest.py)
 
     # -- EngineInfo ---------------------------------------------------------------------------
     def count_tokens(self, prompt: str) -> int | None:

@@ -34,7 +34,7 @@ from typing import Any
 from tqdm import std as tqdm_std
 
 from clarify import console, stops
-from clarify.local_llm.engine import Completion, GenParams, Request
+from clarify.local_llm.engine import Completion, GenParams, Request, log_tokens
 from clarify.local_llm.hardware import (
     CoreLock,
     affinity,
@@ -55,10 +55,6 @@ from clarify.local_llm.settings import Ask, Device, engine_settings
 log = logging.getLogger(__name__)
 DEFAULT_MAX_MODEL_LEN = 4096  # the engine's context unless a config says otherwise ([model] max_model_len)
 CAPACITY_TOKENS = 2048  # KV-cache tokens one ToC request needs, for `capacity()`
-
-# When set, every generate call appends "<prompt tokens> <output tokens>" to this file (the test suite
-# counts its real-engine work there, subprocesses included: tests/conftest.py).
-TOKENS_LOG = "CLARIFY_ENGINE_TOKENS_LOG"
 
 
 @dataclass
@@ -292,9 +288,7 @@ class VLLMEngine:
         s = self.stats
         if self.on_progress is not None:
             self.on_progress(0, sum(c.prompt_tokens + c.output_tokens for c in completions))
-        if log := os.environ.get(TOKENS_LOG):  # every process appends here: the test suite's token budget
-            with open(log, "a", encoding="utf-8") as fh:
-                fh.write(f"{sum(c.prompt_tokens for c in completions)} {sum(c.output_tokens for c in completions)}\n")
+        log_tokens(completions)  # every process appends here: the test suite's token budget
         s.prompts += len(completions)
         s.prompt_tokens += sum(c.prompt_tokens for c in completions)
         s.output_tokens += sum(c.output_tokens for c in completions)
