@@ -7,7 +7,20 @@ A stage calls `check(df, "hits")` on entry: a missing column raises `SchemaError
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import polars as pl
+
+
+@dataclass(frozen=True)
+class Passage:
+    """One passage as prompts number and quote it: a searched index row (PASSAGES) or a question's own
+    source (QuoteSum, eval/datasets/quotesum.py)."""
+
+    passage_id: str
+    title: str
+    text: str
+
 
 QUESTIONS = {"qid": pl.String, "question": pl.String, "dataset": pl.String}
 

@@ -39,6 +39,7 @@ import polars as pl
 
 from clarify import console, faults, files, stops
 from clarify.batch.config import ClusterConfig, RunConfig, from_dict
+from clarify.batch.resources import PreparedRun
 from clarify.batch.rundir import RunDir
 from clarify.batch.scheduler import SchedStats
 from clarify.batch.tree import Tree
@@ -81,9 +82,8 @@ class Worker:
     committed to the cache and handed back by `take`. Threaded (`max_concurrency`), so `give` and `take`
     answer while `serve` runs."""
 
-    def __init__(self, slot: int, cfg: dict, run_dir: str, questions: pl.DataFrame, index_path: str,
-                 search_cache: str | None, env: dict[str, str], cores: list[int] | None, engine_kwargs: dict,
-                 index_pins: dict | None = None):
+    def __init__(self, slot: int, cfg: dict, run_dir: str, questions: pl.DataFrame, pins: dict,
+                 search_cache: str | None, env: dict[str, str], cores: list[int] | None, engine_kwargs: dict):
         os.environ.update(env)
         files.restrict_umask()  # what it writes into the run directory is private like the driver's
         os.environ.pop(faults.ENV, None)
@@ -96,20 +96,20 @@ class Worker:
             os.environ["CLARIFY_FAISS_THREADS"] = str(len(cores))  # FAISS's OpenMP threads (index/dense.py)
         self.slot, self.node = slot, socket.gethostname()
         self._logs = contextlib.ExitStack()  # vLLM's and the libraries' output: run_dir/logs/worker-NN-….log
-        self._logs.enter_context(console.session(Path(run_dir) / "logs", f"worker-{slot:02d}"))
-        from clarify.batch.pipeline import engine_for, open_resources, open_run_index
+        rd = RunDir(run_dir)
+        self._logs.enter_context(console.session(rd.logs_dir, rd.worker_name(slot)))
+        from clarify.batch.resources import engine_for, for_worker, open_resources
 
         self.cfg = from_dict(cfg)
-        # exactly the index, FAISS folder and encoder the driver pinned (inputs.json), refused when this
-        # node's copies differ (open_run_index); the FAISS part memory-mapped, so the workers of a node
-        # share one copy of it in the page cache, and its OpenMP threads set to this worker's cores
-        pinned = (index_pins or {}).get("index", {}).get("path")
-        index = open_run_index(self.cfg, index_pins if pinned else {"index": {"path": index_path}})
+        # exactly the index, FAISS folder, encoder and model folder the driver pinned (inputs.json), refused
+        # when this node's copies differ (resources.open_run_index); the FAISS part memory-mapped, so the
+        # workers of a node share one copy of it in the page cache, and its OpenMP threads set to this
+        # worker's cores
+        prep = for_worker(self.cfg, questions, pins,
+                          engine_factory=lambda c: engine_for(c, model=pins.get("model"), **engine_kwargs))
         self.questions = dict(zip(questions["qid"].to_list(), questions["question"].to_list()))
-        self.res = open_resources(self.cfg, questions, RunDir(run_dir).cache_dir, index=index,
-                                  engine_factory=lambda c: engine_for(c, **engine_kwargs),
-                                  search_cache=Path(search_cache) if search_cache else None,
-                                  cache_name=f"worker-{slot:02d}.sqlite")
+        self.res = open_resources(prep, rd.cache_dir, search_cache=Path(search_cache) if search_cache else None,
+                                  cache_name=rd.worker_cache(slot))
         self.calls = self.tokens = 0
         self.res.engine.on_progress = self._count
         self.inbox: queue.Queue = queue.Queue()  # chunks (lists of qids) to run; None: no more will come
@@ -151,7 +151,7 @@ class Worker:
         return trees
 
     def _tree_done(self, tree: Tree, rows) -> None:
-        from clarify.batch.pipeline import _tables
+        from clarify.batch.resources import tables
 
         chunk = self.of.pop(tree.qid)
         chunk["rows"][tree.qid] = rows
@@ -160,7 +160,7 @@ class Worker:
         self.res.engine.flush()  # committed before the driver writes the part (as pipeline._Parts does)
         ordered = [chunk["rows"][q] for q in chunk["qids"]]
         self.outbox.put({"qids": chunk["qids"], "trees": [t.to_dict() for t in chunk["trees"]],
-                         "tables": _tables(ordered), "tokens": sum(r.tokens for r in ordered),
+                         "tables": tables(ordered), "tokens": sum(r.tokens for r in ordered),
                          "engine": self.res.engine.facts(), "node": self.node})
 
     def close(self) -> None:
@@ -371,15 +371,19 @@ class Pool:
                 ray.kill(a)
 
 
-def run_chunks(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, finished: set[str], *, index_path: str,
-               index_pins: dict | None = None,
-               search_cache: Path | None, display, run_s: Callable[[], float | None],
-               stop_after_parts: int | None = None, on_part: Callable[[Pool], None] | None = None) -> Outcome:
-    """Run every unfinished question's tree on Ray workers, writing each finished chunk as a part."""
+def run_chunks(rd: RunDir, prep: PreparedRun, finished: set[str], *, search_cache: Path | None, display,
+               run_s: Callable[[], float | None], stop_after_parts: int | None = None,
+               on_part: Callable[[Pool], None] | None = None) -> Outcome:
+    """Run every unfinished question's tree of a prepared run (batch/resources.py) on Ray workers, writing
+    each finished chunk as a part. The workers open what the driver pinned (`prep.inputs`)."""
     import ray
 
+    cfg, questions = prep.cfg, prep.questions
+    index_path = getattr(prep.index, "path", None)
     if not index_path:
         raise InputError("a cluster run needs an index directory every worker can open (--index)", field="--index")
+    pins = {k: v for k, v in prep.inputs.items() if k in ("index", "faiss_index", "encoder", "model")}
+    pins["index"] = {"path": str(index_path)} | (pins.get("index") or {})
     todo = deque(chunks_of([q for q in questions["qid"].to_list() if q not in finished], cfg.cluster.chunk_questions))
     started = _start_ray(cfg.cluster)
     try:
@@ -391,13 +395,12 @@ def run_chunks(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, finished: se
 
         def make(slot: int):
             return actor.options(**plan.options[slot]).remote(
-                slot, cfg_dict, str(rd.path.resolve()), questions, index_path,
-                str(search_cache.resolve()) if search_cache else None, env, plan.cores[slot], plan.engine_kwargs,
-                index_pins)
+                slot, cfg_dict, str(rd.path.resolve()), questions, pins,
+                str(search_cache.resolve()) if search_cache else None, env, plan.cores[slot], plan.engine_kwargs)
 
         where = "GPU" if plan.cores[0] is None else f"CPU cores {plan.cores}"
         console.say(f"{plan.workers} Ray workers ({where}), {len(todo)} chunks of ≤ {cfg.cluster.chunk_questions} "
-                    f"questions; worker logs in {rd.path / 'logs'}")
+                    f"questions; worker logs in {rd.logs_dir}")
         pool = Pool(plan, make)
         graceful = False
         try:
@@ -441,7 +444,7 @@ def _loop(rd: RunDir, pool: Pool, todo: deque, outcome: Outcome, display, run_s,
     while todo or any(pool.given.values()):
         if not pool.actors:
             raise RuntimeError(f"every Ray worker died {MAX_RESTARTS + 1} times; the last: {pool.last_death[-2000:]} "
-                               f"(worker logs: {rd.path / 'logs'})")
+                               f"(worker logs: {rd.logs_dir})")
         for depth in range(1, PREFETCH + 1):  # every worker one chunk before any gets its second
             for slot in sorted(pool.actors):
                 if todo and len(pool.given[slot]) < depth:

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from clarify.batch.config import PART_TREES, TOKENS_PER_QUESTION
+from clarify.batch.config import ANSWER_STYLES, PART_TREES, SCHEDULERS, TOKENS_PER_QUESTION
 from clarify.eval import datasets
 
 RUN_EPILOG = """\
@@ -83,7 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"~{DEMO_BUDGET_S / 60:.1f} minutes, {DEMO_MIN_QUESTIONS}..{DEMO_MAX_QUESTIONS}; "
                         f"a resumed demo keeps its own)")
     p.add_argument("--out", default="runs/demo", help="run directory")
-    p.add_argument("--answer-style", choices=["free", "quoted"], default="quoted",
+    p.add_argument("--answer-style", choices=ANSWER_STYLES, default="quoted",
                    help="quoted: SEMQA answers whose [k span] quotes are checked against the sources")
     p.set_defaults(func=cmd_demo, log_dir=_run_logs)
 
@@ -108,7 +108,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _run_logs(args: argparse.Namespace) -> Path:
     """A run's library logs go into its own directory (console.session)."""
-    return Path(args.out) / "logs"
+    from clarify.batch.rundir import RunDir
+
+    return RunDir(args.out).logs_dir
 
 
 def _run_args(p: argparse.ArgumentParser, *, with_model: bool = True) -> None:
@@ -141,7 +143,7 @@ def _run_args(p: argparse.ArgumentParser, *, with_model: bool = True) -> None:
                                                               "the index's)")
     if with_model:
         p.add_argument("--model", help="model directory or embedded model name (default: smollm2-135m-instruct)")
-    p.add_argument("--answer-style", choices=["free", "quoted"],
+    p.add_argument("--answer-style", choices=ANSWER_STYLES,
                    help="free: the official long answer; quoted: SEMQA [k span] answers (default: quoted)")
     p.add_argument("--seed", type=int, help="sampling seed of the run (default 0)")
     p.add_argument("--no-verify", action="store_true", help="switch off self-verification pruning")
@@ -155,7 +157,7 @@ def _run_args(p: argparse.ArgumentParser, *, with_model: bool = True) -> None:
     p.add_argument("--batch-invariant", action="store_true",
                    help="results that do not depend on the batch: vLLM's batch-invariant mode on CUDA (compute "
                         "capability >= 8.0), float32 on CPU ([model] batch_invariant; default off)")
-    p.add_argument("--scheduler", choices=["continuous", "waves", "sequential"],
+    p.add_argument("--scheduler", choices=SCHEDULERS,
                    help="how trees are driven; never changes results (default: continuous)")
     g = p.add_argument_group("cluster (Ray; README \"Running on a cluster\"; never changes results)")
     g.add_argument("--workers", type=int, metavar="N",
@@ -282,13 +284,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Build the embedded index if absent, run ToC over ASQA dev questions, score, show one answer."""
     from clarify import console
     from clarify.batch import config
-    from clarify.batch.pipeline import engine_for, run
+    from clarify.batch.pipeline import run
+    from clarify.batch.resources import engine_for
+    from clarify.batch.rundir import RunDir
     from clarify.index import ensure_default_index
 
     t_start = time.perf_counter()
     index_dir = ensure_default_index()
     limit, expected_s = args.limit, None
-    frozen = Path(args.out) / "config.json"
+    rd = RunDir(args.out)
+    frozen = rd.config_file
     constraints = dict(DEMO_CONSTRAINTS)
     if frozen.exists():  # a resumed (or finished) demo keeps the size and the decoding it was started with
         from clarify.batch.rundir import Run
@@ -305,7 +310,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"demo: decoding constrained to {' and '.join(on)} (README \"Constrained decoding\"); "
               f"`clarify run` keeps the official free decoding unless --constrain-format/--constrain-quotes",
               flush=True)
-    if not (Path(args.out) / "summary.json").exists():
+    if not rd.summary_file.exists():
         with console.step("starting the engine and measuring its speed"):
             engine = engine_for(cfg)
             tps = PROBE_TO_TOC * probe_speed(engine)  # expected ToC tokens/s
@@ -325,7 +330,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         from clarify.batch.report import write_report
     except ModuleNotFoundError:
         return 0
-    path = write_report([Path(args.out)], Path(args.out) / "report.html")
+    path = write_report([rd.path], rd.report_file)
     print(f"\nreport: {path}")
     took = time.perf_counter() - t_start
     print(f"demo took {took / 60:.1f} min" + (f" (ToC expected ~{expected_s / 60:.1f} min)" if expected_s else ""))

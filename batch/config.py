@@ -23,6 +23,7 @@ from typing import Any
 from clarify.batch.match import MATCHING
 from clarify.errors import InputError
 from clarify.eval import datasets
+from clarify.eval.datasets.asqa import pool_spec_problem
 from clarify.local_llm import backends
 from clarify.local_llm.settings import DTYPES
 
@@ -208,6 +209,11 @@ class RunConfig:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
+    def questions_file(self) -> Path:
+        """The file the run's questions come from: `questions`, else the dataset's shipped file (a dataset
+        without one needs `questions`: `_cross_problems` refuses the config otherwise)."""
+        return Path(self.questions) if self.questions else datasets.get(self.dataset).default_path()
+
 
 _SECTIONS = {"retrieval": RetrievalConfig, "toc": TocConfig, "answer": AnswerConfig, "model": ModelConfig,
              "cluster": ClusterConfig}
@@ -341,8 +347,6 @@ def _cross_problems(top: dict[str, Any], sections: dict[str, dict[str, Any]]) ->
     r = {f.name: f.default for f in dataclasses.fields(RetrievalConfig)} | sections.get("retrieval", {})
     if isinstance(r["pool"], int) and isinstance(r["top_k"], int) and r["pool"] < r["top_k"]:
         out.append(("retrieval.pool", f"must be >= retrieval.top_k ({r['top_k']}), got {r['pool']}"))
-    from clarify.batch.demos import pool_spec_problem
-
     if problem := pool_spec_problem(top.get("demo_pool", RunConfig.demo_pool)):
         out.append(("demo_pool", problem))
     name = top.get("dataset", RunConfig.dataset)

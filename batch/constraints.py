@@ -46,7 +46,7 @@ import unicodedata
 from collections.abc import Sequence
 
 from clarify.batch.config import RunConfig
-from clarify.batch.prompts import Passage
+from clarify.schemas import Passage
 
 # The most DQ/DA pairs a constrained clarification may hold. The official trees keep at most
 # --max_nodes 10 valid nodes (run_toc.py argparse) and the official demos hold at most 6 pairs

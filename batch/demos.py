@@ -10,7 +10,7 @@ run config's `demo_pool` names them (README "Running the whole ASQA dev set"):
 - either with `@FILE`: that file's split instead of the run's own ASQA file (its questions file when the
   dataset is ASQA, else the shipped dev set);
 - `auto` (the default): `asqa:train` when the run's own ASQA file has a train split, else `asqa:dev[500:]`.
-A run makes it concrete before anything is frozen (`resolve_pool`, batch/pipeline.py `run`): config.json
+A run makes it concrete before anything is frozen (`resolve_pool`, batch/resources.py `prepare`): config.json
 records the pool used, inputs.json its file's sha256 and size. SEMQA demos come from QuoteSum dev, never
 the question being answered.
 """
@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -34,6 +33,7 @@ from clarify.batch.prompts import Demo, QuotedDemo
 from clarify.batch.tree import normalize
 from clarify.errors import InputError
 from clarify.eval import datasets
+from clarify.eval.datasets.asqa import AUTO, SHIPPED_POOL, TRAIN_POOL, parse_pool_spec
 from clarify.eval.datasets.quotesum import numbered_sources
 from clarify.files import home, write_npy
 
@@ -82,10 +82,6 @@ class KnnPool:
         return out
 
 
-AUTO = "auto"
-SHIPPED_POOL = "asqa:dev[500:]"  # the shipped data has no train split: dev 500..947 are the demos
-TRAIN_POOL = "asqa:train"
-_SPEC = re.compile(r"asqa:(?P<split>dev|train)(?:\[(?P<start>\d*):(?P<stop>\d*)\])?(?:@(?P<file>.+))?")
 
 
 def _demo(sample_id: str, ex: dict) -> Demo | None:
@@ -146,33 +142,6 @@ def load_asqa_demos(path: Path | None = None, start: int = 0, stop: int | None =
 
 
 @dataclass(frozen=True)
-class PoolSpec:
-    """A parsed `demo_pool`: `asqa:SPLIT[start:stop]@FILE` (slice and file optional)."""
-
-    split: str
-    start: int = 0
-    stop: int | None = None
-    file: str = ""  # "": the run's own ASQA file
-
-
-def pool_spec_problem(spec: str) -> str | None:
-    """Why `spec` is no `demo_pool` (the config's check), or None."""
-    if spec == AUTO or _SPEC.fullmatch(spec.strip()):
-        return None
-    return (f"unknown demo pool {spec!r}; expected 'auto', 'asqa:train', 'asqa:dev[500:]' or either with "
-            f"'@FILE'")
-
-
-def parse_pool_spec(spec: str) -> PoolSpec:
-    """'asqa:dev[500:]' → PoolSpec('dev', 500, None); 'asqa:train@/data/ASQA.json' → PoolSpec('train', 0, None,
-    '/data/ASQA.json')."""
-    m = _SPEC.fullmatch(spec.strip())
-    if not m:
-        raise InputError(pool_spec_problem(spec), field="demo_pool")
-    return PoolSpec(m["split"], int(m["start"] or 0), int(m["stop"]) if m["stop"] else None, m["file"] or "")
-
-
-@dataclass(frozen=True)
 class Pool:
     """A run's concrete clarification demo pool (`resolve_pool`)."""
 
@@ -204,9 +173,7 @@ def resolve_pool(cfg: Any) -> Pool:
     (eval/datasets `demo_file`: ASQA's questions file) has a train split, as the official code always has
     (run_toc.py:23, :191), else `asqa:dev[500:]`; a spec without `@FILE` reads that own file, or the shipped
     ASQA dev set when the dataset is not ASQA."""
-    from clarify.batch.pipeline import questions_path
-
-    own = datasets.get(cfg.dataset).demo_file(questions_path(cfg))
+    own = datasets.get(cfg.dataset).demo_file(cfg.questions_file())
     spec, fallback = cfg.demo_pool, ""
     if spec == AUTO:
         if own is not None and "train" in asqa_splits(own):

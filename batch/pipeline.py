@@ -7,13 +7,10 @@ re-run makes zero model calls, opens no model and rewrites nothing.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import json
 import logging
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -21,214 +18,15 @@ import polars as pl
 from clarify import console, faults, schemas, stops
 from clarify.batch import cluster
 from clarify.batch.config import PART_TREES, RESULT_FREE, TOKENS_PER_QUESTION, RunConfig
-from clarify.batch.demos import resolve_pool
 from clarify.batch.program import Resources, TreeRows
-from clarify.batch.prompts import Passage
+from clarify.batch.resources import PreparedRun, open_resources, passages_only, prepare, tables
 from clarify.batch.rundir import Run, RunDir
 from clarify.batch.scheduler import DRIVERS, SchedStats
 from clarify.batch.tree import Tree
 from clarify.errors import InputError
-from clarify.eval import datasets
-from clarify.files import sha256 as file_sha256
+from clarify.eval.datasets import Dataset
 from clarify.files import write_json
 from clarify.local_llm.models import parameter_count
-
-
-def questions_path(cfg: RunConfig) -> Path:
-    """The file the run's questions come from: `questions`, else the dataset's shipped file."""
-    # a dataset without a shipped file needs `questions`: the config refuses it otherwise (config.py)
-    return Path(cfg.questions) if cfg.questions else datasets.get(cfg.dataset).default_path()
-
-
-def load_questions(cfg: RunConfig) -> tuple[pl.DataFrame, pl.DataFrame | None]:
-    """(questions, gold-or-None) for the configured dataset (eval/datasets/): the questions the run answers
-    (offset:offset+limit, limit 0 all; ASQA: none of its demo pool, `Dataset.select`)."""
-    ds = datasets.get(cfg.dataset)
-    questions, gold = ds.load(questions_path(cfg))
-    _check_offset(cfg, questions)
-    return ds.select(cfg, questions), gold
-
-
-def _check_offset(cfg: RunConfig, questions: pl.DataFrame) -> None:
-    if cfg.offset >= questions.height:
-        raise InputError(f"offset {cfg.offset} is past the end: {questions_path(cfg)} has {questions.height} "
-                         f"question(s)", field="offset")
-
-
-def check_inputs(cfg: RunConfig, *, index=None, engine_factory=None) -> tuple[object, dict]:
-    """Check the index and the model before anything is frozen or loaded (the questions are read by
-    `load_questions`); return the opened (lazy) index and what pins the inputs: the questions file's
-    sha256, the demo pool's file and size, the model folder's fingerprint, the index's. An index or engine
-    passed in by a caller (tests) is taken as given; an embedded model then is not prepared."""
-    from clarify.local_llm import backends
-    from clarify.local_llm.models import EMBEDDED, check_model_dir, model_fingerprint
-
-    inputs: dict[str, dict] = {"questions": {"path": str(questions_path(cfg)),
-                                             "sha256": file_sha256(questions_path(cfg))}}
-    # the ASQA file the clarification demos come from, pinned like the questions (batch/demos.py)
-    inputs["demo_pool"] = resolve_pool(cfg).identity()
-    if not inputs["demo_pool"]["demos"]:
-        raise InputError(f"the demo pool {cfg.demo_pool} holds no demos", path=inputs["demo_pool"]["path"],
-                         field="demo_pool")
-    if index is None:
-        index = open_run_index(cfg)
-    inputs["index"] = index_identity(index)
-    from clarify.index.store import index_pins
-
-    inputs |= index_pins(index)  # a FAISS folder and encoder attached from elsewhere: pinned like the model
-    if cfg.retrieval.cross_encoder:  # a reranker changes every ranking: its files are pinned like the model's
-        inputs["cross_encoder"] = {"path": cfg.retrieval.cross_encoder,
-                                   "fingerprint": model_fingerprint(check_model_dir(cfg.retrieval.cross_encoder))}
-    if engine_factory is not None and cfg.model.model in EMBEDDED:
-        inputs["model"] = {"name": cfg.model.model}
-    else:  # a model folder's fingerprint, or a server's address and the model it reports (local_llm/backends.py)
-        inputs["model"] = backends.get(cfg.model.backend).identity(cfg.model)
-    return index, inputs
-
-
-def searcher_identity(cfg: RunConfig, index) -> dict:
-    """What a searcher's hits depend on (the shared search cache's key, batch/search_cache.py): its kind,
-    candidates and reranker (the frozen config's `[retrieval]`), and the index's manifest checksum."""
-    from clarify.index.store import index_pins
-
-    r = cfg.retrieval
-    ident = {"searcher": r.searcher, "candidates": r.candidates, "cross_encoder": r.cross_encoder,
-             "index": index_identity(index).get("fingerprint")}
-    # what issue 27 added joins the key only when set: caches made before it stay valid
-    ident |= {k: v["fingerprint"] for k, v in index_pins(index).items()}
-    ident |= {k: v for k, v in (("nprobe", r.nprobe), ("ef_search", r.ef_search)) if v}
-    return ident
-
-
-def index_identity(index) -> dict:
-    """An index's fingerprint: its manifest's corpus checksums and build settings (index/store.py), or
-    the names and sizes of a prebuilt index's files; {} for a stand-in without a path."""
-    path = getattr(index, "path", None)
-    if path is None:
-        return {}
-    manifest = getattr(index, "manifest", None) or {}
-    if manifest.get("corpus") is not None:
-        ident = json.dumps({k: manifest.get(k) for k in ("corpus", "build", "passages")}, sort_keys=True, default=str)
-    else:  # a prebuilt index: its files' names, sizes, mtimes and sampled blocks (store.fingerprint)
-        from clarify.index.store import fingerprint
-
-        ident = fingerprint(path)
-    return {"path": str(path), "fingerprint": hashlib.sha256(ident.encode("utf-8")).hexdigest()}
-
-
-def dense_options(cfg: RunConfig):
-    """How this process opens the FAISS part, from `[retrieval]` (index/store.py DenseOptions) and, for the
-    device, the CPU/CUDA settings table (local_llm/settings.py: the GPU where faiss-gpu sees one)."""
-    from clarify.index.store import DenseOptions
-    from clarify.local_llm.settings import faiss_device
-    from clarify.local_llm.vllm_engine import device_facts
-
-    r = cfg.retrieval
-    return DenseOptions(nprobe=r.nprobe, ef_search=r.ef_search, device=faiss_device(device_facts()))
-
-
-def open_run_index(cfg: RunConfig, pins: dict | None = None):
-    """The index a run uses: `index` (else the embedded default, built once), with `[retrieval]
-    faiss_index` and `encoder` attached, opened lazily after every path and the encoder/index dimensions
-    are checked. `pins`: the driver's inputs.json — a Ray worker opens exactly those paths and refuses
-    them when their fingerprints differ from the driver's (another copy on another node)."""
-    from clarify.index import ensure_default_index, open_index
-    from clarify.index.store import index_pins
-
-    r = cfg.retrieval
-    if pins is not None:
-        path = pins["index"]["path"]
-        faiss_dir = (pins.get("faiss_index") or {}).get("path") or r.faiss_index or None
-        encoder = (pins.get("encoder") or {}).get("path") or r.encoder or None
-    else:
-        path, faiss_dir, encoder = cfg.index or ensure_default_index(), r.faiss_index or None, r.encoder or None
-    index = open_index(path, faiss_dir=faiss_dir, encoder=encoder, dense_options=dense_options(cfg))
-    if pins is not None and pins["index"].get("fingerprint"):
-        mine = {"index": index_identity(index)} | index_pins(index)
-        for what in ("index", "faiss_index", "encoder"):
-            want, have = (pins.get(what) or {}).get("fingerprint"), (mine.get(what) or {}).get("fingerprint")
-            if want != have:
-                raise InputError(f"this worker's {what.replace('_', ' ')} differs from the one the driver pinned "
-                                 f"(fingerprint {str(have)[:12]} here, {str(want)[:12]} in inputs.json): every node "
-                                 f"needs the same files at the same path", path=str((mine.get(what) or {}).get("path")
-                                                                                    or (pins.get(what) or {}).get("path")))
-    return index
-
-
-def open_resources(cfg: RunConfig, questions: pl.DataFrame, cache_dir: Path,
-                   engine_factory: Callable[[RunConfig], object] | None = None, index=None,
-                   search_cache: Path | None = None, cache_name: str = "completions.sqlite") -> Resources:
-    """Index, encoder, demo pools and the cached engine for this config. The engine's completion cache
-    is `cache_dir/cache_name`, read together with the other caches there (a cluster run's workers')."""
-    from clarify.batch.demos import KnnPool, load_quotesum_demos
-    from clarify.local_llm.cache import CachedEngine, union_of
-
-    if index is None:
-        index = open_run_index(cfg)
-    fixed = fixed_passages(cfg, questions)
-    passages = passage_store(fixed, index)
-    embed = index.encoder.encode
-    enc_id = getattr(index.encoder, "name", "encoder")
-    # the whole pool is embedded once and cached by its questions' checksum (KnnPool): 4,353 train questions
-    # cost seconds once, nothing on later runs
-    demos = KnnPool(resolve_pool(cfg).demos(), embed, name="asqa-demos", encoder_id=enc_id)
-    quoted = None
-    ds = datasets.get(cfg.dataset)
-    if cfg.answer_style == "quoted" or ds.quoted_gold:
-        quoted = KnnPool(load_quotesum_demos(), embed, name="quotesum-demos", encoder_id=enc_id)
-
-    own = Path(cache_dir) / cache_name
-    engine = CachedEngine((engine_factory or engine_for)(cfg), own, also=union_of(cache_dir, own))
-    searcher, rerank = None, None
-    if ds.builds_trees:
-        cross = cfg.retrieval.cross_encoder or None
-        searcher = index.searcher(cfg.retrieval.searcher, candidates=cfg.retrieval.candidates, cross_encoder=cross)
-        # the reranker every node's pool, the evidence and the answer passages are scored with: the
-        # rerank searcher's own scorer, else the index's (run_toc.py:164 dsp's cross-encoder)
-        rerank = (getattr(searcher, "scorer", None) or index.scorer(cross)).score
-    if searcher is not None and search_cache is not None:
-        from clarify.batch.search_cache import CachingSearcher
-
-        searcher = CachingSearcher(searcher, search_cache, searcher_identity(cfg, index))
-    return Resources(engine=engine, searcher=searcher, passages=passages, embed=embed, demos=demos,
-                     quoted_demos=quoted, fixed_passages=fixed, rerank=rerank)
-
-
-def fixed_passages(cfg: RunConfig, questions: pl.DataFrame) -> dict[str, list[Passage]]:
-    """qid → the question's own sources (QuoteSum: `qid:s1`..), numbered from 1; {} for searched datasets."""
-    return datasets.get(cfg.dataset).given_sources(questions)
-
-
-def passage_store(fixed: dict[str, list[Passage]], index) -> Callable[[list[str]], dict[str, Passage]]:
-    """Passage ids → passages: a question's own sources (`fixed_passages`), else the index's stored text."""
-    given = {p.passage_id: p for ps in fixed.values() for p in ps}
-
-    def passages(ids: list[str]) -> dict[str, Passage]:
-        out = {i: given[i] for i in ids if i in given}
-        rest = [i for i in ids if i not in out]
-        if rest:
-            for row in index.passage_lookup(rest).iter_rows(named=True):
-                out[row["passage_id"]] = Passage(row["passage_id"], row["title"] or "", row["text"])
-        return out
-
-    return passages
-
-
-def engine_for(cfg: RunConfig, **placement):
-    """The engine of this config's `[model]` table, from its backend (local_llm/backends.py): vLLM's
-    process-wide engine (built once, then shared), or a client of a running server. `placement`: where a
-    cluster worker's engine runs its shards (batch/cluster.py), no result changes."""
-    from clarify.local_llm import backends
-
-    return backends.get(cfg.model.backend).open(cfg.model, **placement)
-
-
-def _tables(rows: list[TreeRows]) -> dict[str, pl.DataFrame]:
-    calls = [r for t in rows for r in t.llm_calls]
-    hits = [r for t in rows for r in t.hits]
-    answers = [r for t in rows for r in t.answers]
-    return {"llm_calls": pl.DataFrame(calls, schema=schemas.LLM_CALLS) if calls else schemas.empty("llm_calls"),
-            "hits": pl.DataFrame(hits, schema=schemas.RUN_HITS), "answers": pl.DataFrame(answers, schema=schemas.TREE_ANSWERS)}
 
 
 def nodes_table(trees: list[Tree]) -> pl.DataFrame:
@@ -255,14 +53,11 @@ def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, pro
     from clarify.local_llm.cache import check_caches
 
     rd = RunDir(out)
-    pool = resolve_pool(cfg)
-    # the pool used, not `auto`, is what config.json records and a resumed run compares
-    cfg = dataclasses.replace(cfg, demo_pool=pool.spec)
-    questions, gold = load_questions(cfg)
-    index, inputs = check_inputs(cfg, index=index, engine_factory=engine_factory)
+    prep = prepare(cfg, index=index, engine_factory=engine_factory)  # every input resolved once (resources.py)
+    cfg, inputs = prep.cfg, prep.inputs
     check_caches(rd.cache_dir)
     if progress:  # with the stage lines; --no-progress keeps the terminal to errors (inputs.json has it)
-        console.say(pool.line(inputs["demo_pool"]["demos"]) + _limit_words(cfg, pool, questions.height))
+        console.say(prep.pool.line(inputs["demo_pool"]["demos"]) + _limit_words(cfg, prep.pool, prep.questions.height))
     if rd.finished and not restart and not os.access(rd.path, os.W_OK):
         # a finished run on a read-only file system (an archive): nothing to write, nothing to lock
         rd.freeze(json.loads(cfg.to_json()), inputs, ignore=RESULT_FREE)  # compares only: it is finished
@@ -274,8 +69,7 @@ def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, pro
         rd.freeze(json.loads(cfg.to_json()), inputs, ignore=RESULT_FREE)
         if rd.finished:
             return Run.open(rd.path).summary
-        return _run_locked(rd, cfg, questions, gold, index, engine_factory, progress, stop_after_parts,
-                           part_trees, search_cache, on_part, pins=inputs)
+        return _run_locked(rd, prep, progress, stop_after_parts, part_trees, search_cache, on_part)
 
 
 def _limit_words(cfg: RunConfig, pool, n: int) -> str:
@@ -320,16 +114,16 @@ class _Parts:
         # after any part redoes no call made before it
         with stops.deferred():  # a stop signal waits for the part
             self.commit()
-            n = self.rd.write_part(_tables(self.rows), self.trees, run_s=self.run_s(), engine=self.engine())
+            n = self.rd.write_part(tables(self.rows), self.trees, run_s=self.run_s(), engine=self.engine())
         self.trees_written += len(self.trees)
         self.trees, self.rows, self.last, self.written = [], [], time.monotonic(), n
         faults.point(f"part-done:{n}")
         return True
 
 
-def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index, engine_factory, progress: bool,
-                stop_after_parts: int | None, part_trees: int, search_cache: Path | None, on_part, *,
-                pins: dict | None = None) -> dict:
+def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts: int | None, part_trees: int,
+                search_cache: Path | None, on_part) -> dict:
+    cfg, questions = prep.cfg, prep.questions
     t_start = time.perf_counter()
     state = rd.load_state()  # verified: a damaged checkpoint is reported before any model loads
     if state is None:
@@ -346,12 +140,8 @@ def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index
                                       expected_tokens=(questions.height - len(finished)) * TOKENS_PER_QUESTION,
                                       enabled=progress)
         try:
-            path = getattr(index, "path", None)
-            pinned = {k: v for k, v in (pins or {}).items() if k in ("index", "faiss_index", "encoder")}
-            outcome = cluster.run_chunks(rd, cfg, questions, set(finished), index_path=str(path) if path else "",
-                                         index_pins=pinned,
-                                         search_cache=search_cache, display=display, run_s=run_s,
-                                         stop_after_parts=stop_after_parts, on_part=on_part)
+            outcome = cluster.run_chunks(rd, prep, set(finished), search_cache=search_cache, display=display,
+                                         run_s=run_s, stop_after_parts=stop_after_parts, on_part=on_part)
         except stops.Stopped as exc:
             exc.done = _how_far(rd, questions.height)
             raise
@@ -365,17 +155,15 @@ def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index
         extra = {"cluster": outcome.summary(time.perf_counter() - t_start)}
         engine = outcome.engine or state.engine
     if len(finished) == questions.height:  # every tree written (by workers, or before a crash): no model here
-        fixed = fixed_passages(cfg, questions)
-        res = Resources(engine=None, searcher=None, passages=passage_store(fixed, index), embed=None,
-                        demos=None, fixed_passages=fixed)
+        res = passages_only(prep)
         trees = [finished[q] for q in questions["qid"]]
         with console.step("checking quotes and scoring", enabled=progress, timed=False):
-            summary = finalize(rd, cfg, trees, questions, gold, res, session_start=t_start, stats=stats,
+            summary = finalize(rd, prep, trees, res, session_start=t_start, stats=stats,
                                prior_s=prior_s, engine=engine, extra=extra)
         note_run(summary, cfg)
         return summary
     with console.step("opening the index, the encoder and the engine", enabled=progress):
-        res = open_resources(cfg, questions, rd.cache_dir, engine_factory, index, search_cache)
+        res = open_resources(prep, rd.cache_dir, search_cache=search_cache)
     try:  # the completion cache is closed (its WAL folded into the file) when the run stops, not at GC
         # unfinished trees start over: replayed against the completion cache, they cost no model call up
         # to where the run stopped (seeds and keys depend only on the tree's own requests)
@@ -408,7 +196,7 @@ def _run_locked(rd: RunDir, cfg: RunConfig, questions: pl.DataFrame, gold, index
             display.close()
             res.engine.on_progress = None
         with console.step("checking quotes and scoring", enabled=progress, timed=False):
-            summary = finalize(rd, cfg, trees, questions, gold, res, session_start=t_start, stats=stats,
+            summary = finalize(rd, prep, trees, res, session_start=t_start, stats=stats,
                                prior_s=prior_s, usage=engine_usage(res.engine, before, stats))
         note_run(summary, cfg)
         return summary
@@ -485,8 +273,7 @@ class _Stop(Exception):
     """Raised by the checkpoint hook to stop after a given part (tests of resume)."""
 
 
-def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFrame, gold, res: Resources,
-             *, session_start: float, stats: SchedStats, prior_s: float | None, engine: dict | None = None,
+def finalize(rd: RunDir, prep: PreparedRun, trees: list[Tree], res: Resources, *, session_start: float, stats: SchedStats, prior_s: float | None, engine: dict | None = None,
              usage: dict | None = None, extra: dict | None = None) -> dict:
     """Final tables, quote check, scores and summary.json (written last).
 
@@ -495,6 +282,8 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
     engine facts of the checkpoint, when this session loaded no engine. usage: this session's engine work
     (`engine_usage`). extra: more summary entries (a cluster run's `cluster`)."""
     from clarify.batch.quotes import check_answers, quote_fidelity
+
+    cfg, questions = prep.cfg, prep.questions
 
     # rows in question order, each tree's in the order its program made them: the same tables whichever
     # scheduler ran and however the trees were split into parts
@@ -522,7 +311,7 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
         answers = answers.with_columns(answer_plain=pl.col("answer"))
     answers = schemas.conform(answers, "answers")
 
-    scores, metrics = score(cfg, answers, nodes, gold)
+    scores, metrics = score(prep.dataset, answers, nodes, prep.gold)
     for name, df in (("nodes", nodes), ("hits", hits), ("llm_calls", calls), ("answers", answers),
                      ("spans", spans), ("passages", passages), ("scores", scores)):
         rd.write_table(name, df)
@@ -561,10 +350,10 @@ def finalize(rd: RunDir, cfg: RunConfig, trees: list[Tree], questions: pl.DataFr
         # completion-cache rows found damaged (checksum mismatch, unreadable) and recomputed, this session
         "cache_recomputed": res.engine.stats.recomputed() if res.engine is not None else {"rows": 0, "reasons": {}},
         "quote_fidelity": fidelity,
-        "params": parameter_count(cfg.model.model),
+        "params": parameter_count(prep.model_path or cfg.model.model),
         **(extra or {}),
     }
-    write_json(summary, rd.path / "summary.json")
+    write_json(summary, rd.summary_file)
     return summary
 
 
@@ -582,11 +371,10 @@ def _add_quote_notes(calls: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame
             .drop("quote_note"))
 
 
-def score(cfg: RunConfig, answers: pl.DataFrame, nodes: pl.DataFrame, gold) -> tuple[pl.DataFrame, dict]:
-    """Per-question long scores table + summary metrics, by the dataset's evaluator."""
+def score(ds: Dataset, answers: pl.DataFrame, nodes: pl.DataFrame, gold) -> tuple[pl.DataFrame, dict]:
+    """Per-question long scores table + summary metrics, by the dataset's evaluator (eval/datasets/)."""
     if gold is None:
         return schemas.empty("scores"), {}
-    ds = datasets.get(cfg.dataset)
     per_q = ds.score(ds.predictions(answers), gold, nodes=nodes)
     summ = ds.summarize(per_q, gold)
     metrics = {r["metric"]: r["value"] for r in summ.iter_rows(named=True)}

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from clarify.batch.parse import Disambiguation
+from clarify.schemas import Passage
 
 SEP = "\n\n---\n\n"
 
@@ -55,13 +56,6 @@ VERIFY_INSTRUCTIONS = (
     "Below are a question, a context passage and a proposed answer to the question. Decide whether the proposed "
     "answer could be correct, using the context. Reply with only True or False."
 )
-
-
-@dataclass(frozen=True)
-class Passage:
-    passage_id: str
-    title: str
-    text: str
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ TABLE_SCHEMAS = {"questions": "questions", "nodes": "nodes", "hits": "run_hits",
                  "answers": "answers", "spans": "spans", "passages": "passages", "scores": "scores"}
 # Written by finalize (questions.parquet comes first, when the run starts)
 FINAL_TABLES = tuple(name for name in TABLE_SCHEMAS if name != "questions")
+WAVES = "waves"  # checkpoints of clarify before issue 13: refused, and removed by --restart
 
 
 class Checkpoint(NamedTuple):
@@ -137,16 +138,57 @@ class RunDir:
         if self.path.exists() and not self.path.is_dir():
             raise InputError("run directory path exists and is not a directory", path=str(self.path))
 
+    # Every path of the layout (the module docstring) is named here; the rest of clarify asks for them.
     @property
     def cache_dir(self) -> Path:
         return self.path / "cache"
 
     @property
+    def config_file(self) -> Path:
+        return self.path / "config.json"
+
+    @property
+    def inputs_file(self) -> Path:
+        return self.path / "inputs.json"
+
+    @property
+    def summary_file(self) -> Path:
+        return self.path / "summary.json"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.path / ".lock"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.path / "logs"
+
+    @property
+    def parts_dir(self) -> Path:
+        return self.path / "parts"
+
+    @property
+    def report_file(self) -> Path:
+        return self.path / "report.html"
+
+    def table_file(self, name: str) -> Path:
+        return self.path / f"{name}.parquet"
+
+    @staticmethod
+    def worker_name(slot: int) -> str:
+        """A cluster worker's name: its log files' prefix and its completion cache's stem (batch/cluster.py)."""
+        return f"worker-{slot:02d}"
+
+    @classmethod
+    def worker_cache(cls, slot: int) -> str:
+        """A cluster worker's completion cache file, in `cache_dir` (SQLite is never written from two hosts)."""
+        return f"{cls.worker_name(slot)}.sqlite"
+
+    @property
     def finished(self) -> bool:
         """summary.json and every final table are there (a table deleted since is rebuilt from the parts
         and the completion cache by the next run of the command, with no engine: batch/pipeline.py)."""
-        return (self.path / "summary.json").exists() and all(
-            (self.path / f"{name}.parquet").exists() for name in FINAL_TABLES)
+        return self.summary_file.exists() and all(self.table_file(name).exists() for name in FINAL_TABLES)
 
     @contextlib.contextmanager
     def lock(self):
@@ -160,10 +202,10 @@ class RunDir:
             raise InputError(f"cannot use as a run directory: {exc.strerror or exc}", path=str(self.path)) from None
         check_own_dir(self.path, "run directory")
         try:
-            fd = open_own(self.path / ".lock")
+            fd = open_own(self.lock_file)
         except OSError as exc:  # a planted link, another user's file, a read-only file system
             raise InputError(f"cannot use as a run directory: {exc.strerror or exc}",
-                             path=str(self.path / ".lock")) from None
+                             path=str(self.lock_file)) from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -176,14 +218,14 @@ class RunDir:
             os.close(fd)  # releases the flock
 
     def has_checkpoint(self) -> bool:
-        return self.finished or bool(self.part_dirs()) or (self.path / "waves").exists()
+        return self.finished or bool(self.part_dirs()) or (self.path / WAVES).exists()
 
     def freeze(self, config: dict, inputs: dict, ignore: tuple[str, ...] = ()) -> None:
         """Pin config.json and inputs.json. Once a checkpoint exists they are binding: another config or
         a changed input is refused, naming the difference. Before that (a failed start) they are
         simply rewritten. `ignore`: top-level settings that never change results (the scheduler): a
         resumed run may change them, and config.json records the latest."""
-        cfg_path, in_path = self.path / "config.json", self.path / "inputs.json"
+        cfg_path, in_path = self.config_file, self.inputs_file
         if cfg_path.exists() and self.has_checkpoint():
             restart = "use a new --out, or rerun with --restart to start over (the completion cache is kept)"
             raw = read_json(cfg_path, f"restore it, or {restart}")
@@ -209,26 +251,26 @@ class RunDir:
         its keys name model, prompt and parameters, so every row stays valid). The finished mark goes
         first and the wave folders are renamed away in one step, so a crash midway leaves a directory
         that resumes or restarts again, never a mix."""
-        (self.path / "summary.json").unlink(missing_ok=True)
-        for name in ("parts", "waves"):  # waves/: checkpoints of clarify before issue 13
+        self.summary_file.unlink(missing_ok=True)
+        for name in (self.parts_dir.name, WAVES):
             if (self.path / name).exists():
                 trash = self.path / f".{name}.trash{os.getpid()}"
                 os.replace(self.path / name, trash)
                 faults.point("restart-cleared")
                 shutil.rmtree(trash)
         for name in TABLE_SCHEMAS:
-            (self.path / f"{name}.parquet").unlink(missing_ok=True)
-        for name in ("inputs.json", "config.json"):
-            (self.path / name).unlink(missing_ok=True)
+            self.table_file(name).unlink(missing_ok=True)
+        for path in (self.inputs_file, self.config_file):
+            path.unlink(missing_ok=True)
 
     def write_table(self, name: str, df: pl.DataFrame) -> Path:
-        path = self.path / f"{name}.parquet"
+        path = self.table_file(name)
         write_parquet(df, path)
         return path
 
     # -- parts: finished trees -------------------------------------------------------------------
     def part_dirs(self) -> list[Path]:
-        root = self.path / "parts"
+        root = self.parts_dir
         if not root.exists():
             return []
         return sorted(p for p in root.iterdir() if p.is_dir() and p.name.isdigit())
@@ -245,7 +287,7 @@ class RunDir:
         extra: where the trees ran (a cluster run's worker, node and chunk: batch/cluster.py)."""
         dirs = self.part_dirs()
         n = int(dirs[-1].name) + 1 if dirs else 1
-        final = self.path / "parts" / f"{n:04d}"
+        final = self.parts_dir / f"{n:04d}"
         make_dirs(final.parent)
         tmp = Path(tempfile.mkdtemp(prefix=f".{n:04d}.tmp", dir=final.parent))  # 0700, a fresh name
         widen_mode(tmp, folder=True)
@@ -268,11 +310,11 @@ class RunDir:
         """The finished trees of every part, or None for a fresh run. Every part is verified first
         (`verify_part`): a damaged one raises InputError in one line. Half-written temp folders are removed
         (the caller holds the lock)."""
-        if (self.path / "waves").exists():
+        if (self.path / WAVES).exists():
             raise InputError("this run directory was written by an older clarify (wave checkpoints); rerun with "
                              "--restart: the completion cache is kept, so the work done replays without model "
-                             "calls", path=str(self.path / "waves"))
-        for pattern, root in ((".*.tmp*", self.path / "parts"), (".*.trash*", self.path)):
+                             "calls", path=str(self.path / WAVES))
+        for pattern, root in ((".*.tmp*", self.parts_dir), (".*.trash*", self.path)):
             for p in root.glob(pattern) if root.exists() else []:
                 shutil.rmtree(p, ignore_errors=True)
         dirs = self.part_dirs()
@@ -331,7 +373,8 @@ class Run:
     def __init__(self, path: Path, config, settings: dict, summary: dict):
         self.path, self.config, self.settings, self.summary = path, config, settings, summary
         self.name = str(summary.get("name") or path.name)
-        self.missing = [f"{n}.parquet" for n in TABLE_SCHEMAS if not (path / f"{n}.parquet").is_file()]
+        self.layout = RunDir(path)
+        self.missing = [f"{n}.parquet" for n in TABLE_SCHEMAS if not self.layout.table_file(n).is_file()]
         self._tables: dict[str, pl.DataFrame] = {}
 
     @classmethod
@@ -341,13 +384,14 @@ class Run:
         path = Path(path)
         if not path.is_dir():
             raise InputError("not a run directory (no such folder)", path=str(path))
-        cfg_path = path / "config.json"
+        layout = RunDir(path)
+        cfg_path = layout.config_file
         if not cfg_path.is_file():
             raise InputError("not a run directory: config.json is missing", path=str(path))
         settings = _json_object(cfg_path, "restore it, or start the run again with --restart")
         config = from_dict(settings, source=str(cfg_path))
-        summary = (_json_object(path / "summary.json", "delete it to rewrite the final tables from the parts")
-                   if (path / "summary.json").is_file() else {})
+        summary = (_json_object(layout.summary_file, "delete it to rewrite the final tables from the parts")
+                   if layout.summary_file.is_file() else {})
         return cls(path, config, settings, summary)
 
     @property
@@ -359,7 +403,7 @@ class Run:
         if name not in TABLE_SCHEMAS:
             raise KeyError(f"no table {name!r} in a run directory (tables: {', '.join(TABLE_SCHEMAS)})")
         if name not in self._tables:
-            path = self.path / f"{name}.parquet"
+            path = self.layout.table_file(name)
             if not path.is_file():
                 if required:
                     raise InputError(f"the run has no {name}.parquet (has it finished?)", path=str(self.path))

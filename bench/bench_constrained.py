@@ -90,8 +90,8 @@ def compile_cost(cfg, out: Path) -> dict:
     from transformers import AutoTokenizer
 
     from clarify.batch.constraints import format_grammar, quotes_grammar
-    from clarify.batch.prompts import Passage
     from clarify.local_llm.models import resolve_model
+    from clarify.schemas import Passage
 
     tok = AutoTokenizer.from_pretrained(resolve_model(cfg.model.model))
     compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(tok), max_threads=8, cache_enabled=False)

@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
 
     from clarify.batch import config
-    from clarify.batch.pipeline import load_questions, nodes_table, open_resources
+    from clarify.batch.pipeline import nodes_table
+    from clarify.batch.resources import open_resources, prepare
     from clarify.batch.scheduler import drive
     from clarify.batch.tree import Tree
     from clarify.index import ensure_default_index, open_index
@@ -78,14 +79,15 @@ def main(argv: list[str] | None = None) -> None:
                     "capacity": engine.capacity(), "runs": {}}
     for n in [int(x) for x in args.questions.split(",")]:
         cfg = config.load(None, {**over, "limit": n})
-        questions, _ = load_questions(cfg)
+        prep = prepare(cfg, index=index, engine_factory=lambda c: engine)
+        questions = prep.questions
         arms = (args.arms_large if n > 12 and args.arms_large else args.arms).split(",")
 
         def trees(questions=questions):
             return [Tree.new(q, text) for q, text in zip(questions["qid"], questions["question"])]
 
-        def resources(cache_dir: Path, cfg=cfg, questions=questions):
-            return open_resources(cfg, questions, cache_dir, engine_factory=lambda c: engine, index=index)
+        def resources(cache_dir: Path, prep=prep):
+            return open_resources(prep, cache_dir)
 
         run: dict = {"questions": n, "arms": {}}
         first = None  # (name, cache dir, trees, rows) of the first scheduler arm

@@ -3,7 +3,8 @@
 `[model] backend` picks one: "vllm" (default) starts vLLM's offline engine in this process
 (local_llm/vllm_engine.py); "openai" talks to a model that already runs as a server speaking the
 OpenAI-compatible API (local_llm/openai_engine.py). Each backend answers three questions:
-- `open(model_cfg, **placement)`: the engine (Engine + EngineInfo + StepEngine, local_llm/engine.py);
+- `open(model_cfg, pin=, **placement)`: the engine (`pin`: the run's `identity`, so a folder is resolved
+  and fingerprinted once per run) (Engine + EngineInfo + StepEngine, local_llm/engine.py);
 - `identity(model_cfg)`: what a run pins in inputs.json, checked before anything is written (a model
   folder's fingerprint; a server's address and the model id it reports, refused in one line when down);
 - `uses_gpus`: whether a Ray worker of this backend needs a GPU of its own (batch/cluster.py).
@@ -26,10 +27,12 @@ class Backend:
     description: str
 
 
-def _vllm_open(m, **placement):
+def _vllm_open(m, pin: dict | None = None, **placement):
     from clarify.local_llm.vllm_engine import get_engine
 
-    return get_engine(m.model, max_model_len=m.max_model_len, gpu_memory_utilization=m.gpu_memory_utilization,
+    # the run's pin (`identity`, inputs.json): the folder it resolved and fingerprinted once
+    model, fingerprint = (pin["path"], pin["fingerprint"]) if pin and pin.get("path") else (m.model, None)
+    return get_engine(model, fingerprint=fingerprint, max_model_len=m.max_model_len, gpu_memory_utilization=m.gpu_memory_utilization,
                       tensor_parallel_size=m.tensor_parallel_size, dtype=m.dtype, max_num_seqs=m.max_num_seqs,
                       batch_invariant=m.batch_invariant, **placement,
                       progress=False)  # the run shows its own progress (console.RunProgress), not vLLM's
@@ -42,7 +45,7 @@ def _vllm_identity(m) -> dict:
     return {"path": str(path), "fingerprint": model_fingerprint(path)}
 
 
-def _openai_open(m, **placement):
+def _openai_open(m, pin: dict | None = None, **placement):
     from clarify.local_llm.openai_engine import OpenAIEngine
 
     return OpenAIEngine(_base_url(m), m.model, api_key_env=m.api_key_env, endpoint=m.endpoint,

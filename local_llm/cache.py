@@ -179,6 +179,9 @@ def _create_private(p: Path) -> None:
         raise InputError(f"cannot make a completion cache here: {exc.strerror or exc}", path=str(p)) from None
 
 
+DEFAULT_FILE = "completions.sqlite"  # a run's own cache in its cache/ folder (batch/rundir.py)
+
+
 class CachedEngine:
     """Engine wrapper: `CachedEngine(engine, path)`; `path` is the SQLite file (a directory is
     accepted too and gets `completions.sqlite` inside). `also`: other cache files, read (never
@@ -189,7 +192,7 @@ class CachedEngine:
         self.engine = engine
         p = Path(path)
         if p.is_dir() or (not p.suffix and not p.exists()):
-            p = p / "completions.sqlite"
+            p = p / DEFAULT_FILE
         _create_private(p)
         self.path = p
         self.stats = CacheStats()

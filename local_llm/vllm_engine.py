@@ -149,7 +149,8 @@ class VLLMEngine:
     the model has one), True, or False. `dtype`: "auto" resolves by device and CPU capability
     (local_llm/hardware.py); an explicit dtype wins. `model_id` (the cache key's model part) names the
     model, a fingerprint of its files, whether the chat template is applied, and the dtype the engine
-    really runs (read back from vLLM), so completions of different dtypes never share a cache key."""
+    really runs (read back from vLLM), so completions of different dtypes never share a cache key.
+    `fingerprint`: the folder's `model_fingerprint` when the caller has it already (a run's pin, inputs.json)."""
 
     def __init__(
         self,
@@ -167,6 +168,7 @@ class VLLMEngine:
         batch_invariant: bool = False,
         ray_worker: bool = False,
         progress: bool = True,
+        fingerprint: str | None = None,
         **engine_kwargs: Any,
     ):
         self.path: Path = resolve_model(model)
@@ -225,7 +227,7 @@ class VLLMEngine:
         # What changes the texts is the identity, so the completion cache never mixes them: the model's files,
         # the chat template or not, the dtype really run (bf16 greedy results even depend on batch
         # composition), batch-invariant mode, and the vLLM and torch builds.
-        self.model_id = (f"{name}@{model_fingerprint(self.path)}:{'chat' if self.chat else 'raw'}:{self.dtype}"
+        self.model_id = (f"{name}@{fingerprint or model_fingerprint(self.path)}:{'chat' if self.chat else 'raw'}:{self.dtype}"
                          f"{':batch-invariant' if batch_invariant else ''}"
                          f":vllm-{self.versions['vllm']}:torch-{self.versions['torch']}")
         self._tokenizer = self._llm.get_tokenizer()
@@ -425,6 +427,7 @@ def get_engine(model: str | os.PathLike = "smollm2-135m-instruct", **kwargs: Any
     CLI share one. Asking for a second, different engine works but is logged as a warning.
     `progress` (vLLM's progress bar) only changes the shared instance's display setting."""
     progress = kwargs.pop("progress", None)  # display only: not part of the engine's identity
+    fingerprint = kwargs.pop("fingerprint", None)  # the folder's, computed by the caller: derived from the path
     path = resolve_model(model)
     defaults = {k: p.default for k, p in inspect.signature(VLLMEngine.__init__).parameters.items()
                 if p.default is not inspect.Parameter.empty}
@@ -435,7 +438,7 @@ def get_engine(model: str | os.PathLike = "smollm2-135m-instruct", **kwargs: Any
         if engine is None:
             if _ENGINES:
                 log.warning("building a second vLLM engine in this process (%s); each holds its own memory", key)
-            engine = VLLMEngine(path, progress=True if progress is None else progress, **kwargs)
+            engine = VLLMEngine(path, progress=True if progress is None else progress, fingerprint=fingerprint, **kwargs)
             _ENGINES[key] = engine
         if progress is not None:
             engine.progress = progress

@@ -29,7 +29,8 @@ SCHEDULERS = """
 import json, sys
 from pathlib import Path
 from clarify.batch import config
-from clarify.batch.pipeline import engine_for, run
+from clarify.batch.pipeline import run
+from clarify.batch.resources import engine_for
 settings, out = json.loads(sys.argv[1]), Path(sys.argv[2])
 engines = []
 def fresh(cfg):  # one engine for the three runs, its prefix cache dropped before each: computed afresh

@@ -20,10 +20,10 @@ from clarify.batch.constraints import (
     quotes_grammar,
 )
 from clarify.batch.parse import parse_disambiguations
-from clarify.batch.prompts import Passage
 from clarify.batch.quotes import check_answers, normalise
 from clarify.files import data_dir
 from clarify.local_llm.engine import GenParams, request_key
+from clarify.schemas import Passage
 from tests.run_fixtures import SMALL
 
 xgrammar = pytest.importorskip("xgrammar")
@@ -205,17 +205,17 @@ CONSTRAINED = {"toc.constrain_format": True, "answer.constrain_quotes": True, "a
 @pytest.fixture(scope="module")
 def constrained_run(tmp_path_factory, default_local_index, llm_engine):
     """1 ASQA question, both constraints on, driven by the continuous scheduler on vLLM's step loop."""
-    from clarify.batch.pipeline import load_questions, open_resources
+    from clarify.batch.resources import open_resources, prepare
     from clarify.batch.scheduler import drive
     from clarify.batch.tree import Tree
 
     tmp = tmp_path_factory.mktemp("constrained")
     cfg = config.load(None, {"limit": 1, **CONSTRAINED, **SMALL})
-    questions, _ = load_questions(cfg)
+    prep = prepare(cfg, index=default_local_index, engine_factory=lambda c: llm_engine)
+    questions = prep.questions
 
     def resources():
-        return open_resources(cfg, questions, tmp / "cache", engine_factory=lambda c: llm_engine,
-                              index=default_local_index)
+        return open_resources(prep, tmp / "cache")
 
     def trees():
         return [Tree.new(q, text) for q, text in zip(questions["qid"], questions["question"])]
@@ -308,7 +308,7 @@ def test_demo_keeps_the_official_decoding_and_a_constrained_demo_resumes_constra
     README "Constrained decoding"); a demo started with them resumes with them and says so."""
     import types
 
-    from clarify.batch import commands, pipeline
+    from clarify.batch import commands, pipeline, resources
     from clarify.batch.cli import build_parser
 
     got = []
@@ -321,7 +321,7 @@ def test_demo_keeps_the_official_decoding_and_a_constrained_demo_resumes_constra
         raise Ran
 
     monkeypatch.setattr(pipeline, "run", fake_run)
-    monkeypatch.setattr(pipeline, "engine_for", lambda cfg: types.SimpleNamespace(cpu=None, device="cpu",
+    monkeypatch.setattr(resources, "engine_for", lambda cfg: types.SimpleNamespace(cpu=None, device="cpu",
                                                                                    dtype="float32"))
     monkeypatch.setattr(commands, "probe_speed", lambda engine: 1000.0)
     monkeypatch.setattr("clarify.index.ensure_default_index", lambda: tmp_path / "index")

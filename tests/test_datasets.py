@@ -10,7 +10,8 @@ import polars as pl
 import pytest
 
 from clarify.batch import config
-from clarify.batch.pipeline import fixed_passages, load_questions, score
+from clarify.batch.pipeline import score
+from clarify.batch.resources import load_questions
 from clarify.errors import InputError
 from clarify.eval import datasets
 from clarify.eval.datasets import Dataset
@@ -67,9 +68,10 @@ def test_a_registered_dataset_flows_through_questions_and_scoring(toy):
     cfg = config.load(None, {"dataset": "toy", "questions": str(toy), "offset": 1, "limit": 2})
     questions, gold = load_questions(cfg)
     assert questions["qid"].to_list() == ["t1", "t2"] and gold.height == 3
-    assert fixed_passages(cfg, questions) == {}  # searched, like ASQA
+    ds = datasets.get(cfg.dataset)
+    assert ds.given_sources(questions) == {}  # searched, like ASQA
     answers = pl.DataFrame({"qid": ["t1", "t2"], "answer": ["In 2022, in Qatar.", "Marlowe."]})
-    scores, metrics = score(cfg, answers, pl.DataFrame(), gold)
+    scores, metrics = score(ds, answers, pl.DataFrame(), gold)
     assert dict(zip(scores["qid"], scores["value"])) == {"t1": 100.0, "t2": 0.0}
     assert metrics == {"hit": 50.0}
 
@@ -101,7 +103,7 @@ def test_quotesum_given_sources_are_numbered_once_for_runs_and_demos():
     questions, gold = load_questions(cfg)
     assert questions.height == 91 and gold is not None
     assert not datasets.get("quotesum").builds_trees
-    given = fixed_passages(cfg, questions)
+    given = datasets.get(cfg.dataset).given_sources(questions)
     first = questions.row(0, named=True)
     assert [p.passage_id for p in given[first["qid"]]] == [f"{first['qid']}:s{k}"
                                                            for k in range(1, len(first["sources"]) + 1)]
@@ -115,14 +117,22 @@ def test_quotesum_given_sources_are_numbered_once_for_runs_and_demos():
 # --- ASQA: its own check of a run's slice -----------------------------------------------------------------
 
 
+def _select(ds, overrides: dict, questions):
+    """`Dataset.select` as a run calls it: with the config's resolved demo pool (batch/resources.py)."""
+    from clarify.batch.demos import resolve_pool
+
+    cfg = config.load(None, overrides)
+    return ds.select(cfg, questions, resolve_pool(cfg))
+
+
 def test_asqa_refuses_a_slice_overlapping_the_demo_pool():
     asqa = datasets.get("asqa")
     questions, _ = asqa.load(asqa.default_path())
     for overrides in ({"offset": 490, "limit": 20}, {"offset": 600, "limit": 3}, {"limit": 900}):
         with pytest.raises(InputError, match=r"field 'limit': questions .* overlap the demo pool asqa:dev\[500:\]"):
-            asqa.select(config.load(None, overrides), questions)
-    assert asqa.select(config.load(None, {"offset": 480, "limit": 20}), questions).height == 20  # 480..499
-    assert asqa.select(config.load(None, {"limit": 900, "demo_pool": "asqa:dev[900:]"}), questions).height == 900
+            _select(asqa, overrides, questions)
+    assert _select(asqa, {"offset": 480, "limit": 20}, questions).height == 20  # 480..499
+    assert _select(asqa, {"limit": 900, "demo_pool": "asqa:dev[900:]"}, questions).height == 900
     with pytest.raises(InputError, match="overlap the demo pool"):  # and the run asks the adapter
         load_questions(config.load(None, {"offset": 490, "limit": 20}))
 
@@ -134,10 +144,10 @@ def test_limit_0_answers_every_asqa_question_outside_the_demo_pool():
     questions, _ = asqa.load(asqa.default_path())
     got = load_questions(config.load(None, {"limit": 0}))[0]
     assert got["qid"].to_list() == questions["qid"][:500].to_list()
-    got = asqa.select(config.load(None, {"limit": 0, "offset": 100, "demo_pool": "asqa:dev[200:848]"}), questions)
+    got = _select(asqa, {"limit": 0, "offset": 100, "demo_pool": "asqa:dev[200:848]"}, questions)
     assert got["qid"].to_list() == questions["qid"][100:200].to_list() + questions["qid"][848:].to_list()
     with pytest.raises(InputError, match=r"field 'offset': every question from 600 on is in the demo pool"):
-        asqa.select(config.load(None, {"limit": 0, "offset": 600}), questions)
+        _select(asqa, {"limit": 0, "offset": 600}, questions)
     # a pool from another file or split never overlaps the run's questions
-    other = config.load(None, {"limit": 0, "demo_pool": f"asqa:dev[0:]@{asqa.default_path()}x"})
-    assert asqa.select(other, questions).height == 948
+    other = {"limit": 0, "demo_pool": f"asqa:dev[0:]@{asqa.default_path()}x"}
+    assert _select(asqa, other, questions).height == 948

@@ -19,7 +19,8 @@ from clarify.batch import config
 from clarify.batch.cli import build_parser
 from clarify.batch.commands import _overrides
 from clarify.batch.demos import KnnPool, load_asqa_demos, resolve_pool
-from clarify.batch.pipeline import load_questions, open_resources, run
+from clarify.batch.pipeline import run
+from clarify.batch.resources import load_questions, open_resources, prepare
 from clarify.batch.tree import normalize
 from clarify.errors import InputError
 from clarify.eval import datasets
@@ -75,9 +76,10 @@ def test_train_demos_are_a_direct_knn_over_the_same_vectors(asqa_file, tmp_path)
     import faiss
 
     cfg = config.load(None, {"questions": str(asqa_file), "limit": 0, "answer_style": "free"})
-    questions, _ = load_questions(cfg)
     index = FakeIndex()
-    res = open_resources(cfg, questions, tmp_path / "cache", lambda c: ScriptedEngine("s", make_responder()), index)
+    prep = prepare(cfg, index=index, engine_factory=lambda c: ScriptedEngine("s", make_responder()))
+    questions = prep.questions
+    res = open_resources(prep, tmp_path / "cache")
     pool = res.demos
     assert [d.demo_id for d in pool.items] == [d.demo_id for d in resolve_pool(cfg).demos()]
     vectors = index.encoder.encode([d.question for d in pool.items])

@@ -64,7 +64,7 @@ HELP = _help_commands()
 
 def _validate(line: str) -> None:
     from clarify.batch import commands, config
-    from clarify.batch.pipeline import load_questions
+    from clarify.batch.resources import load_questions
 
     argv = shlex.split(line)[1:]
     try:

@@ -141,7 +141,7 @@ def test_restart_killed_midway_then_plain_rerun(tmp_path, clean_run):
 
 CLI = """
 import sys
-from clarify.batch import cli, pipeline
+from clarify.batch import cli, resources
 from clarify.local_llm.engine import request_key
 from clarify.local_llm.scripted import ScriptedEngine
 from tests.test_toc import make_responder
@@ -152,7 +152,7 @@ class Logged(ScriptedEngine):  # every request that reaches the engine, in every
             fh.writelines(request_key(self.model_id, p, gp) + "\\n" for p, gp in zip(prompts, params))
         return super().generate(prompts, params)
 
-pipeline.engine_for = lambda cfg: Logged("scripted", make_responder())
+resources.engine_for = lambda cfg, **kw: Logged("scripted", make_responder())
 sys.exit(cli.main(sys.argv[2:]))
 """
 

@@ -102,12 +102,12 @@ def test_a_worker_opens_exactly_what_the_driver_pinned(layouts, tmp_path):
     driver's inputs.json, refused when this node's copy has another fingerprint."""
     import shutil
 
-    from clarify.batch.pipeline import check_inputs, open_run_index
+    from clarify.batch.resources import open_run_index, prepare
 
     cfg = config.load(None, {"limit": 1, "index": str(layouts["lucene"]),
                              "retrieval.faiss_index": str(layouts["faiss"]),
                              "retrieval.encoder": str(layouts["query_encoder"])})
-    _, pins = check_inputs(cfg, engine_factory=lambda c: None)
+    pins = prepare(cfg, engine_factory=lambda c: None).inputs
     assert set(pins) >= {"index", "faiss_index", "encoder"}
     # the worker's own config says nothing about the FAISS folder: the pins decide
     bare = config.load(None, {"limit": 1, "index": str(layouts["lucene"])})

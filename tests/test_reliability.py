@@ -373,7 +373,7 @@ def test_a_directory_given_as_a_file_is_named_so(tmp_path):
 
 
 def test_offset_past_the_end_is_named_so():
-    from clarify.batch.pipeline import load_questions
+    from clarify.batch.resources import load_questions
 
     with pytest.raises(InputError, match=r"offset 5000 is past the end: .*dev.json has 948 question"):
         load_questions(config.load(None, {"offset": 5000, "limit": 3}))
@@ -501,12 +501,12 @@ def small_disk(tmp_path):
 
 FILL_AFTER_PART = """
 import sys
-from clarify.batch import cli, pipeline, rundir
+from clarify.batch import cli, resources, rundir
 from clarify.local_llm.engine import request_key
 from clarify.local_llm.scripted import ScriptedEngine
 from tests.test_toc import make_responder
 
-pipeline.engine_for = lambda cfg: ScriptedEngine("scripted", make_responder())
+resources.engine_for = lambda cfg, **kw: ScriptedEngine("scripted", make_responder())
 filler = sys.argv[1]
 if filler != "-":  # the disk fills up right after part 1 is written
     write_part = rundir.RunDir.write_part

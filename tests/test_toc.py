@@ -103,7 +103,7 @@ def _resources(engine, index=None):
     index = index or FakeIndex()
     embed = index.encoder.encode
     store = {r["passage_id"]: r for r in index.passages.iter_rows(named=True)}
-    from clarify.batch.prompts import Passage
+    from clarify.schemas import Passage
 
     return Resources(
         engine=engine, searcher=index.searcher(), embed=embed,
@@ -312,20 +312,20 @@ def test_config_errors_name_the_field(tmp_path):
     with pytest.raises(InputError, match="not valid TOML"):
         config.load(p)
     with pytest.raises(InputError, match="overlap the demo pool"):
-        from clarify.batch.pipeline import load_questions
+        from clarify.batch.resources import load_questions
 
         load_questions(config.load(None, {"offset": 490, "limit": 20}))
 
 
 def test_part_tables_follow_schemas():
     from clarify import schemas
-    from clarify.batch.pipeline import _tables
     from clarify.batch.program import TreeRows
+    from clarify.batch.resources import tables
 
     eng = ScriptedEngine("scripted", make_responder())
     trees = _trees()[:2]
     got = drive("continuous", trees, _resources(eng), _cfg(max_expansions=2))
-    schemas.check(_tables([TreeRows(llm_calls=got.llm_calls)])["llm_calls"], "llm_calls")
+    schemas.check(tables([TreeRows(llm_calls=got.llm_calls)])["llm_calls"], "llm_calls")
     schemas.check(nodes_table(trees), "nodes")
     assert got.tokens > 0 and got.stats.trees == 2
 

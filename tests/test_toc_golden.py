@@ -24,11 +24,12 @@ from clarify.batch import config
 from clarify.batch.demos import KnnPool
 from clarify.batch.parse import Disambiguation
 from clarify.batch.program import Resources
-from clarify.batch.prompts import Demo, Passage
+from clarify.batch.prompts import Demo
 from clarify.batch.scheduler import SCHEDULERS, drive
 from clarify.batch.tree import Tree
 from clarify.local_llm.cache import CachedEngine
 from clarify.local_llm.scripted import ScriptedEngine
+from clarify.schemas import Passage
 from tests.toc_fakes import HashEncoder
 
 R1 = "Who won the cup?"

@@ -21,12 +21,13 @@ from clarify.batch.demos import KnnPool
 from clarify.batch.match import MATCHING, dpr_tokens, dsp_f1, dsp_has_answers, dsp_normalize_text
 from clarify.batch.parse import Disambiguation, parse_disambiguations
 from clarify.batch.program import Resources, passage_string, removed_by
-from clarify.batch.prompts import Demo, Passage
+from clarify.batch.prompts import Demo
 from clarify.batch.scheduler import drive
 from clarify.batch.tree import Tree
 from clarify.eval import normalize
 from clarify.local_llm.cache import CachedEngine
 from clarify.local_llm.scripted import ScriptedEngine
+from clarify.schemas import Passage
 from tests.toc_fakes import DATA, HashEncoder
 
 CAV = "dpr:18833851"  # "2015–16 Cleveland Cavaliers season | ... a 3–1 series deficit ..."

@@ -16,7 +16,8 @@ import pytest
 
 from clarify import schemas
 from clarify.batch import config
-from clarify.batch.pipeline import load_questions, nodes_table, open_resources, run
+from clarify.batch.pipeline import nodes_table, run
+from clarify.batch.resources import open_resources, prepare
 from clarify.batch.scheduler import drive
 from clarify.batch.tree import Tree
 from tests.run_fixtures import SMALL, same_tables, small_toml
@@ -28,7 +29,8 @@ def test_real_schedulers_build_identical_tables_from_one_cache(tmp_path, default
     """The continuous driver on vLLM's own step loop, then waves and the per-question loop replayed from
     its completion cache: zero engine work, identical trees and rows (issue 13)."""
     cfg = config.load(None, {"limit": 3, "answer_style": "free", **SMALL})
-    questions, _ = load_questions(cfg)
+    prep = prepare(cfg, index=default_local_index, engine_factory=lambda c: llm_engine)
+    questions = prep.questions
     stats = llm_engine.stats
     steps, prompts, running, gen_calls = stats.steps, stats.prompts, len(stats.running), stats.calls
 
@@ -36,8 +38,7 @@ def test_real_schedulers_build_identical_tables_from_one_cache(tmp_path, default
         return [Tree.new(q, text) for q, text in zip(questions["qid"], questions["question"])]
 
     def resources():
-        return open_resources(cfg, questions, tmp_path / "cache", engine_factory=lambda c: llm_engine,
-                              index=default_local_index)
+        return open_resources(prep, tmp_path / "cache")
 
     res = resources()
     cont_trees = trees()

@@ -7,7 +7,7 @@
 What an adapter answers (`Dataset`, the defaults below fit a searched dataset without gold):
 - `default_file`: its shipped questions/gold file under `clarify.files.data_dir()` (None: the user gives one);
 - `load(path, split=)`: (questions [schemas.QUESTIONS + own columns], gold or None);
-- `select(cfg, questions)`: the questions a run answers, offset/limit applied (ASQA: not the demo pool's);
+- `select(cfg, questions, pool)`: the questions a run answers, offset/limit applied (ASQA: not the demo pool's);
 - `demo_file(path)`: the official-layout ASQA file its clarification demos come from (ASQA: its own file;
   others: None, the shipped ASQA dev set; batch/demos.py `resolve_pool`);
 - `given_sources(questions)`: qid → the question's own numbered passages (QuoteSum), else {};
@@ -38,7 +38,7 @@ from clarify.errors import InputError
 if TYPE_CHECKING:
     import polars as pl
 
-    from clarify.batch.prompts import Passage
+    from clarify.schemas import Passage
 
 
 class Dataset:
@@ -61,9 +61,10 @@ class Dataset:
         """(questions, gold or None) from `path`, in file order."""
         raise NotImplementedError
 
-    def select(self, cfg: Any, questions: pl.DataFrame) -> pl.DataFrame:
-        """The questions a run answers (`cfg`: a RunConfig): offset..offset+limit-1, limit 0 every one from
-        offset on; an InputError for a slice this dataset cannot answer."""
+    def select(self, cfg: Any, questions: pl.DataFrame, pool: Any) -> pl.DataFrame:
+        """The questions a run answers (`cfg`: a RunConfig; `pool`: its resolved clarification demo pool,
+        batch/demos.py `Pool`): offset..offset+limit-1, limit 0 every one from offset on; an InputError for a
+        slice this dataset cannot answer."""
         return questions.slice(cfg.offset, cfg.limit or None)
 
     def demo_file(self, path: Path | None) -> Path | None:

@@ -8,11 +8,47 @@ split: data/asqa/SOURCE.md), which a run then does not answer (`select`).
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from clarify.errors import InputError
 from clarify.eval.datasets import Dataset, register
+
+# `demo_pool` specs (batch/demos.py resolves one into the run's concrete pool; README "Running the whole
+# ASQA dev set"). They live with the ASQA adapter: a spec names a split and slice of an ASQA file.
+AUTO = "auto"
+SHIPPED_POOL = "asqa:dev[500:]"  # the shipped data has no train split: dev 500..947 are the demos
+TRAIN_POOL = "asqa:train"
+_SPEC = re.compile(r"asqa:(?P<split>dev|train)(?:\[(?P<start>\d*):(?P<stop>\d*)\])?(?:@(?P<file>.+))?")
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """A parsed `demo_pool`: `asqa:SPLIT[start:stop]@FILE` (slice and file optional)."""
+
+    split: str
+    start: int = 0
+    stop: int | None = None
+    file: str = ""  # "": the run's own ASQA file
+
+
+def pool_spec_problem(spec: str) -> str | None:
+    """Why `spec` is no `demo_pool` (the config's check), or None."""
+    if spec == AUTO or _SPEC.fullmatch(spec.strip()):
+        return None
+    return (f"unknown demo pool {spec!r}; expected 'auto', 'asqa:train', 'asqa:dev[500:]' or either with "
+            f"'@FILE'")
+
+
+def parse_pool_spec(spec: str) -> PoolSpec:
+    """'asqa:dev[500:]' → PoolSpec('dev', 500, None); 'asqa:train@/data/ASQA.json' → PoolSpec('train', 0, None,
+    '/data/ASQA.json')."""
+    m = _SPEC.fullmatch(spec.strip())
+    if not m:
+        raise InputError(pool_spec_problem(spec), field="demo_pool")
+    return PoolSpec(m["split"], int(m["start"] or 0), int(m["stop"]) if m["stop"] else None, m["file"] or "")
 
 
 class ASQA(Dataset):
@@ -30,15 +66,12 @@ class ASQA(Dataset):
     def demo_file(self, path):
         return path
 
-    def select(self, cfg: Any, questions):
+    def select(self, cfg: Any, questions, pool):
         """offset..offset+limit-1 outside a demo pool drawn from these same questions (a dev slice of this
         file, batch/demos.py `Pool.from_questions`): an explicit limit that overlaps it is refused; limit 0
         takes every question from offset on that is not a demo (the shipped default: dev 0..499)."""
-        from clarify.batch.demos import resolve_pool
-
-        pool = resolve_pool(cfg)
         if not pool.from_questions:
-            return super().select(cfg, questions)
+            return super().select(cfg, questions, pool)
         lo, hi = pool.start, min(pool.stop if pool.stop is not None else questions.height, questions.height)
         if cfg.limit:
             stop = cfg.offset + cfg.limit
@@ -46,7 +79,7 @@ class ASQA(Dataset):
                 raise InputError(f"questions {cfg.offset}..{stop - 1} overlap the demo pool {pool.spec}; "
                                  f"evaluate questions outside {lo}..{hi - 1}, or give an ASQA file with a train "
                                  f"split (--questions ASQA.json)", field="limit")
-            return super().select(cfg, questions)
+            return super().select(cfg, questions, pool)
         keep = [i for i in range(cfg.offset, questions.height) if not lo <= i < hi]
         if not keep:
             raise InputError(f"every question from {cfg.offset} on is in the demo pool {pool.spec}", field="offset")

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from clarify.batch.prompts import Passage
 from clarify.eval.datasets import Dataset, register
+from clarify.schemas import Passage
 
 
 def numbered_sources(qid: str, titles: Sequence[str], texts: Sequence[str]) -> list[Passage]:

@@ -1,0 +1,263 @@
+"""One place that opens a run's inputs and resources (issue 31).
+
+`prepare(cfg)` resolves everything a run reads, once, into a `PreparedRun`: the demo pool (made concrete:
+config.json records it, never `auto`), the dataset adapter (eval/datasets/), the questions it answers and
+their gold, the index (opened lazily, its paths and dimensions checked) and `inputs`, what pins each input
+in inputs.json (the questions file's sha256, the demo pool's, the index's fingerprint, the model's — one
+resolution and one fingerprint of the model folder, or the server's address and the model it reports,
+local_llm/backends.py). The pipeline (batch/pipeline.py), the demo (batch/commands.py) and the Ray workers
+(batch/cluster.py, `for_worker`: the driver's pins, not a second resolution) all start from one;
+`open_resources` then opens the heavy parts a tree needs (encoder, demo pools, the cached engine, the
+searcher) only when there is work left.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from clarify import schemas
+from clarify.batch.config import RunConfig
+from clarify.batch.demos import Pool, resolve_pool
+from clarify.batch.program import Resources, TreeRows
+from clarify.errors import InputError
+from clarify.eval import datasets
+from clarify.files import sha256 as file_sha256
+from clarify.schemas import Passage
+
+EngineFactory = Callable[[RunConfig], Any]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PreparedRun:
+    """A run's inputs, resolved once (`prepare`)."""
+
+    cfg: RunConfig  # its demo_pool concrete (never "auto")
+    dataset: datasets.Dataset
+    pool: Pool
+    questions: pl.DataFrame  # the questions this run answers (offset/limit, not the demo pool's)
+    gold: pl.DataFrame | None
+    index: Any  # the opened (lazy) index
+    inputs: dict  # inputs.json: what pins each input
+    # how the engine is opened: `engine_for` on the pinned model unless a caller (a test, a worker) gives one
+    engine_factory: EngineFactory | None = None
+
+    @property
+    def model_path(self) -> str | None:
+        """The model folder the run pinned (None for a server or a caller's engine)."""
+        return (self.inputs.get("model") or {}).get("path")
+
+    def open_engine(self):
+        if self.engine_factory is not None:
+            return self.engine_factory(self.cfg)
+        return engine_for(self.cfg, model=self.inputs.get("model"))
+
+
+def prepare(cfg: RunConfig, *, index=None, engine_factory: EngineFactory | None = None) -> PreparedRun:
+    """Resolve a run's inputs once, before anything is frozen or loaded: the questions (offset past the end
+    refused), the demo pool (an empty one refused), the index and the model. An index or engine factory given
+    by a caller (tests) is taken as given; an embedded model then is not prepared."""
+    pool = resolve_pool(cfg)
+    # the pool used, not `auto`, is what config.json records and a resumed run compares
+    cfg = dataclasses.replace(cfg, demo_pool=pool.spec)
+    ds = datasets.get(cfg.dataset)
+    questions, gold = _load(cfg, ds, pool)
+    inputs: dict[str, dict] = {"questions": {"path": str(cfg.questions_file()),
+                                             "sha256": file_sha256(cfg.questions_file())}}
+    # the ASQA file the clarification demos come from, pinned like the questions (batch/demos.py)
+    inputs["demo_pool"] = pool.identity()
+    if not inputs["demo_pool"]["demos"]:
+        raise InputError(f"the demo pool {cfg.demo_pool} holds no demos", path=inputs["demo_pool"]["path"],
+                         field="demo_pool")
+    if index is None:
+        index = open_run_index(cfg)
+    inputs["index"] = index_identity(index)
+    from clarify.index.store import index_pins
+    from clarify.local_llm import backends
+    from clarify.local_llm.models import EMBEDDED, check_model_dir, model_fingerprint
+
+    inputs |= index_pins(index)  # a FAISS folder and encoder attached from elsewhere: pinned like the model
+    if cfg.retrieval.cross_encoder:  # a reranker changes every ranking: its files are pinned like the model's
+        inputs["cross_encoder"] = {"path": cfg.retrieval.cross_encoder,
+                                   "fingerprint": model_fingerprint(check_model_dir(cfg.retrieval.cross_encoder))}
+    if engine_factory is not None and cfg.model.model in EMBEDDED:
+        inputs["model"] = {"name": cfg.model.model}
+    else:  # a model folder's fingerprint, or a server's address and the model it reports (local_llm/backends.py)
+        inputs["model"] = backends.get(cfg.model.backend).identity(cfg.model)
+    return PreparedRun(cfg, ds, pool, questions, gold, index, inputs, engine_factory)
+
+
+def for_worker(cfg: RunConfig, questions: pl.DataFrame, pins: dict,
+               engine_factory: EngineFactory | None = None) -> PreparedRun:
+    """A Ray worker's run (batch/cluster.py): the driver's config (its pool already concrete), the questions
+    it was handed and the driver's pins (inputs.json) — exactly the index, FAISS folder, encoder and model
+    folder the driver resolved, refused when this node's copies differ (`open_run_index`)."""
+    index = open_run_index(cfg, pins)
+    return PreparedRun(cfg, datasets.get(cfg.dataset), resolve_pool(cfg), questions, None, index, pins,
+                       engine_factory)
+
+
+def load_questions(cfg: RunConfig) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """(questions, gold-or-None) for the configured dataset (eval/datasets/): the questions the run answers
+    (offset:offset+limit, limit 0 all; ASQA: none of its demo pool, `Dataset.select`)."""
+    return _load(cfg, datasets.get(cfg.dataset), resolve_pool(cfg))
+
+
+def _load(cfg: RunConfig, ds: datasets.Dataset, pool: Pool) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    questions, gold = ds.load(cfg.questions_file())
+    if cfg.offset >= questions.height:
+        raise InputError(f"offset {cfg.offset} is past the end: {cfg.questions_file()} has {questions.height} "
+                         f"question(s)", field="offset")
+    return ds.select(cfg, questions, pool), gold
+
+
+def searcher_identity(cfg: RunConfig, index) -> dict:
+    """What a searcher's hits depend on (the shared search cache's key, batch/search_cache.py): its kind,
+    candidates and reranker (the frozen config's `[retrieval]`), and the index's manifest checksum."""
+    from clarify.index.store import index_pins
+
+    r = cfg.retrieval
+    ident = {"searcher": r.searcher, "candidates": r.candidates, "cross_encoder": r.cross_encoder,
+             "index": index_identity(index).get("fingerprint")}
+    # what issue 27 added joins the key only when set: caches made before it stay valid
+    ident |= {k: v["fingerprint"] for k, v in index_pins(index).items()}
+    ident |= {k: v for k, v in (("nprobe", r.nprobe), ("ef_search", r.ef_search)) if v}
+    return ident
+
+
+def index_identity(index) -> dict:
+    """An index's fingerprint: its manifest's corpus checksums and build settings (index/store.py), or
+    the names and sizes of a prebuilt index's files; {} for a stand-in without a path."""
+    path = getattr(index, "path", None)
+    if path is None:
+        return {}
+    manifest = getattr(index, "manifest", None) or {}
+    if manifest.get("corpus") is not None:
+        ident = json.dumps({k: manifest.get(k) for k in ("corpus", "build", "passages")}, sort_keys=True, default=str)
+    else:  # a prebuilt index: its files' names, sizes, mtimes and sampled blocks (store.fingerprint)
+        from clarify.index.store import fingerprint
+
+        ident = fingerprint(path)
+    return {"path": str(path), "fingerprint": hashlib.sha256(ident.encode("utf-8")).hexdigest()}
+
+
+def dense_options(cfg: RunConfig):
+    """How this process opens the FAISS part, from `[retrieval]` (index/store.py DenseOptions) and, for the
+    device, the CPU/CUDA settings table (local_llm/settings.py: the GPU where faiss-gpu sees one)."""
+    from clarify.index.store import DenseOptions
+    from clarify.local_llm.settings import faiss_device
+    from clarify.local_llm.vllm_engine import device_facts
+
+    r = cfg.retrieval
+    return DenseOptions(nprobe=r.nprobe, ef_search=r.ef_search, device=faiss_device(device_facts()))
+
+
+def open_run_index(cfg: RunConfig, pins: dict | None = None):
+    """The index a run uses: `index` (else the embedded default, built once), with `[retrieval]
+    faiss_index` and `encoder` attached, opened lazily after every path and the encoder/index dimensions
+    are checked. `pins`: the driver's inputs.json — a Ray worker opens exactly those paths and refuses
+    them when their fingerprints differ from the driver's (another copy on another node)."""
+    from clarify.index import ensure_default_index, open_index
+    from clarify.index.store import index_pins
+
+    r = cfg.retrieval
+    if pins is not None:
+        path = pins["index"]["path"]
+        faiss_dir = (pins.get("faiss_index") or {}).get("path") or r.faiss_index or None
+        encoder = (pins.get("encoder") or {}).get("path") or r.encoder or None
+    else:
+        path, faiss_dir, encoder = cfg.index or ensure_default_index(), r.faiss_index or None, r.encoder or None
+    index = open_index(path, faiss_dir=faiss_dir, encoder=encoder, dense_options=dense_options(cfg))
+    if pins is not None and pins["index"].get("fingerprint"):
+        mine = {"index": index_identity(index)} | index_pins(index)
+        for what in ("index", "faiss_index", "encoder"):
+            want, have = (pins.get(what) or {}).get("fingerprint"), (mine.get(what) or {}).get("fingerprint")
+            if want != have:
+                raise InputError(f"this worker's {what.replace('_', ' ')} differs from the one the driver pinned "
+                                 f"(fingerprint {str(have)[:12]} here, {str(want)[:12]} in inputs.json): every node "
+                                 f"needs the same files at the same path", path=str((mine.get(what) or {}).get("path")
+                                                                                    or (pins.get(what) or {}).get("path")))
+    return index
+
+
+def open_resources(run: PreparedRun, cache_dir: Path, *, search_cache: Path | None = None,
+                   cache_name: str | None = None) -> Resources:
+    """Encoder, demo pools, the cached engine and the searcher of a prepared run. The engine's completion
+    cache is `cache_dir/cache_name`, read together with the other caches there (a cluster run's workers')."""
+    from clarify.batch.demos import KnnPool, load_quotesum_demos
+    from clarify.local_llm.cache import DEFAULT_FILE, CachedEngine, union_of
+
+    cfg, index = run.cfg, run.index
+    fixed = run.dataset.given_sources(run.questions)
+    passages = passage_store(fixed, index)
+    embed = index.encoder.encode
+    enc_id = getattr(index.encoder, "name", "encoder")
+    # the whole pool is embedded once and cached by its questions' checksum (KnnPool): 4,353 train questions
+    # cost seconds once, nothing on later runs
+    demos = KnnPool(run.pool.demos(), embed, name="asqa-demos", encoder_id=enc_id)
+    quoted = None
+    if cfg.answer_style == "quoted" or run.dataset.quoted_gold:
+        quoted = KnnPool(load_quotesum_demos(), embed, name="quotesum-demos", encoder_id=enc_id)
+
+    own = Path(cache_dir) / (cache_name or DEFAULT_FILE)
+    engine = CachedEngine(run.open_engine(), own, also=union_of(cache_dir, own))
+    searcher, rerank = None, None
+    if run.dataset.builds_trees:
+        cross = cfg.retrieval.cross_encoder or None
+        searcher = index.searcher(cfg.retrieval.searcher, candidates=cfg.retrieval.candidates, cross_encoder=cross)
+        # the reranker every node's pool, the evidence and the answer passages are scored with: the
+        # rerank searcher's own scorer, else the index's (run_toc.py:164 dsp's cross-encoder)
+        rerank = (getattr(searcher, "scorer", None) or index.scorer(cross)).score
+    if searcher is not None and search_cache is not None:
+        from clarify.batch.search_cache import CachingSearcher
+
+        searcher = CachingSearcher(searcher, search_cache, searcher_identity(cfg, index))
+    return Resources(engine=engine, searcher=searcher, passages=passages, embed=embed, demos=demos,
+                     quoted_demos=quoted, fixed_passages=fixed, rerank=rerank)
+
+
+def passages_only(run: PreparedRun) -> Resources:
+    """What finishing a run whose trees are all written needs: the passages, no model."""
+    fixed = run.dataset.given_sources(run.questions)
+    return Resources(engine=None, searcher=None, passages=passage_store(fixed, run.index), embed=None,
+                     demos=None, fixed_passages=fixed)
+
+
+def passage_store(fixed: dict[str, list[Passage]], index) -> Callable[[list[str]], dict[str, Passage]]:
+    """Passage ids → passages: a question's own sources (`Dataset.given_sources`), else the index's stored text."""
+    given = {p.passage_id: p for ps in fixed.values() for p in ps}
+
+    def passages(ids: list[str]) -> dict[str, Passage]:
+        out = {i: given[i] for i in ids if i in given}
+        rest = [i for i in ids if i not in out]
+        if rest:
+            for row in index.passage_lookup(rest).iter_rows(named=True):
+                out[row["passage_id"]] = Passage(row["passage_id"], row["title"] or "", row["text"])
+        return out
+
+    return passages
+
+
+def engine_for(cfg: RunConfig, *, model: dict | None = None, **placement):
+    """The engine of this config's `[model]` table, from its backend (local_llm/backends.py): vLLM's
+    process-wide engine (built once, then shared), or a client of a running server. `model`: the run's pin of
+    it (inputs.json: the folder resolved and fingerprinted once). `placement`: where a cluster worker's
+    engine runs its shards (batch/cluster.py), no result changes."""
+    from clarify.local_llm import backends
+
+    return backends.get(cfg.model.backend).open(cfg.model, pin=model, **placement)
+
+
+def tables(rows: list[TreeRows]) -> dict[str, pl.DataFrame]:
+    """Finished trees' rows as one part's tables (batch/rundir.py `write_part`)."""
+    calls = [r for t in rows for r in t.llm_calls]
+    hits = [r for t in rows for r in t.hits]
+    answers = [r for t in rows for r in t.answers]
+    return {"llm_calls": pl.DataFrame(calls, schema=schemas.LLM_CALLS) if calls else schemas.empty("llm_calls"),
+            "hits": pl.DataFrame(hits, schema=schemas.RUN_HITS), "answers": pl.DataFrame(answers, schema=schemas.TREE_ANSWERS)}
