@@ -145,18 +145,6 @@ def _prune(log_dir: Path, keep: int = KEEP_LOGS) -> None:
             old.unlink()
 
 
-# C0 and C1 control characters, DEL, the bidirectional overrides and isolates, line/paragraph separators
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
-
-
-def printable(text: object) -> str:
-    """`text` safe for a terminal: control characters (an escape sequence, a carriage return, a bidi
-    override) shown escaped, as Python writes them (`\\x1b`, `\\n`, `\\u202e`), so text from the data
-    (a question, an answer, a title) or from another process (a lock's holder) cannot move the cursor,
-    recolour, retitle or reorder what the terminal shows. One character class: linear time."""
-    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
-
-
 def _quiet_libraries() -> None:
     """Environment and library switches, set before the heavy imports where that matters."""
     os.environ["VLLM_CONFIGURE_LOGGING"] = "0"  # vLLM's records propagate to the root logger

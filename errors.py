@@ -4,6 +4,7 @@ a field, a model directory): the CLI prints it as one line and exits 2, without 
 from __future__ import annotations
 
 import errno
+import re
 
 
 class InputError(ValueError):
@@ -57,3 +58,15 @@ def write_failure(exc: OSError) -> str:
 class EngineUnavailable(RuntimeError):
     """An engine stopped answering (a server after every retry, local_llm/openai_engine.py): the run stops
     with one line, keeps what finished, and the same command resumes (batch/cli.py)."""
+
+
+# C0 and C1 control characters, DEL, the bidirectional overrides and isolates, line/paragraph separators
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def printable(text: object) -> str:
+    """`text` safe for a terminal: control characters (an escape sequence, a carriage return, a bidi
+    override) shown escaped, as Python writes them (`\\x1b`, `\\n`, `\\u202e`), so text from the data
+    (a question, an answer, a title) or from another process (a lock's holder) cannot move the cursor,
+    recolour, retitle or reorder what the terminal shows. One character class: linear time."""
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))

@@ -137,8 +137,8 @@ def write_holder(fd: int) -> None:
 
 
 def read_holder(fd: int) -> str:
-    """Who holds a lock file (`write_holder`'s record), safe to print (console.printable)."""
-    from clarify.console import printable
+    """Who holds a lock file (`write_holder`'s record), safe to print (errors.printable)."""
+    from clarify.errors import printable
 
     try:
         text = os.pread(fd, HOLDER_BYTES, 0).decode("utf-8", "replace").strip()

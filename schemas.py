@@ -59,7 +59,7 @@ SEARCH_CACHE = {
     "retriever": pl.String,
 }
 
-# ToC tree nodes. status: root | valid | pruned | duplicate | pending (batch/tree.py)
+# ToC tree nodes. status: root | valid | pruned | duplicate | pending (batch/toc/tree.py)
 NODES = {
     "qid": pl.String,
     "node_id": pl.String,
@@ -117,7 +117,7 @@ SPANS = {
     "start": pl.Int32,
     "end": pl.Int32,
     "verbatim": pl.Boolean,
-    "status": pl.String,  # verbatim | repaired | unmarked | bad_source | empty (see batch/quotes.py)
+    "status": pl.String,  # verbatim | repaired | unmarked | bad_source | empty (see batch/toc/quotes.py)
     "field": pl.String,  # "text" or "title": which field of the passage start/end point into
     "similarity": pl.Float64,  # 1.0 when verbatim; the repair match ratio otherwise
     # [start, end) of the span's `[k span]` marker in answers.answer_raw (the model's text; span_no is the

@@ -14,7 +14,7 @@
              chunk's trees as capacity frees (`run_continuous(more=...)`): no tail between chunks.
 
 Results never depend on which worker ran a chunk, or how the questions were chunked: a tree's requests,
-keys and seeds depend only on its question, node and expansion count (batch/program.py), and the final
+keys and seeds depend only on its question, node and expansion count (batch/toc/program.py), and the final
 tables are sorted by question (pipeline.finalize). A worker that dies (actor killed, node lost) has the
 chunks it held put back at the head of the queue and its slot restarted (`MAX_RESTARTS`); what it
 computed before dying is in its cache file, so the redo is cheap. A finished chunk is written once and
@@ -42,7 +42,7 @@ from clarify.batch.config import ClusterConfig, RunConfig, from_dict
 from clarify.batch.resources import PreparedRun
 from clarify.batch.rundir import RunDir
 from clarify.batch.scheduler import SchedStats
-from clarify.batch.tree import Tree
+from clarify.batch.toc.tree import Tree
 from clarify.errors import InputError
 from clarify.local_llm.hardware import affinity
 

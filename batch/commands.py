@@ -1,4 +1,4 @@
-"""CLI commands of `batch/`: run, demo, compare (and report, from batch/report.py)."""
+"""CLI commands of `batch/`: run, demo, compare (and report, from batch/report/html.py)."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_compare, log_dir=_run_logs)
 
     try:
-        from clarify.batch.report import register as register_report
+        from clarify.batch.report.html import register as register_report
     except ModuleNotFoundError:
         return
     register_report(sub)
@@ -193,7 +193,7 @@ def print_summary(summary: dict, out=None) -> None:
           f"model {summary.get('model')}, {summary.get('answer_style')} answers", file=out)
     on = [name for name, flag in (summary.get("constraints") or {}).items() if flag]
     if on:
-        print(f"  decoding constrained: {' and '.join(on)} (batch/constraints.py)", file=out)
+        print(f"  decoding constrained: {' and '.join(on)} (batch/toc/constraints.py)", file=out)
     for k, v in (summary.get("metrics") or {}).items():
         print(f"  {k:<28} {v if isinstance(v, str) else f'{v:.3f}' if v is not None else 'n/a'}", file=out)
     print(f"  {'llm calls / question':<28} {summary['llm_calls_per_question']:.1f} "
@@ -327,7 +327,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print_summary(summary)
     show_answer(Path(args.out))
     try:
-        from clarify.batch.report import write_report
+        from clarify.batch.report.html import write_report
     except ModuleNotFoundError:
         return 0
     path = write_report([rd.path], rd.report_file)
@@ -342,7 +342,7 @@ def show_answer(run_dir: Path, qid: str | None = None) -> None:
     import polars as pl
 
     from clarify.batch.rundir import Run
-    from clarify.console import printable
+    from clarify.errors import printable
 
     run = Run.open(run_dir)
     answers, questions, spans = run.table("answers", required=True), run.questions, run.spans

@@ -175,7 +175,7 @@ def compare(models: list[str], cfg: RunConfig, out: Path, *, parallel: bool = Fa
                "started": times[model]["started"], "finished": times[model]["finished"],
                "devices": times[model]["devices"],
                "n_questions": summary["n_questions"],
-               # decoding constraints (batch/constraints.py): the run's frozen config says, old runs too
+               # decoding constraints (batch/toc/constraints.py): the run's frozen config says, old runs too
                "constrain_format": run.config.toc.constrain_format,
                "constrain_quotes": run.config.answer.constrain_quotes,
                # all sessions up to their last checkpoint + finalize (None when a session's time was lost)
@@ -196,7 +196,7 @@ def compare(models: list[str], cfg: RunConfig, out: Path, *, parallel: bool = Fa
     write_parquet(table, out / "comparison.parquet")
     write_text(_markdown(table), out / "comparison.md")
     try:
-        from clarify.batch.plots import plot_compare
+        from clarify.batch.report.plots import plot_compare
 
         # the quality metrics and the few run measures worth a panel each (not every counter)
         measures = ["quote_share_verbatim_after_repair", "llm_calls_per_question"]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clarify.batch.match import MATCHING
+from clarify.batch.toc.match import MATCHING
 from clarify.errors import InputError
 from clarify.eval import datasets
 from clarify.eval.datasets.asqa import pool_spec_problem
@@ -106,7 +106,7 @@ class TocConfig:
     # encoder's cosine (before issue 12).
     evidence: str = "filter"
     # "dsp": the tree's answer matching (a passage holds an answer, F1 of two answers) as the official code's
-    # dsp has it (batch/match.py); "squad": the metrics' ASQA/SQuAD normalisation, whitespace tokens, an
+    # dsp has it (batch/toc/match.py); "squad": the metrics' ASQA/SQuAD normalisation, whitespace tokens, an
     # empty answer matches nothing and two empty answers have F1 1 (before issue 26).
     matching: str = "dsp"
     # "open": a free-style answer prompt of a tree without valid nodes ends open at `Disambiguations:`, as
@@ -114,7 +114,7 @@ class TocConfig:
     # "closed": it asks for the answer directly (before issue 26).
     empty_tree_answer: str = "open"
     # True: each clarification is decoded under a grammar of the official DQ/DA format, so it parses
-    # (batch/constraints.py format_grammar; issue 29). False: free decoding, as the official code.
+    # (batch/toc/constraints.py format_grammar; issue 29). False: free decoding, as the official code.
     constrain_format: bool = False
 
     def __post_init__(self) -> None:
@@ -127,7 +127,7 @@ class AnswerConfig:
 
     # True: in the quoted style, the text of each `[k ...]` marker is decoded under a grammar that only
     # allows runs of source k's words, so every quote is verbatim by construction
-    # (batch/constraints.py quotes_grammar; issue 29). False: free decoding, the checker repairs or unmarks.
+    # (batch/toc/constraints.py quotes_grammar; issue 29). False: free decoding, the checker repairs or unmarks.
     constrain_quotes: bool = False
 
     def __post_init__(self) -> None:
@@ -188,7 +188,7 @@ class RunConfig:
     seed: int = 0
     answer_style: str = "quoted"
     index: str = ""  # index directory; empty = the embedded default index
-    # The clarification demos (batch/demos.py): "auto" = the train split of the run's ASQA file when it has
+    # The clarification demos (batch/toc/demos.py): "auto" = the train split of the run's ASQA file when it has
     # one, as the official code (run_toc.py:191 `cur_demos = train.copy()`), else dev questions 500..947
     # (the shipped file has no train split); "asqa:train", "asqa:dev[a:b]", either with "@FILE". A run
     # records the pool it used (never "auto") in its config.json.

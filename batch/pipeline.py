@@ -18,11 +18,11 @@ import polars as pl
 from clarify import console, faults, schemas, stops
 from clarify.batch import cluster
 from clarify.batch.config import PART_TREES, RESULT_FREE, TOKENS_PER_QUESTION, RunConfig
-from clarify.batch.program import Resources, TreeRows
 from clarify.batch.resources import PreparedRun, open_resources, passages_only, prepare, tables
 from clarify.batch.rundir import Run, RunDir
 from clarify.batch.scheduler import DRIVERS, SchedStats
-from clarify.batch.tree import Tree
+from clarify.batch.toc.program import Resources, TreeRows
+from clarify.batch.toc.tree import Tree
 from clarify.errors import InputError
 from clarify.eval.datasets import Dataset
 from clarify.files import write_json
@@ -281,7 +281,7 @@ def finalize(rd: RunDir, prep: PreparedRun, trees: list[Tree], res: Resources, *
     (the `run_s` of the checkpoint it resumed from; 0 for a fresh run, None when unknown). engine: the
     engine facts of the checkpoint, when this session loaded no engine. usage: this session's engine work
     (`engine_usage`). extra: more summary entries (a cluster run's `cluster`)."""
-    from clarify.batch.quotes import check_answers, quote_fidelity
+    from clarify.batch.toc.quotes import check_answers, quote_fidelity
 
     cfg, questions = prep.cfg, prep.questions
 
@@ -326,7 +326,7 @@ def finalize(rd: RunDir, prep: PreparedRun, trees: list[Tree], res: Resources, *
         "engine_model_id": calls["model"][0] if calls.height else None,
         "engine": res.engine.facts() if res.engine is not None else engine,
         "answer_style": cfg.answer_style, "n_questions": n_q, "metrics": metrics,
-        # the decoding constraints of issue 29 (batch/constraints.py), shown by the report and `clarify compare`
+        # the decoding constraints of issue 29 (batch/toc/constraints.py), shown by the report and `clarify compare`
         "constraints": {"format": cfg.toc.constrain_format, "quotes": cfg.answer.constrain_quotes},
         "llm_calls": calls.height, "llm_calls_per_question": calls.height / n_q,
         "llm_calls_per_question_max": int(per_q["len"].max()) if per_q.height else 0,
@@ -358,7 +358,7 @@ def finalize(rd: RunDir, prep: PreparedRun, trees: list[Tree], res: Resources, *
 
 
 def _add_quote_notes(calls: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame:
-    """The quote check's notes (a repair that ran out of its work budget, batch/quotes.py REPAIR_BUDGET)
+    """The quote check's notes (a repair that ran out of its work budget, batch/toc/quotes.py REPAIR_BUDGET)
     join the parse notes of the answer's llm_calls row: the run's one record of model output that was
     not read in full."""
     notes = answers.filter(pl.col("quote_note").is_not_null()).select("qid", "quote_note")

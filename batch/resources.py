@@ -24,8 +24,8 @@ import polars as pl
 
 from clarify import schemas
 from clarify.batch.config import RunConfig
-from clarify.batch.demos import Pool, resolve_pool
-from clarify.batch.program import Resources, TreeRows
+from clarify.batch.toc.demos import Pool, resolve_pool
+from clarify.batch.toc.program import Resources, TreeRows
 from clarify.errors import InputError
 from clarify.eval import datasets
 from clarify.files import sha256 as file_sha256
@@ -70,7 +70,7 @@ def prepare(cfg: RunConfig, *, index=None, engine_factory: EngineFactory | None 
     questions, gold = _load(cfg, ds, pool)
     inputs: dict[str, dict] = {"questions": {"path": str(cfg.questions_file()),
                                              "sha256": file_sha256(cfg.questions_file())}}
-    # the ASQA file the clarification demos come from, pinned like the questions (batch/demos.py)
+    # the ASQA file the clarification demos come from, pinned like the questions (batch/toc/demos.py)
     inputs["demo_pool"] = pool.identity()
     if not inputs["demo_pool"]["demos"]:
         raise InputError(f"the demo pool {cfg.demo_pool} holds no demos", path=inputs["demo_pool"]["path"],
@@ -190,7 +190,7 @@ def open_resources(run: PreparedRun, cache_dir: Path, *, search_cache: Path | No
                    cache_name: str | None = None) -> Resources:
     """Encoder, demo pools, the cached engine and the searcher of a prepared run. The engine's completion
     cache is `cache_dir/cache_name`, read together with the other caches there (a cluster run's workers')."""
-    from clarify.batch.demos import KnnPool, load_quotesum_demos
+    from clarify.batch.toc.demos import KnnPool, load_quotesum_demos
     from clarify.local_llm.cache import DEFAULT_FILE, CachedEngine, union_of
 
     cfg, index = run.cfg, run.index

@@ -41,7 +41,7 @@ from typing import NamedTuple
 import polars as pl
 
 from clarify import faults, schemas
-from clarify.batch.tree import Tree
+from clarify.batch.toc.tree import Tree
 from clarify.errors import InputError
 from clarify.files import (
     check_own_dir,

@@ -1,4 +1,4 @@
-"""Three drivers of the same tree programs (batch/program.py): how requests are resolved, nothing else.
+"""Three drivers of the same tree programs (batch/toc/program.py): how requests are resolved, nothing else.
 
     sequential   the official code's way (run_toc.py): one question at a time, each request alone.
     waves        every tree advances together; the searches and embeddings of all trees are resolved
@@ -30,7 +30,7 @@ import polars as pl
 
 from clarify import stops
 from clarify.batch.config import SCHEDULERS, RunConfig
-from clarify.batch.program import (
+from clarify.batch.toc.program import (
     EmbedTexts,
     Generate,
     Request,
@@ -42,7 +42,7 @@ from clarify.batch.program import (
     rank_by_scores,
     tree_program,
 )
-from clarify.batch.tree import Tree
+from clarify.batch.toc.tree import Tree
 from clarify.local_llm.engine import Completion, as_step_engine
 from clarify.local_llm.engine import Request as EngineRequest
 

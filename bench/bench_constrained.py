@@ -1,4 +1,4 @@
-"""Constrained decoding (issue 29, batch/constraints.py) measured on the embedded models: constraints off,
+"""Constrained decoding (issue 29, batch/toc/constraints.py) measured on the embedded models: constraints off,
 the DQ/DA format only, format + quotes; on ASQA dev (quoted style, the first N questions) and on QuoteSum
 dev (its own sources, answers only). Every arm is its own process (`clarify run` through `pipeline.run`,
 a fresh run directory and completion cache) on the same questions.
@@ -89,7 +89,7 @@ def compile_cost(cfg, out: Path) -> dict:
     import xgrammar as xgr
     from transformers import AutoTokenizer
 
-    from clarify.batch.constraints import format_grammar, quotes_grammar
+    from clarify.batch.toc.constraints import format_grammar, quotes_grammar
     from clarify.local_llm.models import resolve_model
     from clarify.schemas import Passage
 

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     from clarify.batch.pipeline import nodes_table
     from clarify.batch.resources import open_resources, prepare
     from clarify.batch.scheduler import drive
-    from clarify.batch.tree import Tree
+    from clarify.batch.toc.tree import Tree
     from clarify.index import ensure_default_index, open_index
     from clarify.local_llm.engine import GenParams
     from clarify.local_llm.vllm_engine import get_engine

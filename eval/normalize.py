@@ -71,7 +71,7 @@ def holds_answer(normalized_text: str, normalized_answers) -> bool:
     """Whole-token match: any (non-empty) normalised answer occurs as whole tokens in the normalised text
     (" ans " in " text "). The "answer in text" of retrieval coverage (index/coverage.py), and of the tree
     only under toc.matching = "squad": by default the tree matches as the official code's dsp does
-    (batch/match.py: NFD, DPR's tokens, an empty answer in every passage). ASQA's STR-EM is a plain
+    (batch/toc/match.py: NFD, DPR's tokens, an empty answer in every passage). ASQA's STR-EM is a plain
     substring test instead (`exact_presence`, the official scorer's definition)."""
     hay = f" {normalized_text} "
     return any(a and f" {a} " in hay for a in normalized_answers)

@@ -200,7 +200,7 @@ def cmd_search(args) -> int:
         write_parquet(hits, args.out)
         print(f"wrote {args.out}")
     else:
-        from clarify.console import printable
+        from clarify.errors import printable
 
         shown = hits.join(idx.passage_lookup(hits["passage_id"].unique().to_list()), on="passage_id", how="left",
                           maintain_order="left").with_columns(pl.col("text").str.slice(0, 80))

@@ -526,7 +526,7 @@ class DenseSearcher:
                 keep = rrow >= 0
                 srow, rrow = srow[keep], rrow[keep]
                 # Rounded scores, ties by index row: the query vector moves in the last bits with the batch
-                # it was encoded in, and the ranking must not (issue 13; same rule as batch/program.py).
+                # it was encoded in, and the ranking must not (issue 13; same rule as batch/toc/program.py).
                 order = np.lexsort((rrow, -np.round(srow.astype(np.float64), 5)))
                 all_pids.append(self.dense.docids.take(rrow[order]))
                 all_scores.append(srow[order].tolist())

@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 @dataclass(frozen=True)
 class GenParams:
     """Sampling settings of one request. `choices` constrains the output to one of the strings;
-    `grammar` (an EBNF grammar string, batch/constraints.py builds them) constrains it to the grammar's
+    `grammar` (an EBNF grammar string, batch/toc/constraints.py builds them) constrains it to the grammar's
     language. Both are part of the request, hence of its cache key (`request_key`)."""
 
     temperature: float = 0.0

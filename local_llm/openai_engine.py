@@ -5,7 +5,7 @@ Many requests are in flight at once — async HTTP on one background event loop,
 `max_concurrency` — so the continuous scheduler keeps the server's batch full: `submit` starts requests,
 `step` returns those that finished (the StepEngine contract, local_llm/engine.py). Each request carries
 its own `seed`, stop strings, `max_tokens`, temperature and top_p, and its structured output — the
-verification's True/False `choice`, or a grammar (batch/constraints.py) — as vLLM's server accepts it (`structured_outputs`,
+verification's True/False `choice`, or a grammar (batch/toc/constraints.py) — as vLLM's server accepts it (`structured_outputs`,
 vllm/entrypoints/openai/chat_completion/protocol.py); top_k, min_p and repetition_penalty are sent as
 their neutral values, so a server's generation_config defaults never change the sampling.
 
@@ -125,7 +125,7 @@ class OpenAIEngine:
                                 "stop": list(params.stop), "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
         if params.choices is not None:
             body["structured_outputs"] = {"choice": list(params.choices)}
-        if params.grammar is not None:  # issue 29's EBNF grammars (batch/constraints.py), as xgrammar reads them
+        if params.grammar is not None:  # issue 29's EBNF grammars (batch/toc/constraints.py), as xgrammar reads them
             body["structured_outputs"] = {"grammar": params.grammar}
         if self.endpoint == "chat":
             body["messages"] = [{"role": "user", "content": prompt}]

@@ -63,7 +63,7 @@ def _drive(overrides: dict, out: Path, hook: str = "", on_part: str = "", extra:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-# Constrained decoding (batch/constraints.py) on the workers: the DQ/DA grammar and quoted spans as runs of
+# Constrained decoding (batch/toc/constraints.py) on the workers: the DQ/DA grammar and quoted spans as runs of
 # their source's words; every run of the 2-worker tables below uses these settings.
 CONSTRAINED = {"answer_style": "quoted", "toc.constrain_format": True, "answer.constrain_quotes": True}
 CONSTRAINED_TOML = ('answer_style = "quoted"\n[answer]\nconstrain_quotes = true\n', "constrain_format = true\n")

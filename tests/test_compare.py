@@ -50,7 +50,7 @@ def test_compare_two_models_real_runs(tmp_path, llm_model_dir, default_index):
     retrieval for identical queries shared."""
     from clarify.batch import config
     from clarify.batch.compare import compare
-    from clarify.batch.tree import ROOT
+    from clarify.batch.toc.tree import ROOT
 
     twin = tmp_path / "twin-model"
     twin.mkdir()
@@ -80,7 +80,7 @@ def test_compare_two_models_real_runs(tmp_path, llm_model_dir, default_index):
     per_rank = cached.group_by("query", "k", "rank").agg(pl.col("passage_id").n_unique())
     assert (per_rank["passage_id"] == 1).all()
     # only the root question goes through the searcher (retrieval.node_passages = "pool": every node
-    # reranks its tree's pool, batch/program.py node_passages); which children get expanded, and so
+    # reranks its tree's pool, batch/toc/program.py node_passages); which children get expanded, and so
     # which other queries appear in hits, depends on what this CPU's bf16 kernels made the model write
     roots = [set(pl.read_parquet(r / "hits.parquet").filter(pl.col("node_id") == ROOT)["query"]) for r in runs]
     assert len(roots[0]) == 2 and roots[0] == roots[1] == set(cached["query"])

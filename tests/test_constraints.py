@@ -1,4 +1,4 @@
-"""Decoding constraints (issue 29, batch/constraints.py): the grammar builders checked with xgrammar's own
+"""Decoding constraints (issue 29, batch/toc/constraints.py): the grammar builders checked with xgrammar's own
 matcher (the backend vLLM compiles them with), the config switches, the cache key, and — with the real
 engine — constrained clarifications that parse, constrained quotes the checker finds verbatim at their
 offsets, and a constrained run that replays identically under all three schedulers."""
@@ -12,15 +12,15 @@ import polars as pl
 import pytest
 
 from clarify.batch import config
-from clarify.batch.constraints import (
+from clarify.batch.toc.constraints import (
     answer_grammar,
     clarify_grammar,
     format_grammar,
     quote_words,
     quotes_grammar,
 )
-from clarify.batch.parse import parse_disambiguations
-from clarify.batch.quotes import check_answers, normalise
+from clarify.batch.toc.parse import parse_disambiguations
+from clarify.batch.toc.quotes import check_answers, normalise
 from clarify.files import data_dir
 from clarify.local_llm.engine import GenParams, request_key
 from clarify.schemas import Passage
@@ -138,7 +138,7 @@ def test_quotes_grammar_numbers_sources_as_the_prompt_does():
 
 
 def test_every_word_run_of_every_quotesum_source_is_verbatim_for_the_checker():
-    """The grammar writes a run of words with one space for each whitespace run; batch/quotes.py's checker
+    """The grammar writes a run of words with one space for each whitespace run; batch/toc/quotes.py's checker
     must find each such run verbatim in its source, at offsets that hold it (all shipped QuoteSum sources,
     random runs of each)."""
     rng = random.Random(11)
@@ -207,7 +207,7 @@ def constrained_run(tmp_path_factory, default_local_index, llm_engine):
     """1 ASQA question, both constraints on, driven by the continuous scheduler on vLLM's step loop."""
     from clarify.batch.resources import open_resources, prepare
     from clarify.batch.scheduler import drive
-    from clarify.batch.tree import Tree
+    from clarify.batch.toc.tree import Tree
 
     tmp = tmp_path_factory.mktemp("constrained")
     cfg = config.load(None, {"limit": 1, **CONSTRAINED, **SMALL})
@@ -345,7 +345,7 @@ def test_compare_table_shows_the_switches_of_each_run(tmp_path, monkeypatch):
     """`clarify compare`'s table (and so comparison.md) has a row for each switch, read from each run's
     frozen config; a report's run section shows them with the rest of the config."""
     from clarify.batch import compare as cmp
-    from clarify.batch.comparison import flatten
+    from clarify.batch.report.comparison import flatten
     from clarify.batch.rundir import Run
     from tests.run_fixtures import write_run
 

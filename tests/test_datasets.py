@@ -97,7 +97,7 @@ def test_a_registered_dataset_runs_end_to_end_and_is_evaluated(toy, tmp_path):
 
 
 def test_quotesum_given_sources_are_numbered_once_for_runs_and_demos():
-    from clarify.batch.demos import load_quotesum_demos
+    from clarify.batch.toc.demos import load_quotesum_demos
 
     cfg = config.load(None, {"dataset": "quotesum", "limit": 0})
     questions, gold = load_questions(cfg)
@@ -119,7 +119,7 @@ def test_quotesum_given_sources_are_numbered_once_for_runs_and_demos():
 
 def _select(ds, overrides: dict, questions):
     """`Dataset.select` as a run calls it: with the config's resolved demo pool (batch/resources.py)."""
-    from clarify.batch.demos import resolve_pool
+    from clarify.batch.toc.demos import resolve_pool
 
     cfg = config.load(None, overrides)
     return ds.select(cfg, questions, resolve_pool(cfg))

@@ -18,10 +18,10 @@ import pytest
 from clarify.batch import config
 from clarify.batch.cli import build_parser
 from clarify.batch.commands import _overrides
-from clarify.batch.demos import KnnPool, load_asqa_demos, resolve_pool
 from clarify.batch.pipeline import run
 from clarify.batch.resources import load_questions, open_resources, prepare
-from clarify.batch.tree import normalize
+from clarify.batch.toc.demos import KnnPool, load_asqa_demos, resolve_pool
+from clarify.batch.toc.tree import normalize
 from clarify.errors import InputError
 from clarify.eval import datasets
 from clarify.files import sha256
@@ -92,7 +92,7 @@ def test_train_demos_are_a_direct_knn_over_the_same_vectors(asqa_file, tmp_path)
     scores, _ = flat.search(qvecs, 5 + 1)
     for q, qv, top, got in zip(questions["question"], qvecs, scores, picked):
         sims = np.round(vectors @ qv, 5)
-        # direct: highest rounded score first, ties in pool order (batch/demos.py KnnPool: rankings must not
+        # direct: highest rounded score first, ties in pool order (batch/toc/demos.py KnnPool: rankings must not
         # depend on float noise), a demo with the query's own question never; shown nearest last
         order = sorted(range(len(sims)), key=lambda j: (-sims[j], j))
         direct = [pool.items[j] for j in order if normalize(pool.items[j].question) != normalize(q)][:5]

@@ -39,7 +39,7 @@ def test_regular_install_runs_clarify_on_the_embedded_defaults(tmp_path, llm_mod
                            env=env).stdout.split()
     assert where[0].startswith(str(site)) and where[1] == str(site / "clarify" / "data")
     assert (site / "clarify" / "data" / "wiki" / "all-MiniLM-L6-v2.embeddings.npy").is_file()
-    assert (site / "clarify" / "batch" / "templates" / "report.css").is_file()
+    assert (site / "clarify" / "batch" / "report" / "templates" / "report.css").is_file()
 
     small = tmp_path / "small.toml"
     small.write_text("[toc]\nmax_expansions = 1\nclarify_max_tokens = 48\nanswer_max_tokens = 48\nn_demos = 2\n")

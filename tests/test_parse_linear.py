@@ -22,8 +22,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from clarify.batch import parse, quotes
 from clarify.batch.pipeline import _add_quote_notes
+from clarify.batch.toc import parse, quotes
 from clarify.errors import InputError
 from clarify.eval import quotesum
 from clarify.jsonl import MAX_LINE_BYTES, iter_jsonl
@@ -85,7 +85,7 @@ def old_canonical_markers(text: str) -> str:
 
 
 def old_parse(s: str, i: int, inside: bool) -> tuple[list, int, bool]:
-    """batch/quotes.py `_parse` before issue 34: recursive, one level per nested marker."""
+    """batch/toc/quotes.py `_parse` before issue 34: recursive, one level per nested marker."""
     parts: list = []
     buf: list[str] = []
     depth = 0

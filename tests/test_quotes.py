@@ -1,4 +1,4 @@
-"""Tests of the quote checker (clarify.batch.quotes) on real QuoteSum answers and real Wikipedia passages.
+"""Tests of the quote checker (clarify.batch.toc.quotes) on real QuoteSum answers and real Wikipedia passages.
 
 Measured numbers (QuoteSum dev, 265 human summaries, 1,130 spans;
 `.venv/bin/python -m pytest tests/test_quotes.py -s`):
@@ -18,7 +18,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from clarify.batch.quotes import (
+from clarify.batch.toc.quotes import (
     QuotedSpan,
     check_answers,
     fidelity_by_qid,

@@ -1,4 +1,4 @@
-"""Tests of `clarify report` (batch/report.py) and the plots (batch/plots.py).
+"""Tests of `clarify report` (batch/report/html.py) and the plots (batch/report/plots.py).
 
 The run directories are built from real data: ASQA dev questions and their disambiguations
 (data/asqa/dev.json), Wikipedia passages (data/wiki/passages.jsonl) retrieved per tree node with a
@@ -23,8 +23,10 @@ import polars as pl
 import pytest
 
 from clarify import schemas
-from clarify.batch import plots, quotes, report
+from clarify.batch.report import html as report
+from clarify.batch.report import plots
 from clarify.batch.rundir import Run
+from clarify.batch.toc import quotes
 from clarify.errors import InputError
 from tests.run_fixtures import write_run
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from clarify.batch import report
+from clarify.batch.report import html as report
 from tests.test_report import build_run_dir
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

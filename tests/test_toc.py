@@ -13,11 +13,11 @@ import polars as pl
 import pytest
 
 from clarify.batch import config
-from clarify.batch.parse import parse_disambiguations, parse_verdict
 from clarify.batch.pipeline import nodes_table, run
-from clarify.batch.program import Resources
 from clarify.batch.scheduler import SCHEDULERS, drive
-from clarify.batch.tree import Tree
+from clarify.batch.toc.parse import parse_disambiguations, parse_verdict
+from clarify.batch.toc.program import Resources
+from clarify.batch.toc.tree import Tree
 from clarify.errors import InputError
 from clarify.eval.datasets.jsonl import read_questions_jsonl
 from clarify.local_llm.scripted import ScriptedEngine
@@ -98,7 +98,7 @@ def make_responder(verdict="hash", garbage=False, fanout=2):
 
 
 def _resources(engine, index=None):
-    from clarify.batch.demos import KnnPool, load_asqa_demos, load_quotesum_demos
+    from clarify.batch.toc.demos import KnnPool, load_asqa_demos, load_quotesum_demos
 
     index = index or FakeIndex()
     embed = index.encoder.encode
@@ -319,8 +319,8 @@ def test_config_errors_name_the_field(tmp_path):
 
 def test_part_tables_follow_schemas():
     from clarify import schemas
-    from clarify.batch.program import TreeRows
     from clarify.batch.resources import tables
+    from clarify.batch.toc.program import TreeRows
 
     eng = ScriptedEngine("scripted", make_responder())
     trees = _trees()[:2]
@@ -369,7 +369,7 @@ def test_fits_counts_exactly_when_characters_underestimate_tokens():
 
 
 def _pair(q, *answers):
-    from clarify.batch.parse import Disambiguation
+    from clarify.batch.toc.parse import Disambiguation
 
     return Disambiguation(q, answers)
 

@@ -21,12 +21,12 @@ import polars as pl
 import pytest
 
 from clarify.batch import config
-from clarify.batch.demos import KnnPool
-from clarify.batch.parse import Disambiguation
-from clarify.batch.program import Resources
-from clarify.batch.prompts import Demo
 from clarify.batch.scheduler import SCHEDULERS, drive
-from clarify.batch.tree import Tree
+from clarify.batch.toc.demos import KnnPool
+from clarify.batch.toc.parse import Disambiguation
+from clarify.batch.toc.program import Resources
+from clarify.batch.toc.prompts import Demo
+from clarify.batch.toc.tree import Tree
 from clarify.local_llm.cache import CachedEngine
 from clarify.local_llm.scripted import ScriptedEngine
 from clarify.schemas import Passage

@@ -17,13 +17,13 @@ import polars as pl
 import pytest
 
 from clarify.batch import config
-from clarify.batch.demos import KnnPool
-from clarify.batch.match import MATCHING, dpr_tokens, dsp_f1, dsp_has_answers, dsp_normalize_text
-from clarify.batch.parse import Disambiguation, parse_disambiguations
-from clarify.batch.program import Resources, passage_string, removed_by
-from clarify.batch.prompts import Demo
 from clarify.batch.scheduler import drive
-from clarify.batch.tree import Tree
+from clarify.batch.toc.demos import KnnPool
+from clarify.batch.toc.match import MATCHING, dpr_tokens, dsp_f1, dsp_has_answers, dsp_normalize_text
+from clarify.batch.toc.parse import Disambiguation, parse_disambiguations
+from clarify.batch.toc.program import Resources, passage_string, removed_by
+from clarify.batch.toc.prompts import Demo
+from clarify.batch.toc.tree import Tree
 from clarify.eval import normalize
 from clarify.local_llm.cache import CachedEngine
 from clarify.local_llm.scripted import ScriptedEngine

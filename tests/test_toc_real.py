@@ -19,7 +19,7 @@ from clarify.batch import config
 from clarify.batch.pipeline import nodes_table, run
 from clarify.batch.resources import open_resources, prepare
 from clarify.batch.scheduler import drive
-from clarify.batch.tree import Tree
+from clarify.batch.toc.tree import Tree
 from tests.run_fixtures import SMALL, same_tables, small_toml
 
 pytestmark = pytest.mark.integration
@@ -186,7 +186,7 @@ def test_quoted_asqa_and_quotesum_runs_make_spans(tmp_path, default_local_index,
     assert hits.height == 0 and set(schemas.HITS) <= set(hits.columns)  # typed, though empty
 
     # both runs, the treeless QuoteSum one included, render in one report with their quotes
-    from clarify.batch.report import write_report
+    from clarify.batch.report.html import write_report
 
     html = write_report([tmp_path / "asqa", tmp_path / "qs"], tmp_path / "report.html").read_text()
     for qid in answers["qid"].to_list():

@@ -9,7 +9,7 @@ What an adapter answers (`Dataset`, the defaults below fit a searched dataset wi
 - `load(path, split=)`: (questions [schemas.QUESTIONS + own columns], gold or None);
 - `select(cfg, questions, pool)`: the questions a run answers, offset/limit applied (ASQA: not the demo pool's);
 - `demo_file(path)`: the official-layout ASQA file its clarification demos come from (ASQA: its own file;
-  others: None, the shipped ASQA dev set; batch/demos.py `resolve_pool`);
+  others: None, the shipped ASQA dev set; batch/toc/demos.py `resolve_pool`);
 - `given_sources(questions)`: qid → the question's own numbered passages (QuoteSum), else {};
 - `builds_trees`: False when a run answers from the given sources, with no index search and no tree;
 - `quoted_gold`: its gold answers are SEMQA quoted answers (a run then loads the SEMQA demos);
@@ -63,7 +63,7 @@ class Dataset:
 
     def select(self, cfg: Any, questions: pl.DataFrame, pool: Any) -> pl.DataFrame:
         """The questions a run answers (`cfg`: a RunConfig; `pool`: its resolved clarification demo pool,
-        batch/demos.py `Pool`): offset..offset+limit-1, limit 0 every one from offset on; an InputError for a
+        batch/toc/demos.py `Pool`): offset..offset+limit-1, limit 0 every one from offset on; an InputError for a
         slice this dataset cannot answer."""
         return questions.slice(cfg.offset, cfg.limit or None)
 

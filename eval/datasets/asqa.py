@@ -1,7 +1,7 @@
 """ASQA (Stelmakh et al. 2022): ambiguous questions searched in the index, long answers scored by the
 official ASQA metrics (eval/asqa.py) plus ToC's Answer-F1 over the tree's nodes.
 
-The few-shot clarification demos come from the same file (batch/demos.py): its train split when it has one,
+The few-shot clarification demos come from the same file (batch/toc/demos.py): its train split when it has one,
 as the official code (run_toc.py:23-41, :191), else dev questions 500..947 (the shipped file has no train
 split: data/asqa/SOURCE.md), which a run then does not answer (`select`).
 """
@@ -16,7 +16,7 @@ from typing import Any
 from clarify.errors import InputError
 from clarify.eval.datasets import Dataset, register
 
-# `demo_pool` specs (batch/demos.py resolves one into the run's concrete pool; README "Running the whole
+# `demo_pool` specs (batch/toc/demos.py resolves one into the run's concrete pool; README "Running the whole
 # ASQA dev set"). They live with the ASQA adapter: a spec names a split and slice of an ASQA file.
 AUTO = "auto"
 SHIPPED_POOL = "asqa:dev[500:]"  # the shipped data has no train split: dev 500..947 are the demos
@@ -68,7 +68,7 @@ class ASQA(Dataset):
 
     def select(self, cfg: Any, questions, pool):
         """offset..offset+limit-1 outside a demo pool drawn from these same questions (a dev slice of this
-        file, batch/demos.py `Pool.from_questions`): an explicit limit that overlaps it is refused; limit 0
+        file, batch/toc/demos.py `Pool.from_questions`): an explicit limit that overlaps it is refused; limit 0
         takes every question from offset on that is not a demo (the shipped default: dev 0..499)."""
         if not pool.from_questions:
             return super().select(cfg, questions, pool)

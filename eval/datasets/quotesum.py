@@ -3,7 +3,7 @@ with `[ k span ]` quotes from them; no index search and no tree (DESIGN §4). Sc
 QuoteSum metrics (eval/quotesum.py).
 
 `numbered_sources` is the one place a source's passage id `qid:s{k}` is made (a run's given sources,
-and the SEMQA demos of batch/demos.py).
+and the SEMQA demos of batch/toc/demos.py).
 """
 
 from __future__ import annotations

@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from clarify.batch.parse import Disambiguation
-from clarify.batch.prompts import Demo, QuotedDemo
-from clarify.batch.tree import normalize
+from clarify.batch.toc.parse import Disambiguation
+from clarify.batch.toc.prompts import Demo, QuotedDemo
+from clarify.batch.toc.tree import normalize
 from clarify.errors import InputError
 from clarify.eval import datasets
 from clarify.eval.datasets.asqa import AUTO, SHIPPED_POOL, TRAIN_POOL, parse_pool_spec

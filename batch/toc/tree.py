@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from clarify.batch.config import TocConfig
-from clarify.batch.parse import Disambiguation
+from clarify.batch.toc.parse import Disambiguation
 from clarify.eval.normalize import normalize_answer as normalize  # SQuAD-style, as dsp's normalize_text
 
 ROOT = "0"

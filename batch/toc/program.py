@@ -1,7 +1,7 @@
 """One question's Tree of Clarifications as a program: what it needs, asked for one request at a time.
 
 `tree_program(tree, res, cfg, rows)` is a generator. It walks the official loop (gankim/tree-of-clarifications
-`run_toc.py` main loop, stepped by `Tree`, batch/tree.py) and, wherever it needs the outside world, it
+`run_toc.py` main loop, stepped by `Tree`, batch/toc/tree.py) and, wherever it needs the outside world, it
 yields a request and receives the result:
 
     Search(queries, k)          → per query [(passage_id, score)] best first, and the retriever's name
@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from clarify.batch.config import RunConfig
-from clarify.batch.constraints import answer_grammar, clarify_grammar
-from clarify.batch.demos import KnnPool
-from clarify.batch.match import MATCHING, Matching
-from clarify.batch.parse import Disambiguation, clean_long_answer, parse_disambiguations, parse_verdict
-from clarify.batch.prompts import (
+from clarify.batch.toc.constraints import answer_grammar, clarify_grammar
+from clarify.batch.toc.demos import KnnPool
+from clarify.batch.toc.match import MATCHING, Matching
+from clarify.batch.toc.parse import Disambiguation, clean_long_answer, parse_disambiguations, parse_verdict
+from clarify.batch.toc.prompts import (
     Demo,
     Passage,
     answer_prompt,
@@ -42,7 +42,7 @@ from clarify.batch.prompts import (
     quoted_answer_prompt,
     verify_prompt,
 )
-from clarify.batch.tree import ROOT, Node, Tree
+from clarify.batch.toc.tree import ROOT, Node, Tree
 from clarify.local_llm.engine import Completion, Engine, GenParams, request_key
 
 if TYPE_CHECKING:
@@ -296,7 +296,7 @@ def expand(t: Tree, n: Node, res: Resources, cfg: RunConfig, wave: int, rows: Tr
     vecs = yield EmbedTexts((n.question,))
     (demos,) = res.demos.select(vecs[n.question][None, :], [n.question], toc.n_demos, [t.removed_demos])
     prompt = clarify_prompt(n.question, [store[p] for p in ctx], demos)
-    # [toc] constrain_format: the same prompt, decoded under the DQ/DA grammar (batch/constraints.py)
+    # [toc] constrain_format: the same prompt, decoded under the DQ/DA grammar (batch/toc/constraints.py)
     params = GenParams(temperature=toc.temperature, max_tokens=toc.clarify_max_tokens,
                        stop=CLARIFY_STOP + cfg.model.stop, seed=clarify_seed(cfg, t, n, prompt),
                        grammar=clarify_grammar(cfg))
@@ -396,7 +396,7 @@ def answer(t: Tree, res: Resources, cfg: RunConfig, wave: int, rows: TreeRows) -
     else:
         (demos,) = res.demos.select(qmat, [t.question], toc.n_demos, [t.removed_demos])
         prompt = answer_prompt(t.question, pairs, ctx, demos, open_empty=toc.empty_tree_answer == "open")
-    # [answer] constrain_quotes: quoted spans decoded as runs of their source's words (batch/constraints.py)
+    # [answer] constrain_quotes: quoted spans decoded as runs of their source's words (batch/toc/constraints.py)
     params = GenParams(temperature=0.0, max_tokens=toc.answer_max_tokens, stop=ANSWER_STOP + cfg.model.stop,
                        grammar=answer_grammar(cfg, ctx))
     req = Generate("answer", (ROOT,), (prompt,), (params,), _priority("answer", t, cfg))

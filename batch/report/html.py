@@ -1,15 +1,15 @@
 """`clarify report`: one self-contained HTML file for one or more run directories (DESIGN §8).
 
 The file needs no network: CSS and JS are inline, plots are PNGs embedded as base64 `data:` URIs.
-Per run it shows the frozen config, the summary metrics, plots (`batch/plots.py`), an index of the
+Per run it shows the frozen config, the summary metrics, plots (`batch/report/plots.py`), an index of the
 questions, and a tree viewer per question: the ambiguous question, its tree of disambiguations
 (root / valid / pruned / duplicate / pending, colour + text label, collapsible `<details>`), each
 node's retrieved passages, and the final answer as the model wrote it with each quoted `[k span]`
 linked to the span's offsets highlighted inside source passage k. Spans that are not verbatim are
-marked. Several runs get one section each plus a comparison table (`batch/comparison.py`; and a
+marked. Several runs get one section each plus a comparison table (`batch/report/comparison.py`; and a
 metric-vs-size plot when parameter counts are known).
 
-The HTML comes from Jinja2 templates in `batch/templates/` (`report.html.j2`, its macros in
+The HTML comes from Jinja2 templates in `batch/report/templates/` (`report.html.j2`, its macros in
 `macros.html.j2`; `report.css` and `report.js` are inlined). The environment autoescapes: every value
 from a run file is HTML-escaped, since model output is untrusted; the only markup built here is the
 passage highlighting (`_highlight`, which escapes every text segment).
@@ -35,9 +35,10 @@ import polars as pl
 from markupsafe import Markup, escape
 from tqdm import tqdm
 
-from clarify.batch import plots, quotes
-from clarify.batch.comparison import comparison_table, flatten, fmt, plotted_metrics, split_summary
+from clarify.batch.report import plots
+from clarify.batch.report.comparison import comparison_table, flatten, fmt, plotted_metrics, split_summary
 from clarify.batch.rundir import Run
+from clarify.batch.toc import quotes
 from clarify.errors import InputError
 from clarify.files import write_text
 

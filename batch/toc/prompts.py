@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from clarify.batch.parse import Disambiguation
+from clarify.batch.toc.parse import Disambiguation
 from clarify.schemas import Passage
 
 SEP = "\n\n---\n\n"

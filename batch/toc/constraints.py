@@ -7,11 +7,11 @@ Two switches, both off by default (the official trees stay the default):
   from 1, then the end (EOS, or the prompt's next field `\n\nAnswer:`, which CLARIFY_STOP cuts off). The
   format is the official one: the demo and query layout of toc/templates/load.py and the line parser
   of toc/utils.py:25-40 `parse_disambig` (split on `DQ\s*\d*:` / `DA\s*\d*:`), so every completion
-  that is not cut at max_tokens parses (batch/parse.py). The prompt is unchanged.
+  that is not cut at max_tokens parses (batch/toc/parse.py). The prompt is unchanged.
 * `[answer] constrain_quotes` — the quoted (SEMQA) answer is decoded under `quotes_grammar(sources)`:
   text outside markers is free (anything but `[`), and every marker is `[k ` + a contiguous run of
   source k's words + `]`, k = 1..number of sources. The run of words is copied from the source's text
-  or its title (batch/quotes.py's checker looks in both), with each run of whitespace written as one
+  or its title (batch/toc/quotes.py's checker looks in both), with each run of whitespace written as one
   space: exactly what the checker's `normalise` collapses, so every constrained span is found verbatim
   (`tests/test_constraints.py` checks the mapping on every shipped QuoteSum source).
 
@@ -75,7 +75,7 @@ def literal(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-# -- what each step decodes under (batch/program.py asks here) ---------------------------------------------
+# -- what each step decodes under (batch/toc/program.py asks here) ---------------------------------------------
 def clarify_grammar(cfg: RunConfig) -> str | None:
     """The clarification's grammar: `format_grammar()` when `[toc] constrain_format`, else None."""
     return format_grammar() if cfg.toc.constrain_format else None
@@ -95,7 +95,7 @@ def format_grammar(max_pairs: int = FORMAT_MAX_PAIRS) -> str:
     """EBNF of a clarification: `DQ 1: q` NL `DA 1: a` (NL `DQ 2: ...`)... up to `max_pairs`, then the end
     (or `\\n\\nAnswer:`, the next field of the official template, toc/templates/load.py, which the
     clarification's stop strings cut off). A question and an answer are one non-empty line each; an
-    answer starts with a character that batch/parse.py's split_answers keeps (not ';', '"' or a blank)."""
+    answer starts with a character that batch/toc/parse.py's split_answers keeps (not ';', '"' or a blank)."""
     if max_pairs < 1:
         raise ValueError(f"max_pairs must be >= 1, got {max_pairs}")
     rules = ["root ::= pair1"]
@@ -160,7 +160,7 @@ def _chain(name: str, text: str) -> tuple[list[str], list[str]]:
 
 def quotes_grammar(sources: Sequence[Passage]) -> str:
     """EBNF of a quoted answer over numbered `sources` (source k = sources[k-1], as the answer prompt
-    numbers them, batch/prompts.py format_context): free text without `[`, and markers `[k span]` whose
+    numbers them, batch/toc/prompts.py format_context): free text without `[`, and markers `[k span]` whose
     span is a run of words of source k's text or title (module docstring). A source with no quotable
     word gets no marker."""
     rules, markers = [], []

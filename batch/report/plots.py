@@ -1,7 +1,7 @@
 """Plots for run reports and model comparisons (matplotlib, Agg backend, no pyplot global state).
 
 Every `*_png` function takes run tables and returns PNG bytes (or None when the table holds nothing
-to plot), so `batch/report.py` can embed them as base64 in one self-contained HTML file.
+to plot), so `batch/report/html.py` can embed them as base64 in one self-contained HTML file.
 `plot_compare` writes a PNG file: each metric against model size (parameter count, log x-axis).
 """
 

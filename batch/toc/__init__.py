@@ -1,0 +1,13 @@
+"""The Tree of Clarifications algorithm: one question's tree and the requests it makes (README "Architecture").
+
+    tree.py         the tree's state (nodes, waves, pruning status), official ToC semantics
+    program.py      a tree as a program of requests (search, embed, clarify, verify, answer) and their results
+    prompts.py      the prompts' wording and fields; parse.py: reading DQ/DA lines and verdicts
+    demos.py        few-shot demo pools chosen by kNN (ASQA clarification demos, SEMQA quoted demos)
+    match.py        answer matching inside the tree (dsp's rules or SQuAD's)
+    quotes.py       SEMQA `[k span]` answers checked against their sources
+    constraints.py  the grammars of constrained decoding (issue 29)
+
+It knows nothing of run directories, schedulers or engines beyond the `Engine` contract: the run machinery
+(batch/pipeline.py, batch/scheduler.py, batch/cluster.py) drives many trees at once.
+"""

@@ -1,0 +1,115 @@
+"""The code's map holds (README "Architecture"; issue 31): clarify's modules import each other without a
+cycle, `batch/toc/` (the algorithm) uses nothing of the run machinery but the settings, `eval/` uses nothing
+of `batch/` but the run reader, `index/` and `local_llm/` know nothing of `batch/`, nor `local_llm/` of
+retrieval or evaluation.
+
+Read from the source with `ast` (every `import`, function-level ones included: a lazy import is still a
+dependency), so the check costs milliseconds and needs no heavy library."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDERS = ("batch", "index", "local_llm", "eval")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for folder in FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            out[name.removesuffix(".__init__")] = path
+    for path in sorted(ROOT.glob("*.py")):  # the shared pieces at the top: schemas.py, files.py, ...
+        out[path.stem] = path
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for name, path in mods.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = (node.module or "").removeprefix("clarify.")
+                names = [target] + [f"{target}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name.removeprefix("clarify.") for a in node.names]
+            else:
+                continue
+            # `from clarify.batch import config` is an edge to batch.config; a package's __init__ counts only
+            # when the import names it alone
+            graph[name] |= {t for t in names if t in mods and t != name and not (t in FOLDERS and len(names) > 1)}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on, stack, out = set(), [], []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, children = work[-1]
+            for w in children:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        out.append(sorted(comp))
+    return out
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle():
+    graph = _graph()
+    assert len(graph) > 50 and sum(map(len, graph.values())) > 150  # the whole code was read
+    assert _cycles(graph) == []
+
+
+def test_each_part_imports_only_what_the_map_allows():
+    graph = _graph()
+    run_machinery = {m for m in graph if m.startswith("batch.") and m.count(".") == 1} - {"batch.config"}
+    for mod, deps in graph.items():
+        if mod.startswith("batch.toc"):
+            assert not deps & run_machinery and not any(d.startswith("batch.report") for d in deps), (mod, deps)
+        if mod.startswith("eval"):
+            allowed = {"batch.rundir"} if mod == "eval.cli" else set()  # `clarify eval` on a run: Run.open
+            assert {d for d in deps if d.startswith("batch")} <= allowed, (mod, deps)
+        if mod.startswith(("local_llm", "index")):  # AC@k (index/coverage.py) reads the datasets' questions
+            assert not any(d.startswith("batch") for d in deps), (mod, deps)
+        if mod.startswith("local_llm"):
+            assert not any(d.startswith(("eval", "index")) for d in deps), (mod, deps)
