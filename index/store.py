@@ -253,6 +253,8 @@ def build_index(corpus, out, *, options: BuildOptions | None = None, force: bool
     if not files:
         raise InputError("no corpus files given")
     out = Path(out).expanduser()
+    if shard is not None and not options.dense:
+        raise InputError("--shard splits the encoding: it needs the dense part (drop --no-dense)", field="shard")
     for f in files:
         need_file(f, "corpus file")
     with _lock(out):

@@ -97,6 +97,15 @@ def test_shards_of_another_corpus_are_not_merged(corpus_and_reference, tmp_path)
         (tmp_path / name / "job.json").write_text(json.dumps(job))
     with pytest.raises(InputError, match="different corpora"):
         merge_shards(tmp_path / "target", [tmp_path / "a", tmp_path / "b"])
+    from clarify.index import build_index
+    from clarify.index.encode import parse_shard
+
+    with pytest.raises(InputError, match="needs the dense part"):
+        build_index([corpus_and_reference[1]], tmp_path / "idx", dense=False, shard=(0, 2))
+    assert parse_shard("1/4") == (1, 4)
+    for bad in ("4/4", "x", "1/0"):
+        with pytest.raises(InputError, match="--shard"):
+            parse_shard(bad)
 
 
 def test_worker_processes_encode_the_same_passages(corpus_and_reference):
