@@ -39,11 +39,15 @@ examples:
   clarify index build --corpus passages.jsonl --out indexes/mine
   clarify index build --corpus a.jsonl b.parquet --out indexes/big --faiss ivf --skip-bad
   clarify index build --corpus wiki.jsonl --out indexes/wiki --faiss 'IVF{nlist},SQ8' --nprobe 64
+  clarify index build --corpus psgs_w100.tsv --out indexes/wiki --device cuda     one worker per GPU
+  clarify index build --corpus psgs_w100.tsv --out indexes/wiki --shard 0/4       on node 0 of 4, then
+  clarify index merge-shards --out indexes/wiki SHARD_FOLDERS...                  and build without --shard
 
 writes into --out: manifest.json (corpus checksums, settings, timings), passages.arrow with
 passage_ids.npy and passage_rows.npy (the text, memory-mapped), lucene/ (BM25) and dense/ (FAISS index,
 docid, embeddings.npy). --default builds into
-$CLARIFY_HOME/index/wiki-default. Building again with the same files and settings does nothing; a
+$CLARIFY_HOME/index/wiki-default. Building again with the same files and settings does nothing (files
+whose size and mtime are unchanged are not read again; --verify-corpus checksums them anyway); a
 changed corpus or setting is refused unless --force. Logs: $CLARIFY_HOME/logs.
 """
 
@@ -88,12 +92,30 @@ def register(sub) -> None:
     b.add_argument("--nlist", type=int, default=None, help="IVF lists (default ≈ 4·sqrt(n))")
     b.add_argument("--nprobe", type=int, default=None, help="IVF lists searched per query")
     b.add_argument("--hnsw-m", type=int, default=32)
-    b.add_argument("--batch-size", type=int, default=16,
-                   help="encoder batch size (batches are cut by token count; smaller was faster on CPU)")
-    b.add_argument("--threads", type=int, default=None, help="Lucene indexing threads")
+    b.add_argument("--batch-size", type=int, default=None,
+                   help="encoder batch size (batches are cut by token count; default: CPU 16, CUDA 256, from the "
+                        "CPU/CUDA settings table)")
+    b.add_argument("--device", default="cpu", help="encode on cpu | cuda (one worker per visible GPU) | cuda:N")
+    b.add_argument("--processes", type=int, default=1,
+                   help="encoding worker processes on CPU, each with its share of the cores (default 1)")
+    b.add_argument("--shard", default=None, metavar="I/N",
+                   help="encode only shard I of N (0-based) into the encoding folder beside --out and stop; "
+                        "then `clarify index merge-shards` and build without --shard")
+    b.add_argument("--threads", type=int, default=None, help="Lucene indexing threads (default: every CPU)")
+    b.add_argument("--jvm-heap", default=None, metavar="SIZE",
+                   help="JVM heap of the Lucene build, e.g. 16g (default: a quarter of RAM, 1g-16g)")
     b.add_argument("--skip-bad", action="store_true", help="skip bad rows (and count them) instead of failing")
     b.add_argument("--force", action="store_true", help="rebuild when the corpus or settings changed")
+    b.add_argument("--verify-corpus", action="store_true",
+                   help="checksum every corpus file even when its size and mtime are those the index recorded "
+                        "(by default an unchanged size and mtime is trusted: a re-run costs a stat)")
     b.set_defaults(func=cmd_build, **logs)
+
+    m = isub.add_parser("merge-shards", help="copy the encoded chunks of --shard builds into one index's "
+                                             "encoding folder (then build without --shard)")
+    m.add_argument("--out", type=Path, required=True, help="the index directory the full build will create")
+    m.add_argument("shards", nargs="+", type=Path, help="the shard builds' encoding folders (.NAME.encoding)")
+    m.set_defaults(func=cmd_merge_shards, **logs)
 
     s = isub.add_parser("search", help="search an index with a file of queries (or one --query)",
                         epilog=SEARCH_EPILOG)
@@ -135,8 +157,16 @@ def cmd_build(args) -> int:
         opts = BuildOptions(bm25=not args.no_bm25, dense=not args.no_dense, encoder=args.encoder, faiss=args.faiss,
                             nlist=args.nlist, nprobe=args.nprobe, hnsw_m=args.hnsw_m, skip_bad=args.skip_bad,
                             train_size=args.train_size, ef_search=args.ef_search,
-                            batch_size=args.batch_size, threads=args.threads)
-        out = build_index(args.corpus, args.out, options=opts, force=args.force)
+                            batch_size=args.batch_size, threads=args.threads,
+                            jvm_heap=args.jvm_heap, device=args.device, processes=args.processes)
+        from clarify.index.encode import parse_shard
+
+        shard = parse_shard(args.shard)
+        out = build_index(args.corpus, args.out, options=opts, force=args.force, verify=args.verify_corpus,
+                          shard=shard)
+        if shard is not None:
+            print(f"shard {args.shard}: encoded chunks in {out}")
+            return 0
     m = open_index(out).manifest
     skipped = m["passages"].get("skipped") or {}
     print(f"index {out}: {m['passages']['count']} passages"
@@ -144,6 +174,14 @@ def cmd_build(args) -> int:
           + (f", bm25 {m['bm25']['documents']} docs" if m.get("bm25") else "")
           + (f", dense {m['dense']['vectors']}x{m['dense']['dim']} {m['dense']['faiss']}" if m.get("dense") else "")
           + f", timings {m.get('timings')}")
+    return 0
+
+
+def cmd_merge_shards(args) -> int:
+    from clarify.index.encode import encoding_dir, merge_shards
+
+    target = encoding_dir(args.out)
+    print(f"{merge_shards(target, args.shards)} encoded chunks in {target}")
     return 0
 
 

@@ -83,26 +83,26 @@ def check_sample(vectors: np.ndarray, texts: list[str], encoder, rows: np.ndarra
     return float(np.abs(fresh - np.asarray(vectors[rows])).max())
 
 
-def write(files: list[Path], *, encoder_spec: str = "default") -> Path:
-    """Encode the corpus `files` (in this order, as `build_index` reads them) and write the vectors and
-    their sidecar beside the first; returns the sidecar's path."""
+def write(files: list[Path], *, encoder_spec: str = "default", device: str = "cpu") -> Path:
+    """Encode the corpus `files` (in this order, as `build_index` reads them) on `device` (cpu, cuda:N) and
+    write the vectors and their sidecar beside the first; returns the sidecar's path."""
     from clarify.files import sha256 as sha256_file
     from clarify.files import write_atomic, write_json
-    from clarify.index.corpus import load_corpus
+    from clarify.index.corpus import LAYOUT, corpus_entries, load_corpus
     from clarify.index.dense import Encoder, encode_to_memmap
-    from clarify.index.store import LAYOUT, _corpus_entries
     from clarify.local_llm.hardware import describe
 
     folder = files[0].parent
-    entries = _corpus_entries(files)
+    entries = corpus_entries(files)
     passages = load_corpus(files).passages
-    encoder = Encoder(encoder_spec, batch_size=16)
+    encoder = Encoder(encoder_spec, batch_size=16, device=device)
     npy, meta = paths(folder, encoder.name)
     t0 = time.perf_counter()
     write_atomic(npy, lambda tmp: encode_to_memmap(encoder, passages, tmp))  # flushed when it returns
     side = {"format": FORMAT, "version": VERSION, "encoder": encoder.name, "layout": LAYOUT,
             "corpus": _corpus_key(entries), "count": passages.height, "dim": encoder.dim, "dtype": "float32",
             "sha256": sha256_file(npy), "encode_s": round(time.perf_counter() - t0, 1), "cpu": describe(),
+            "device": device,
             "command": "python -m clarify.index.shipped write " + " ".join(str(f) for f in files)}
     write_json(side, meta, sort_keys=False)
     return meta
@@ -111,14 +111,13 @@ def write(files: list[Path], *, encoder_spec: str = "default") -> Path:
 def _shipped_in(folder: Path):
     """(passages, encoder, vectors) of the default corpus in `folder`; SystemExit when the shipped
     vectors there are not usable, saying why."""
-    from clarify.index.corpus import load_corpus
+    from clarify.index.corpus import DEFAULT_CORPUS_FILES, LAYOUT, corpus_entries, load_corpus
     from clarify.index.dense import Encoder
-    from clarify.index.store import DEFAULT_CORPUS_FILES, LAYOUT, _corpus_entries
 
     files = [folder / name for name in DEFAULT_CORPUS_FILES]
     passages = load_corpus(files).passages
     encoder = Encoder("default", batch_size=16)
-    vectors, why = find(_corpus_entries(files), encoder, LAYOUT, passages.height)
+    vectors, why = find(corpus_entries(files), encoder, LAYOUT, passages.height)
     if vectors is None:
         raise SystemExit(f"shipped embeddings not usable: {why}")
     return passages, encoder, vectors
@@ -159,12 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("write", help="encode the corpus FILES and write their embeddings and sidecar beside them")
     w.add_argument("files", type=Path, nargs="+")
+    w.add_argument("--device", default="cpu", help="cpu or cuda:N (the machine that encodes)")
     c = sub.add_parser("check", help="re-encode a sample (or --full: every row) and compare")
     c.add_argument("dir", type=Path)
     c.add_argument("--full", action="store_true")
     args = ap.parse_args(argv)
     if args.cmd == "write":
-        print(write(args.files))
+        print(write(args.files, device=args.device))
         return 0
     if args.full:
         print(json.dumps(check_full(args.dir), indent=2))

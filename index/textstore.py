@@ -25,27 +25,116 @@ from clarify.schemas import PASSAGES
 TEXT_FILE, IDS_FILE, ROWS_FILE = "passages.arrow", "passage_ids.npy", "passage_rows.npy"
 
 
-def id_bytes(ids, width: int | None = None) -> np.ndarray:
-    """Passage ids as a numpy fixed-width bytes array (UTF-8)."""
-    encoded = [str(p).encode("utf-8") for p in ids]
-    if any(b"\0" in b for b in encoded):
-        raise InputError("a passage id contains a NUL character", field="id")
-    return np.array(encoded, dtype=f"S{width or max([len(b) for b in encoded] + [1])}")
+def id_array(column) -> np.ndarray:
+    """A string column (pyarrow Array or ChunkedArray) as a numpy fixed-width bytes array (UTF-8), gathered
+    from Arrow's offsets and data buffers without a Python object per id. InputError for an id with NUL."""
+    import pyarrow as pa
+
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    parts = []
+    for arr in chunks:
+        arr = arr.cast(pa.large_string())
+        n = len(arr)
+        if n == 0:
+            continue
+        if arr.null_count:
+            raise InputError("a passage id is missing", field="id")
+        bufs = arr.buffers()
+        offsets = np.frombuffer(bufs[1], dtype=np.int64)[arr.offset : arr.offset + n + 1]
+        data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, dtype=np.uint8)
+        if (data[offsets[0] : offsets[-1]] == 0).any():
+            raise InputError("a passage id contains a NUL character", field="id")
+        starts, lens = offsets[:-1], np.diff(offsets)
+        width = max(1, int(lens.max()))
+        out = np.zeros((n, width), dtype=np.uint8)
+        cols = np.arange(width)
+        for a in range(0, n, 1 << 18):  # vectorised gather of each id into a fixed-width row
+            s, ln = starts[a : a + (1 << 18), None], lens[a : a + (1 << 18), None]
+            mask = cols < ln
+            out[a : a + (1 << 18)][mask] = data[(s + cols)[mask]]
+        parts.append(out.view(f"S{width}").reshape(-1))
+    if not parts:
+        return np.zeros(0, dtype="S1")
+    width = max(p.dtype.itemsize for p in parts)
+    return np.concatenate([p.astype(f"S{width}") for p in parts])
+
+
+class StoreWriter:
+    """Writes a text store chunk by chunk (an index build, index/corpus.py): `write` appends passages
+    [passage_id, title, text] to the Arrow file; `close`; `sorted_ids` reads the id column back from the
+    memory map as one sorted numpy array (duplicates are equal neighbours); `finish` writes the id -> row
+    map, first dropping the rows `keep` marks False (the one case where the text is written twice)."""
+
+    def __init__(self, out: Path, *, batch_rows: int = 65536):
+        import pyarrow as pa
+
+        self.out, self.batch_rows, self.count = Path(out), batch_rows, 0
+        self.sink = pa.OSFile(str(self.out / TEXT_FILE), "wb")
+        self.writer = None
+
+    def write(self, passages: pl.DataFrame) -> None:
+        import pyarrow as pa
+
+        table = passages.select(list(PASSAGES)).cast(PASSAGES).to_arrow()
+        if self.writer is None:
+            self.writer = pa.ipc.new_file(self.sink, table.schema)
+        self.writer.write_table(table, max_chunksize=self.batch_rows)
+        self.count += table.num_rows
+
+    def close(self) -> None:
+        if self.writer is None and not self.sink.closed:
+            self.write(pl.DataFrame(schema=PASSAGES))
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        if not self.sink.closed:
+            self.sink.close()
+
+    def _reader(self):
+        import pyarrow as pa
+
+        return pa.ipc.open_file(pa.memory_map(str(self.out / TEXT_FILE), "r"))
+
+    def sorted_ids(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids sorted, the rows that sort them): np.argsort, stable, so among equal ids the first row comes
+        first."""
+        reader = self._reader()
+        ids = id_array(reader.read_all().column("passage_id")) if reader.num_record_batches else np.zeros(0, "S1")
+        order = np.argsort(ids, kind="stable")
+        return ids[order], order
+
+    def finish(self, ids_sorted: np.ndarray, order: np.ndarray, keep: np.ndarray | None = None) -> dict:
+        """Write the id -> row map; with `keep`, first rewrite the Arrow file without the dropped rows."""
+        import pyarrow as pa
+
+        if keep is not None and not keep.all():
+            reader, tmp = self._reader(), self.out / (TEXT_FILE + ".tmp")
+            with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, reader.schema) as writer:
+                start = 0
+                for i in range(reader.num_record_batches):
+                    batch = reader.get_batch(i)
+                    mask = keep[start : start + batch.num_rows]
+                    writer.write_batch(batch.filter(pa.array(mask)))
+                    start += batch.num_rows
+            del reader
+            tmp.replace(self.out / TEXT_FILE)
+            new_row = np.cumsum(keep) - 1
+            kept = keep[order]
+            ids_sorted, order = ids_sorted[kept], new_row[order[kept]]
+        np.save(self.out / IDS_FILE, ids_sorted)
+        np.save(self.out / ROWS_FILE, order.astype(np.int64))
+        return {"file": TEXT_FILE, "ids": IDS_FILE, "rows": ROWS_FILE, "format": "arrow-ipc"}
 
 
 def write_store(passages: pl.DataFrame, out: Path, *, batch_rows: int = 65536) -> dict:
-    """Write passages [passage_id, title, text] as a text store into folder `out`; return its manifest part."""
-    import pyarrow as pa
-
-    out = Path(out)
-    table = passages.select(list(PASSAGES)).to_arrow()
-    with pa.OSFile(str(out / TEXT_FILE), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table, max_chunksize=batch_rows)
-    ids = id_bytes(passages["passage_id"].to_list())
-    order = np.argsort(ids, kind="stable")
-    np.save(out / IDS_FILE, ids[order])
-    np.save(out / ROWS_FILE, order.astype(np.int64))
-    return {"file": TEXT_FILE, "ids": IDS_FILE, "rows": ROWS_FILE, "format": "arrow-ipc"}
+    """Write passages [passage_id, title, text] (ids unique) as a text store into folder `out`; return its
+    manifest part."""
+    writer = StoreWriter(Path(out), batch_rows=batch_rows)
+    try:
+        writer.write(passages)
+    finally:
+        writer.close()
+    return writer.finish(*writer.sorted_ids())
 
 
 class PassageStore:
@@ -93,10 +182,13 @@ class PassageStore:
 
     def lookup(self, passage_ids) -> pl.DataFrame:
         """passage ids -> passages [passage_id, title, text], one row per id in the given order."""
+        return self.take(self.row_of([str(p) for p in passage_ids]))
+
+    def take(self, rows) -> pl.DataFrame:
+        """Rows of the Arrow file -> passages [passage_id, title, text], in the given order."""
         import pyarrow as pa
 
-        ids = [str(p) for p in passage_ids]
-        rows = self.row_of(ids)
+        rows = np.asarray(rows, dtype=np.int64)
         if not len(rows):
             return pl.DataFrame(schema=PASSAGES)
         # per record batch: Table.take over the whole file would first combine every chunk (a full copy)

@@ -81,6 +81,7 @@ class EngineSettings:
     env: dict[str, str]  # set with setdefault before vLLM is imported (a user's own value wins)
     notes: list[str] = field(default_factory=list)
     faiss: dict[str, Any] = field(default_factory=dict)  # how the dense index is searched (rows "faiss ...")
+    encode: dict[str, Any] = field(default_factory=dict)  # how an index build encodes passages (rows "encode ...")
 
 
 NOT_SET = None  # a row's value None: clarify passes nothing, vLLM's own default holds
@@ -192,6 +193,9 @@ TABLE: tuple[Row, ...] = (
     Row("faiss device", _const("cpu"), lambda d, a, n: faiss_device(d),
         "dense search on the GPU where faiss-gpu is installed and sees one (index/dense.py to_gpu), else the "
         "memory-mapped CPU index every process of a node shares"),
+    Row("encode batch_size", _const(16), _const(256),
+        "passages per encoder batch in an index build (`clarify index build --device`): CPU 16, batches cut by "
+        "token count (bench/results/encode.json); CUDA: large batches keep the GPU busy"),
     Row("env VLLM_CPU_OMP_THREADS_BIND", lambda d, a, n: d.cores or NOT_SET, _const(NOT_SET),
         "every core of this process (vLLM's default leaves one idle); a Ray worker: its own cores"),
     Row("env VLLM_CPU_KVCACHE_SPACE", _same(lambda a: str(a.kv_cache_gib)), _const(NOT_SET),
@@ -216,6 +220,7 @@ def engine_settings(device: Device, ask: Ask) -> EngineSettings:
     llm: dict[str, Any] = {"model": ask.model}
     env: dict[str, str] = {}
     settings_faiss: dict[str, Any] = {}
+    settings_encode: dict[str, Any] = {}
     for row in TABLE:
         value = (row.cpu if device.kind == "cpu" else row.cuda)(device, ask, notes)
         if value is NOT_SET:
@@ -224,9 +229,17 @@ def engine_settings(device: Device, ask: Ask) -> EngineSettings:
             env[row.name.removeprefix("env ")] = str(value)
         elif row.name.startswith("faiss "):
             settings_faiss[row.name.removeprefix("faiss ")] = value
+        elif row.name.startswith("encode "):
+            settings_encode[row.name.removeprefix("encode ")] = value
         else:
             llm[row.name] = value
-    return EngineSettings(llm, env, notes, settings_faiss)
+    return EngineSettings(llm, env, notes, settings_faiss, settings_encode)
+
+
+def encode_setting(name: str, device_kind: str) -> Any:
+    """One "encode ..." row of the table for an index build on `device_kind` ("cpu" or "cuda")."""
+    row = next(r for r in TABLE if r.name == f"encode {name}")
+    return (row.cpu if device_kind == "cpu" else row.cuda)(Device(device_kind), Ask(), [])
 
 
 def render(devices: list[Device], ask: Ask) -> str:

@@ -271,3 +271,79 @@ def test_a_stopped_rebuild_says_so_in_one_line_and_keeps_the_old_index(tmp_path,
         f"clarify index build: stopped by {sig}; nothing kept, run again: clarify {' '.join(argv)}")
     assert "Traceback" not in proc.stderr
     assert (out / "manifest.json").read_bytes() == before and not list(tmp_path.glob(".idx.*"))
+
+
+def test_a_dpr_layout_tsv_corpus_builds(tmp_path):
+    """DPR's psgs_w100.tsv layout (header id, text, title; text quoted) builds BM25 + dense (issue 28)."""
+    rows = read_passages(write_small_corpus(tmp_path / "c.jsonl", n_core=30, n_random=10))
+    with open(tmp_path / "psgs_w100.tsv", "w", encoding="utf-8") as fh:
+        fh.write("id\ttext\ttitle\n")
+        for pid, title, text in rows.iter_rows():
+            fh.write(f"{pid}\t\"{text.replace(chr(34), chr(34) * 2)}\"\t{title}\n")
+    out = build_index([tmp_path / "psgs_w100.tsv"], tmp_path / "idx")
+    idx = open_index(out)
+    assert idx.manifest["passages"]["count"] == 40 and idx.manifest["bm25"]["documents"] == 40
+    assert idx.manifest["dense"]["vectors"] == 40
+    assert idx.passages.equals(rows)
+    queries = _queries(rows, 10)
+    for kind in ("bm25", "dense"):
+        hits = idx.searcher(kind).search(queries, 1)
+        assert (hits["passage_id"] == hits["qid"]).mean() >= 0.9, kind
+
+
+def test_a_build_with_nothing_to_do_does_not_read_the_corpus(tmp_path, monkeypatch):
+    """Cheap re-runs (issue 28): unchanged size and mtime -> no checksum; `verify` hashes anyway."""
+    import os
+
+    from clarify import files
+
+    corpus = write_small_corpus(tmp_path / "c.jsonl", n_core=20, n_random=0)
+    out = build_index([corpus], tmp_path / "idx", dense=False)
+    hashed = []
+    real = files.sha256
+    monkeypatch.setattr(files, "sha256", lambda p: hashed.append(p) or real(p))
+    build_index([corpus], out, dense=False)
+    assert hashed == []  # a stat of each file, nothing read
+    build_index([corpus], out, dense=False, verify=True)
+    assert hashed == [corpus]
+    st = corpus.stat()
+    os.utime(corpus, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched, same bytes: hashed, still current
+    hashed.clear()
+    build_index([corpus], out, dense=False)
+    assert hashed == [corpus] and open_index(out).manifest["corpus"][0]["mtime_ns"] == st.st_mtime_ns
+    data = corpus.read_bytes()
+    corpus.write_bytes(data.replace(b"a", b"e", 1))  # same size; mtime put back: only `verify` sees it
+    os.utime(corpus, ns=(st.st_atime_ns, st.st_mtime_ns))
+    build_index([corpus], out, dense=False)
+    with pytest.raises(InputError, match="corpus file 'c.jsonl' changed"):
+        build_index([corpus], out, dense=False, verify=True)
+
+
+def test_the_collection_indexer_gives_the_same_bm25_hits_as_the_in_process_indexer(tmp_path):
+    """Issue 28: Anserini's IndexCollection (child JVM, JsonCollection files, several threads) and the former
+    in-process SimpleIndexer path index the embedded corpus into indexes with the same BM25 hits, ids and
+    scores, and the same stored raw passages."""
+    from clarify.eval import datasets
+    from clarify.eval.asqa import load_asqa
+    from clarify.index.bm25 import BM25Searcher, LuceneStore, build_lucene, build_lucene_inprocess
+    from clarify.index.store import default_corpus_files
+
+    passages = read_passages(default_corpus_files())
+    new = build_lucene(passages, tmp_path / "collection", threads=2, heap="1g")
+    old = build_lucene_inprocess(passages, tmp_path / "inprocess")
+    assert new["documents"] == old["documents"] == passages.height == 10116
+    assert {k: new[k] for k in old} == old  # terms, unique terms, documents
+    questions = load_asqa(datasets.get("asqa").default_path())[0]["question"].to_list()[:200]
+    queries = pl.DataFrame({"qid": [str(i) for i in range(len(questions))], "query": questions})
+    hits = []
+    for folder in ("collection", "inprocess"):
+        h = BM25Searcher(LuceneStore(tmp_path / folder)).search(queries, 20)
+        hits.append(h.with_columns(pl.col("score").round(4)).sort("qid", "score", "passage_id",
+                                                                  descending=[False, True, False]))
+    assert hits[0].height == hits[1].height >= 20 * 190
+    assert hits[0].select("qid", "passage_id", "score").equals(hits[1].select("qid", "passage_id", "score"))
+    sample = passages.sample(50, seed=3)["passage_id"].to_list()
+    assert LuceneStore(tmp_path / "collection").passages(sample).equals(passages.filter(
+        pl.col("passage_id").is_in(sample)).sort(pl.col("passage_id").replace_strict(
+            {p: i for i, p in enumerate(sample)}, return_dtype=pl.Int64)))
+    assert not (tmp_path / "collection.collection").exists()

@@ -176,3 +176,58 @@ def test_asqa_retrieval_inputs():
     assert queries.height == 500 and queries["qid"].n_unique() == 500
     assert gold["qid"].n_unique() == 500 and gold.height >= 1000
     assert gold["short_answers"].list.len().min() >= 1
+
+
+# ------------------------------------------------------------------ streaming reads (issue 28)
+def _dpr_tsv(path, rows):
+    """DPR's psgs_w100.tsv layout: header `id text title`, text quoted with "" for a quote."""
+    with open(path, "wb") as fh:
+        fh.write(b"id\ttext\ttitle\n")
+        for row in rows:
+            if isinstance(row, bytes):
+                fh.write(row)
+            else:
+                text = '"' + row["text"].replace('"', '""') + '"'
+                fh.write(f"{row['id']}\t{text}\t{row['title']}\n".encode())
+    return path
+
+
+def test_tsv_is_read_in_chunks_with_the_right_lines(tmp_path, monkeypatch):
+    from clarify.index import corpus
+
+    monkeypatch.setattr(corpus, "CHUNK_BYTES", 200)  # many chunks: line numbers carry across them
+    rows = [{"id": str(i), "title": f"T{i}", "text": f'passage "{i}" with some words'} for i in range(1, 41)]
+    path = _dpr_tsv(tmp_path / "psgs.tsv", rows)
+    df = read_passages(path)
+    assert df.rows() == [(r["id"], r["title"], r["text"]) for r in rows]
+    for bad, needle in [(b"41\tcaf\xe9\tT\n", "not UTF-8"), (b"41\tonly two\n", "tab-separated"),
+                        (b'\t"no id"\tT\n', "no id"), (b'41\t"  "\tT\n', "empty"),
+                        (b'7\t"again"\tT\n', r"duplicate id '7' \(first seen at .*psgs.tsv:8\)")]:
+        path = _dpr_tsv(tmp_path / "psgs.tsv", [*rows, bad, {"id": "99", "title": "Z", "text": "last"}])
+        with pytest.raises(InputError, match=needle) as err:
+            read_passages(path)
+        assert err.value.path == str(path) and err.value.line == 42, (bad, err.value)
+    read = load_corpus(path, skip_bad=True)  # the duplicate at line 42 dropped, its first row kept
+    assert read.passages.height == 41 and dict(read.skipped) == {"duplicate_id": 1}
+    assert read.passages.filter(pl.col("passage_id") == "7")["text"].to_list() == ['passage "7" with some words']
+
+
+def test_duplicates_are_found_across_chunks_and_files_without_a_dict(tmp_path, monkeypatch):
+    from clarify.index import corpus
+    from clarify.index.textstore import PassageStore
+
+    monkeypatch.setattr(corpus, "CHUNK_ROWS", 3)
+    a = _jsonl(tmp_path / "a.jsonl", [{"id": f"p{i}", "text": f"text {i}"} for i in range(10)])
+    b = _jsonl(tmp_path / "b.jsonl", [{"id": "q1", "text": "x"}, {"id": "p8", "text": "late"},
+                                      {"id": "p2", "text": "later"}])
+    with pytest.raises(InputError, match=r"duplicate id 'p8' \(first seen at .*a.jsonl:9\)") as err:
+        corpus.read_corpus_into([a, b], tmp_path)
+    assert err.value.path == str(b) and err.value.line == 2  # the first repeat in file order
+    out = tmp_path / "store"
+    out.mkdir()
+    read = corpus.read_corpus_into([a, b], out, skip_bad=True)
+    assert read.count == 11 and dict(read.skipped) == {"duplicate_id": 2}
+    assert [e.split(": ")[0].rsplit("/", 1)[1] for e in read.examples] == ["b.jsonl:2", "b.jsonl:3"]
+    store = PassageStore(out, read.store)
+    assert len(store) == 11
+    assert store.lookup(["p8", "q1", "p2"])["text"].to_list() == ["text 8", "x", "text 2"]

@@ -12,9 +12,8 @@ import pytest
 
 from clarify.files import sha256 as sha256_file
 from clarify.index import build_index, open_index, shipped
-from clarify.index.corpus import load_corpus
+from clarify.index.corpus import DEFAULT_CORPUS_FILES, LAYOUT, corpus_entries, load_corpus
 from clarify.index.dense import Encoder, passage_texts
-from clarify.index.store import DEFAULT_CORPUS_FILES, LAYOUT, _corpus_entries
 
 from .fixtures_index import WIKI, write_small_corpus
 
@@ -32,7 +31,7 @@ def test_shipped_vectors_match_the_corpus_and_this_machines_encoder(encoder):
     rounding from CPU to CPU; another model or another order differs at 1e-1)."""
     files = [WIKI / name for name in DEFAULT_CORPUS_FILES]
     passages = load_corpus(files).passages
-    vectors, why = shipped.find(_corpus_entries(files), encoder, LAYOUT, passages.height)
+    vectors, why = shipped.find(corpus_entries(files), encoder, LAYOUT, passages.height)
     assert vectors is not None, why
     npy, meta = shipped.paths(WIKI, encoder.name)
     side = json.loads(meta.read_text())
@@ -82,11 +81,11 @@ def test_build_uses_shipped_vectors_only_when_they_fit(tmp_path, encoder):
 
     # a damaged file (sha256 no longer matches), and a corpus that changed since the vectors were made
     npy.write_bytes(npy.read_bytes()[:-8])
-    assert "does not match its sha256" in shipped.find(_corpus_entries([corpus]), encoder, LAYOUT, 60)[1]
+    assert "does not match its sha256" in shipped.find(corpus_entries([corpus]), encoder, LAYOUT, 60)[1]
     meta.write_text(json.dumps(side))
     shutil.copyfile(encoded / "dense" / "embeddings.npy", npy)
     meta.write_text(json.dumps({**side, "sha256": sha256_file(npy)}))
     with open(corpus, "a", encoding="utf-8") as fh:
         fh.write(json.dumps({"id": "x-1", "title": "Zanzibar", "text": "Quetzalcoatl visited Zanzibar."}) + "\n")
-    vectors, why = shipped.find(_corpus_entries([corpus]), encoder, LAYOUT, 61)
+    vectors, why = shipped.find(corpus_entries([corpus]), encoder, LAYOUT, 61)
     assert vectors is None and "another corpus, count" in why
