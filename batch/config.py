@@ -24,6 +24,7 @@ from clarify.batch.toc.match import MATCHING
 from clarify.errors import InputError
 from clarify.eval import datasets
 from clarify.eval.datasets.asqa import pool_spec_problem
+from clarify.index.store import SEARCHER_KINDS
 from clarify.local_llm import backends
 from clarify.local_llm.settings import DTYPES
 
@@ -40,7 +41,7 @@ ANSWER_STYLES = ("free", "quoted")
 SCHEDULERS = ("continuous", "waves", "sequential")
 # Where the trees run (one process, or Ray workers: batch/cluster.py) never changes results either.
 RESULT_FREE = ("scheduler", "cluster")
-SEARCHERS = ("bm25", "dense", "hybrid", "rerank")
+SEARCHERS = SEARCHER_KINDS  # the index's searchers (index/store.py), declared there once
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 from clarify.console import home_logs
 from clarify.errors import InputError, need_file
 from clarify.files import write_atomic, write_parquet
+from clarify.index.store import SEARCHER_KINDS
 
 
 def _passive_omp() -> None:
@@ -125,7 +126,7 @@ def register(sub) -> None:
     s.add_argument("--queries", type=Path, help="JSONL/Parquet/TSV with qid and query (or id / question) columns")
     s.add_argument("--query", help="a single query")
     s.add_argument("--k", type=int, default=10)
-    s.add_argument("--retriever", choices=["bm25", "dense", "hybrid", "rerank"], default="hybrid")
+    s.add_argument("--retriever", choices=SEARCHER_KINDS, default="hybrid")
     s.add_argument("--candidates", type=int, default=100, help="per-retriever candidates for hybrid/rerank")
     s.add_argument("--cross-encoder", default=None, help="local CrossEncoder dir for rerank")
     s.add_argument("--out", type=Path, help="write hits here (.parquet); else print them")
