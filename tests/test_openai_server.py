@@ -120,7 +120,7 @@ def test_the_server_backend_gives_the_in_process_engines_tables(server, remote_r
 
 def test_a_server_killed_mid_run_stops_the_run_in_one_line_and_it_resumes(server, remote_run, default_local_index,
                                                                          tmp_path):
-    """The same question in a new run directory, the server SIGKILLed once the client has 2 completions:
+    """The same question in a new run directory, the server SIGKILLed once the client has its first completion:
     the requests in flight fail through their retries, the run stops with EngineUnavailable naming the
     server, and the completions that came back are in the run's cache. With the server back (same port), the
     same run resumes: those requests come from the cache and the tables equal the uninterrupted run's."""
@@ -133,7 +133,8 @@ def test_a_server_killed_mid_run_stops_the_run_in_one_line_and_it_resumes(server
     cfg = _remote(config, server.url, **{"model.max_retries": 1})
 
     class KillAfter:
-        """The real client; the server is killed as the 2nd completion comes back."""
+        """The real client; the server is killed as the first completion comes back (the root's
+        clarification: every later request of the tree is sent after it)."""
 
         def __init__(self, engine):
             self.engine, self.got = engine, 0
@@ -141,10 +142,20 @@ def test_a_server_killed_mid_run_stops_the_run_in_one_line_and_it_resumes(server
         def __getattr__(self, name):
             return getattr(self.engine, name)
 
+        # the step loop, declared (a runtime Protocol check does not look through __getattr__)
+        def submit(self, requests):
+            self.engine.submit(requests)
+
+        def pending(self):
+            return self.engine.pending()
+
+        def cancel(self):
+            self.engine.cancel()
+
         def step(self):
             out = self.engine.step()
             self.got += len(out)
-            if self.got >= 2 and server.proc.poll() is None:
+            if self.got >= 1 and server.proc.poll() is None:
                 server.kill()
             return out
 
@@ -156,7 +167,7 @@ def test_a_server_killed_mid_run_stops_the_run_in_one_line_and_it_resumes(server
     assert server.proc.poll() is not None  # it was killed mid-run, before the question's tree was done
     with sqlite3.connect(out / "cache" / "completions.sqlite") as db:  # what the run kept of the killed session
         before = db.execute("SELECT COUNT(*) FROM completions").fetchone()[0]
-    assert before >= 2
+    assert before >= 1
     server.start()
     resumed = run(cfg, out, index=default_local_index, progress=False)
     assert resumed["cached_calls"] >= before and resumed["llm_calls"] == uninterrupted["llm_calls"]
