@@ -13,6 +13,14 @@ import pytest
 
 from clarify.batch import config
 from clarify.batch.constraints import (
+    FORMAT_END_TOKENS,
+    FORMAT_MAX_DA,
+    FORMAT_MAX_DQ,
+    FORMAT_MAX_PAIRS,
+    FORMAT_MAX_TOKENS,
+    FORMAT_PAIR_TOKENS,
+    FORMAT_TOKENS_PER_WORD,
+    QUOTES_MAX_LEAD,
     answer_grammar,
     clarify_grammar,
     format_grammar,
@@ -41,7 +49,7 @@ FORMAT_OK = [
     "DQ 1: Who won in 2010?\nDA 1: Spain",
     "DQ 1: Who won in 2010?\nDA 1: Spain; the Netherlands\nDQ 2: Who won in 2014?\nDA 2: Germany",
     "DQ 1: Who won?\nDA 1: Spain\n\nAnswer:",
-    "".join(f"DQ {i}: q{i}?\nDA {i}: a{i}\n" for i in range(1, 10)) + "DQ 10: q?\nDA 10: a",
+    "".join(f"DQ {i}: q{i}?\nDA {i}: a{i}\n" for i in range(1, FORMAT_MAX_PAIRS)) + f"DQ {FORMAT_MAX_PAIRS}: q?\nDA {FORMAT_MAX_PAIRS}: a",
 ]
 FORMAT_BAD = [
     "",
@@ -53,9 +61,9 @@ FORMAT_BAD = [
     "DQ 1:  \nDA 1: Spain",  # an empty question
     "Disambiguations:\nDQ 1: Who won?\nDA 1: Spain",
     "DQ 1: Who won?\nDA 1: Spain\nThe answer is Spain.",
-    "".join(f"DQ {i}: q?\nDA {i}: a\n" for i in range(1, 11)) + "DQ 11: q?\nDA 11: a",  # past FORMAT_MAX_PAIRS
-    "DQ 1: " + "The World Boa, " * 14 + "\nDA 1: x",  # a line past FORMAT_MAX_DQ words (a looping model)
-    "DQ 1: Who?\nDA 1: " + "Boa; " * 20 + "Boa",  # past FORMAT_MAX_DA words
+    "".join(f"DQ {i}: q?\nDA {i}: a\n" for i in range(1, FORMAT_MAX_PAIRS + 2)).rstrip("\n"),  # past FORMAT_MAX_PAIRS
+    "DQ 1: " + "The World Boa, " * (FORMAT_MAX_DQ // 3 + 1) + "\nDA 1: x",  # a line past FORMAT_MAX_DQ words (a looping model)
+    "DQ 1: Who?\nDA 1: " + "Boa; " * FORMAT_MAX_DA + "Boa",  # past FORMAT_MAX_DA words
 ]
 
 
@@ -82,14 +90,39 @@ def test_every_prefix_the_format_grammar_can_stop_at_parses():
         return " ".join(words)
 
     for _ in range(200):
-        n = rng.randint(1, 10)
+        n = rng.randint(1, FORMAT_MAX_PAIRS)
         lines = []
         for i in range(1, n + 1):
-            lines += [f"DQ {i}: {line('abcXYZé?', 40)}", f"DA {i}: {line('abcXYZ01é', 20)}"]
+            lines += [f"DQ {i}: {line('abcXYZé?', FORMAT_MAX_DQ)}", f"DA {i}: {line('abcXYZ01é', FORMAT_MAX_DA)}"]
         text = "\n".join(lines)
         assert accepts(format_grammar(), text), text
         parsed = parse_disambiguations(text)
         assert parsed.error is None and len(parsed.pairs) == n, (text, parsed)
+
+
+def test_the_longest_constrained_clarification_fits_in_clarify_max_tokens(llm_model_dir):
+    """The format's caps are derived so that FORMAT_MAX_PAIRS pairs fit in the default clarify_max_tokens
+    (batch/constraints.py): the arithmetic, and its inputs measured with the embedded model's tokenizer on
+    ASQA dev's gold pairs cut to the caps (a pair's fixed tokens, the 95th percentile of tokens per word)."""
+    from transformers import AutoTokenizer
+
+    assert FORMAT_MAX_TOKENS <= config.load(None).toc.clarify_max_tokens
+    tok = AutoTokenizer.from_pretrained(llm_model_dir)
+
+    def n(text: str) -> int:
+        return len(tok(text, add_special_tokens=False)["input_ids"])
+
+    fixed = n(f"DQ {FORMAT_MAX_PAIRS}: \nDA {FORMAT_MAX_PAIRS}: \n")
+    assert fixed <= FORMAT_PAIR_TOKENS and n("\n\nAnswer:") <= FORMAT_END_TOKENS
+    gold = json.loads((data_dir() / "asqa" / "dev.json").read_text(encoding="utf-8"))["dev"]
+    per_word = []
+    for ex in gold.values():
+        for qa in ex["qa_pairs"]:
+            q = " ".join(qa["question"].split()[:FORMAT_MAX_DQ])
+            a = " ".join("; ".join(qa["short_answers"]).split()[:FORMAT_MAX_DA])
+            per_word.append((n(f"DQ 1: {q}\nDA 1: {a}\n") - fixed) / (len(q.split()) + len(a.split())))
+    per_word.sort()
+    assert per_word[int(0.95 * len(per_word))] <= FORMAT_TOKENS_PER_WORD
 
 
 # -- the quotes grammar --------------------------------------------------------------------------------
@@ -125,14 +158,18 @@ def test_quotes_grammar_accepts_exactly_the_runs_of_a_sources_words():
             assert accepts(g, f"[1 {bad}]") == (bad in runs), bad
     for text in ("[2 Paris]", "[1 ]", "[1 Paris", "[Paris]", "[1 people [citation]]", "[1 capital of Paris]"):
         assert not accepts(g, text), text
-    # text outside markers is free (but for `[`), and an answer without a marker is an answer
-    assert accepts(g, "Paris (the city), population: 2.1 million!") and accepts(g, "")
+    # text outside markers is free (but for `[`), but an answer holds at least one marker, and at most
+    # QUOTES_MAX_LEAD words come before the first one
+    assert accepts(g, "[1 Paris] (the city), population: [1 2.1 million]!\nSo: big.")
+    assert not accepts(g, "Paris (the city), population: 2.1 million!") and not accepts(g, "")
+    lead = " ".join(f"w{i}" for i in range(QUOTES_MAX_LEAD))
+    assert accepts(g, f"{lead} [1 Paris] and more") and not accepts(g, f"{lead} w [1 Paris] and more")
 
 
 def test_quotes_grammar_numbers_sources_as_the_prompt_does():
     a, b = Passage("a", "A", "alpha beta"), Passage("b", "B", "gamma delta")
     g = quotes_grammar([a, b])
-    assert accepts(g, "[1 alpha beta] and [2 gamma] or [1 A]")
+    assert accepts(g, "[1 alpha beta] and [2 gamma] or [1 A]") and not accepts(g, "alpha and gamma")
     assert not accepts(g, "[1 gamma]") and not accepts(g, "[3 alpha]")
     assert accepts(quotes_grammar([]), "no sources, free text")
 
@@ -263,6 +300,8 @@ def test_real_constrained_quotes_are_verbatim_at_their_offsets(constrained_run, 
                                                              "passage_ids"), qs_passages)):
         checked, spans = check_answers(ans.select("qid", "answer", "passage_ids"), pas, progress=False)
         n_spans += spans.height
+        # every answer quotes: the grammar requires a marker within QUOTES_MAX_LEAD words
+        assert set(spans["qid"]) == set(ans["qid"]), (ans["answer"].to_list(), spans["qid"].to_list())
         assert (spans["status"] == "verbatim").all(), spans.select("text", "status").rows()
         text = {r["passage_id"]: r for r in pas.iter_rows(named=True)}
         for s in spans.iter_rows(named=True):
