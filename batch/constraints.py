@@ -9,8 +9,8 @@ Two switches, both off by default (the official trees stay the default):
   of toc/utils.py:25-40 `parse_disambig` (split on `DQ\s*\d*:` / `DA\s*\d*:`), so every completion
   that is not cut at max_tokens parses (batch/parse.py). The prompt is unchanged.
 * `[answer] constrain_quotes` — the quoted (SEMQA) answer is decoded under `quotes_grammar(sources)`:
-  text outside markers is free (anything but `[`), but the answer holds at least one marker, after at
-  most QUOTES_MAX_LEAD words; every marker is `[k ` + a contiguous run of source k's words + `]`,
+  text outside markers is free (anything but `[`), but the answer opens with a marker (so holds at least
+  one); every marker is `[k ` + a contiguous run of source k's words + `]`,
   k = 1..number of sources. The run of words is copied from the source's text
   or its title (batch/quotes.py's checker looks in both), with each run of whitespace written as one
   space: exactly what the checker's `normalise` collapses, so every constrained span is found verbatim
@@ -69,11 +69,12 @@ FORMAT_MAX_DQ, FORMAT_MAX_DA = 27, 9
 FORMAT_PAIR_TOKENS, FORMAT_TOKENS_PER_WORD, FORMAT_END_TOKENS = 12, 2.0, 4
 FORMAT_MAX_TOKENS = round(FORMAT_MAX_PAIRS * (FORMAT_PAIR_TOKENS + (FORMAT_MAX_DQ + FORMAT_MAX_DA) * FORMAT_TOKENS_PER_WORD)
                           + FORMAT_END_TOKENS)
-# The most words of free text a constrained quoted answer may write before its first marker: 12, the longest
-# lead of QuoteSum dev's gold answers (all 265 hold a marker; median lead 1 word, 95th percentile 6). With
-# markers allowed but not required, the embedded model wrote none on ASQA (README "Constrained decoding"); a
-# bounded lead makes every answer quote, and leaves the rest of the text free.
-QUOTES_MAX_LEAD = 12
+# A constrained quoted answer opens with a marker, as 126 of QuoteSum dev's 265 gold answers do (the most
+# common lead; all 265 hold a marker). With markers allowed but not required, the embedded model wrote none
+# on ASQA (README "Constrained decoding"). A lead of up to 12 free words (the longest gold lead) was tried:
+# SmolLM2 then glued words together past the 12th ("during theFirstBarons'War") rather than quote, and a
+# stop string could end the answer before its first marker; a marker first has neither problem, and the
+# text after it stays free.
 
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -177,8 +178,8 @@ def _chain(name: str, text: str) -> tuple[list[str], list[str]]:
 def quotes_grammar(sources: Sequence[Passage]) -> str:
     """EBNF of a quoted answer over numbered `sources` (source k = sources[k-1], as the answer prompt
     numbers them, batch/prompts.py format_context): free text without `[`, and markers `[k span]` whose
-    span is a run of words of source k's text or title (module docstring), at least one, the first after
-    at most QUOTES_MAX_LEAD words. A source with no quotable word gets no marker; with none at all the
+    span is a run of words of source k's text or title (module docstring), at least one: the answer opens
+    with a marker. A source with no quotable word gets no marker; with none at all the
     answer is free text."""
     rules, markers = [], []
     for k, p in enumerate(sources, 1):
@@ -192,6 +193,5 @@ def quotes_grammar(sources: Sequence[Passage]) -> str:
             markers.append(f'"[{k} " q{k} "]"')
     if not markers:
         return 'root ::= free\nfree ::= [^\\[]*\n'
-    head = ["root ::= lead marker free (marker free)*", "free ::= [^\\[]*",
-            f'lead ::= ([^\\[ ]+ " "){{0,{QUOTES_MAX_LEAD}}}', "marker ::= " + " | ".join(markers)]
+    head = ["root ::= marker free (marker free)*", "free ::= [^\\[]*", "marker ::= " + " | ".join(markers)]
     return "\n".join(head + rules) + "\n"
