@@ -61,11 +61,17 @@ from clarify.batch.prompts import Passage
 #   percentile (SmolLM2 2.00, Gemma 3 1.81; median 1.44 / 1.29), and the end `\n\nAnswer:` 4, so the
 #   longest constrained clarification is FORMAT_MAX_TOKENS = 3 * (12 + 36 * 2.0) + 4 = 256 tokens
 #   (tests/test_constraints.py checks it against the default clarify_max_tokens and the real tokenizer).
-# Words, not characters: xgrammar expands a bounded repetition into one state per step and precomputes a
+# - Characters: at most FORMAT_MAX_WORD_CHARS = 20 per word (1 of ASQA dev's 49,996 gold DQ/DA words is
+#   longer; 99.9th percentile 15): with lines capped in words alone, SmolLM2 glued words into one past the
+#   cap until max_tokens (12 % of its clarifications on ASQA dev 0-9, README "Constrained decoding"). The
+#   format grammar is the same string for every request and vLLM compiles it once per engine: 1.3 s with
+#   SmolLM2's vocabulary, 3.6 s with Gemma 3's (unbounded words: 0.2 s / 1.4 s).
+# Lines in words, not characters: xgrammar expands a bounded repetition into one state per step and precomputes a
 # token mask for each, so `[^\n]{0,199}` took 33 s to compile with Gemma 3's 262k-token vocabulary, 40 words
 # 0.7 s (README "Constrained decoding").
 FORMAT_MAX_PAIRS = 3
 FORMAT_MAX_DQ, FORMAT_MAX_DA = 27, 9
+FORMAT_MAX_WORD_CHARS = 20
 FORMAT_PAIR_TOKENS, FORMAT_TOKENS_PER_WORD, FORMAT_END_TOKENS = 12, 2.0, 4
 FORMAT_MAX_TOKENS = round(FORMAT_MAX_PAIRS * (FORMAT_PAIR_TOKENS + (FORMAT_MAX_DQ + FORMAT_MAX_DA) * FORMAT_TOKENS_PER_WORD)
                           + FORMAT_END_TOKENS)
@@ -122,9 +128,13 @@ def format_grammar(max_pairs: int = FORMAT_MAX_PAIRS) -> str:
     # Lines are capped (FORMAT_MAX_DQ / FORMAT_MAX_DA words, single spaces between them): a small model that
     # loops inside one line ("The World Boa, The World Boa, ...") is made to go on to the next field
     # instead of running into max_tokens, where the pair would be lost.
-    rules.append(f'dq ::= [^\\n\\t ] [^\\n ]* (" " word){{0,{FORMAT_MAX_DQ - 1}}}')
-    rules.append(f'da ::= [^\\n\\t ;"] [^\\n ]* (" " word){{0,{FORMAT_MAX_DA - 1}}}')
-    rules.append('word ::= [^\\n ]+')
+    # Words are capped too (FORMAT_MAX_WORD_CHARS): with the word cap alone, SmolLM2 glued words together
+    # past the last one ("a1991AmericanfemalebuddyroadcrimefilmdirectordirectedbyRickey_Jenkins;...") until
+    # max_tokens.
+    w = FORMAT_MAX_WORD_CHARS - 1
+    rules.append(f'dq ::= [^\\n\\t ] [^\\n ]{{0,{w}}} (" " word){{0,{FORMAT_MAX_DQ - 1}}}')
+    rules.append(f'da ::= [^\\n\\t ;"] [^\\n ]{{0,{w}}} (" " word){{0,{FORMAT_MAX_DA - 1}}}')
+    rules.append(f'word ::= [^\\n ]{{1,{FORMAT_MAX_WORD_CHARS}}}')
     return "\n".join(rules) + "\n"
 
 

@@ -18,6 +18,7 @@ from clarify.batch.constraints import (
     FORMAT_MAX_DQ,
     FORMAT_MAX_PAIRS,
     FORMAT_MAX_TOKENS,
+    FORMAT_MAX_WORD_CHARS,
     FORMAT_PAIR_TOKENS,
     FORMAT_TOKENS_PER_WORD,
     answer_grammar,
@@ -48,6 +49,7 @@ FORMAT_OK = [
     "DQ 1: Who won in 2010?\nDA 1: Spain",
     "DQ 1: Who won in 2010?\nDA 1: Spain; the Netherlands\nDQ 2: Who won in 2014?\nDA 2: Germany",
     "DQ 1: Who won?\nDA 1: Spain\n\nAnswer:",
+    "DQ 1: Who " + "y" * (FORMAT_MAX_WORD_CHARS - 1) + "?\nDA 1: " + "x" * FORMAT_MAX_WORD_CHARS,
     "".join(f"DQ {i}: q{i}?\nDA {i}: a{i}\n" for i in range(1, FORMAT_MAX_PAIRS)) + f"DQ {FORMAT_MAX_PAIRS}: q?\nDA {FORMAT_MAX_PAIRS}: a",
 ]
 FORMAT_BAD = [
@@ -63,6 +65,8 @@ FORMAT_BAD = [
     "".join(f"DQ {i}: q?\nDA {i}: a\n" for i in range(1, FORMAT_MAX_PAIRS + 2)).rstrip("\n"),  # past FORMAT_MAX_PAIRS
     "DQ 1: " + "The World Boa, " * (FORMAT_MAX_DQ // 3 + 1) + "\nDA 1: x",  # a line past FORMAT_MAX_DQ words (a looping model)
     "DQ 1: Who?\nDA 1: " + "Boa; " * FORMAT_MAX_DA + "Boa",  # past FORMAT_MAX_DA words
+    "DQ 1: Who?\nDA 1: a" + "x" * FORMAT_MAX_WORD_CHARS,  # a word past FORMAT_MAX_WORD_CHARS (words glued together)
+    "DQ 1: Who " + "y" * FORMAT_MAX_WORD_CHARS + "?\nDA 1: a",
 ]
 
 
@@ -84,8 +88,9 @@ def test_every_prefix_the_format_grammar_can_stop_at_parses():
     chars = "abcXYZ0189;:-?.\"'é"
 
     def line(first: str, max_words: int) -> str:  # words of the grammar's characters, single spaces
-        words = [rng.choice(first) + "".join(rng.choice(chars) for _ in range(rng.randint(0, 6)))]
-        words += ["".join(rng.choice(chars) for _ in range(rng.randint(1, 6))) for _ in range(rng.randint(0, max_words - 1))]
+        words = [rng.choice(first) + "".join(rng.choice(chars) for _ in range(rng.randint(0, FORMAT_MAX_WORD_CHARS - 1)))]
+        words += ["".join(rng.choice(chars) for _ in range(rng.randint(1, FORMAT_MAX_WORD_CHARS)))
+                  for _ in range(rng.randint(0, max_words - 1))]
         return " ".join(words)
 
     for _ in range(200):
