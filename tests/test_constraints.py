@@ -344,9 +344,10 @@ def test_command_line_flags_set_the_switches():
     assert not cfg.toc.constrain_format and not cfg.answer.constrain_quotes
 
 
-def test_demo_keeps_the_official_decoding_and_a_constrained_demo_resumes_constrained(tmp_path, monkeypatch, capsys):
-    """`clarify demo` decodes as the official code does (the constraints were not better on the embedded model:
-    README "Constrained decoding"); a demo started with them resumes with them and says so."""
+def test_demo_decodes_constrained_and_says_so_and_an_unconstrained_demo_resumes_so(tmp_path, monkeypatch, capsys):
+    """`clarify demo` decodes under both constraints (better on the embedded model: README "Constrained
+    decoding") and says so, with `clarify run` keeping the official default; a demo started without them
+    resumes without them."""
     import types
 
     from clarify.batch import commands, pipeline
@@ -368,16 +369,18 @@ def test_demo_keeps_the_official_decoding_and_a_constrained_demo_resumes_constra
     monkeypatch.setattr("clarify.index.ensure_default_index", lambda: tmp_path / "index")
     with pytest.raises(Ran):
         commands.cmd_demo(build_parser().parse_args(["demo", "--limit", "3", "--out", str(tmp_path / "d")]))
-    assert not got[-1].toc.constrain_format and not got[-1].answer.constrain_quotes
-    assert "decoding constrained" not in capsys.readouterr().out
-    # a demo frozen with the constraints on keeps its settings
+    assert got[-1].toc.constrain_format and got[-1].answer.constrain_quotes
+    out = capsys.readouterr().out
+    assert "decoding constrained to the DQ/DA format and verbatim quotes" in out
+    assert "`clarify run` keeps the official free decoding" in out
+    # a demo frozen with the constraints off (before they were the demo's) keeps its settings
     from tests.run_fixtures import write_run
 
-    write_run(tmp_path / "old", {"limit": 3, "toc.constrain_format": True, "answer.constrain_quotes": True})
+    write_run(tmp_path / "old", {"limit": 3})
     with pytest.raises(Ran):
         commands.cmd_demo(build_parser().parse_args(["demo", "--out", str(tmp_path / "old")]))
-    assert got[-1].toc.constrain_format and got[-1].answer.constrain_quotes
-    assert "decoding constrained to the DQ/DA format and verbatim quotes" in capsys.readouterr().out
+    assert not got[-1].toc.constrain_format and not got[-1].answer.constrain_quotes
+    assert "decoding constrained" not in capsys.readouterr().out
     # `clarify run` keeps the official default
     assert not config.load(None, commands._overrides(build_parser().parse_args(["run", "--out", "x"]))).toc.constrain_format
 
