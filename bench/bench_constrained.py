@@ -4,7 +4,9 @@ dev (its own sources, answers only). Every arm is its own process (`clarify run`
 a fresh run directory and completion cache) on the same questions.
 
     .venv/bin/python bench/bench_constrained.py --asqa 50 --quotesum 91          # the sizes
-    .venv/bin/python bench/bench_constrained.py --asqa 10 --quotesum 20          # what 2 shared cores ran
+    .venv/bin/python bench/bench_constrained.py --asqa 0 --quotesum 10           # what 2 shared cores ran:
+    .venv/bin/python bench/bench_constrained.py --append --asqa 10 --quotesum 0 --models smollm2-135m-instruct
+    .venv/bin/python bench/bench_constrained.py --append --asqa 5 --quotesum 0 --models gemma3-270m
 
 Per arm: parse-error rate of the clarifications (and how many were cut at max_tokens), valid nodes and
 LLM calls per question, the dataset's metrics (ASQA: ROUGE-L, STR-EM, Answer-F1; QuoteSum: ROUGE-L,

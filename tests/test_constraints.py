@@ -13,6 +13,14 @@ import pytest
 
 from clarify.batch import config
 from clarify.batch.toc.constraints import (
+    FORMAT_END_TOKENS,
+    FORMAT_MAX_DA,
+    FORMAT_MAX_DQ,
+    FORMAT_MAX_PAIRS,
+    FORMAT_MAX_TOKENS,
+    FORMAT_MAX_WORD_CHARS,
+    FORMAT_PAIR_TOKENS,
+    FORMAT_TOKENS_PER_WORD,
     answer_grammar,
     clarify_grammar,
     format_grammar,
@@ -41,7 +49,8 @@ FORMAT_OK = [
     "DQ 1: Who won in 2010?\nDA 1: Spain",
     "DQ 1: Who won in 2010?\nDA 1: Spain; the Netherlands\nDQ 2: Who won in 2014?\nDA 2: Germany",
     "DQ 1: Who won?\nDA 1: Spain\n\nAnswer:",
-    "".join(f"DQ {i}: q{i}?\nDA {i}: a{i}\n" for i in range(1, 10)) + "DQ 10: q?\nDA 10: a",
+    "DQ 1: Who " + "y" * (FORMAT_MAX_WORD_CHARS - 1) + "?\nDA 1: " + "x" * FORMAT_MAX_WORD_CHARS,
+    "".join(f"DQ {i}: q{i}?\nDA {i}: a{i}\n" for i in range(1, FORMAT_MAX_PAIRS)) + f"DQ {FORMAT_MAX_PAIRS}: q?\nDA {FORMAT_MAX_PAIRS}: a",
 ]
 FORMAT_BAD = [
     "",
@@ -53,9 +62,11 @@ FORMAT_BAD = [
     "DQ 1:  \nDA 1: Spain",  # an empty question
     "Disambiguations:\nDQ 1: Who won?\nDA 1: Spain",
     "DQ 1: Who won?\nDA 1: Spain\nThe answer is Spain.",
-    "".join(f"DQ {i}: q?\nDA {i}: a\n" for i in range(1, 11)) + "DQ 11: q?\nDA 11: a",  # past FORMAT_MAX_PAIRS
-    "DQ 1: " + "The World Boa, " * 14 + "\nDA 1: x",  # a line past FORMAT_MAX_DQ words (a looping model)
-    "DQ 1: Who?\nDA 1: " + "Boa; " * 20 + "Boa",  # past FORMAT_MAX_DA words
+    "".join(f"DQ {i}: q?\nDA {i}: a\n" for i in range(1, FORMAT_MAX_PAIRS + 2)).rstrip("\n"),  # past FORMAT_MAX_PAIRS
+    "DQ 1: " + "The World Boa, " * (FORMAT_MAX_DQ // 3 + 1) + "\nDA 1: x",  # a line past FORMAT_MAX_DQ words (a looping model)
+    "DQ 1: Who?\nDA 1: " + "Boa; " * FORMAT_MAX_DA + "Boa",  # past FORMAT_MAX_DA words
+    "DQ 1: Who?\nDA 1: a" + "x" * FORMAT_MAX_WORD_CHARS,  # a word past FORMAT_MAX_WORD_CHARS (words glued together)
+    "DQ 1: Who " + "y" * FORMAT_MAX_WORD_CHARS + "?\nDA 1: a",
 ]
 
 
@@ -77,19 +88,45 @@ def test_every_prefix_the_format_grammar_can_stop_at_parses():
     chars = "abcXYZ0189;:-?.\"'é"
 
     def line(first: str, max_words: int) -> str:  # words of the grammar's characters, single spaces
-        words = [rng.choice(first) + "".join(rng.choice(chars) for _ in range(rng.randint(0, 6)))]
-        words += ["".join(rng.choice(chars) for _ in range(rng.randint(1, 6))) for _ in range(rng.randint(0, max_words - 1))]
+        words = [rng.choice(first) + "".join(rng.choice(chars) for _ in range(rng.randint(0, FORMAT_MAX_WORD_CHARS - 1)))]
+        words += ["".join(rng.choice(chars) for _ in range(rng.randint(1, FORMAT_MAX_WORD_CHARS)))
+                  for _ in range(rng.randint(0, max_words - 1))]
         return " ".join(words)
 
     for _ in range(200):
-        n = rng.randint(1, 10)
+        n = rng.randint(1, FORMAT_MAX_PAIRS)
         lines = []
         for i in range(1, n + 1):
-            lines += [f"DQ {i}: {line('abcXYZé?', 40)}", f"DA {i}: {line('abcXYZ01é', 20)}"]
+            lines += [f"DQ {i}: {line('abcXYZé?', FORMAT_MAX_DQ)}", f"DA {i}: {line('abcXYZ01é', FORMAT_MAX_DA)}"]
         text = "\n".join(lines)
         assert accepts(format_grammar(), text), text
         parsed = parse_disambiguations(text)
         assert parsed.error is None and len(parsed.pairs) == n, (text, parsed)
+
+
+def test_the_longest_constrained_clarification_fits_in_clarify_max_tokens(llm_model_dir):
+    """The format's caps are derived so that FORMAT_MAX_PAIRS pairs fit in the default clarify_max_tokens
+    (batch/toc/constraints.py): the arithmetic, and its inputs measured with the embedded model's tokenizer on
+    ASQA dev's gold pairs cut to the caps (a pair's fixed tokens, the 95th percentile of tokens per word)."""
+    from transformers import AutoTokenizer
+
+    assert FORMAT_MAX_TOKENS <= config.load(None).toc.clarify_max_tokens
+    tok = AutoTokenizer.from_pretrained(llm_model_dir)
+
+    def n(text: str) -> int:
+        return len(tok(text, add_special_tokens=False)["input_ids"])
+
+    fixed = n(f"DQ {FORMAT_MAX_PAIRS}: \nDA {FORMAT_MAX_PAIRS}: \n")
+    assert fixed <= FORMAT_PAIR_TOKENS and n("\n\nAnswer:") <= FORMAT_END_TOKENS
+    gold = json.loads((data_dir() / "asqa" / "dev.json").read_text(encoding="utf-8"))["dev"]
+    per_word = []
+    for ex in gold.values():
+        for qa in ex["qa_pairs"]:
+            q = " ".join(qa["question"].split()[:FORMAT_MAX_DQ])
+            a = " ".join("; ".join(qa["short_answers"]).split()[:FORMAT_MAX_DA])
+            per_word.append((n(f"DQ 1: {q}\nDA 1: {a}\n") - fixed) / (len(q.split()) + len(a.split())))
+    per_word.sort()
+    assert per_word[int(0.95 * len(per_word))] <= FORMAT_TOKENS_PER_WORD
 
 
 # -- the quotes grammar --------------------------------------------------------------------------------
@@ -117,7 +154,7 @@ def test_quotes_grammar_accepts_exactly_the_runs_of_a_sources_words():
     assert {"capital of France,", "2.1 million", "France, with", "citation", "Hidalgo; the café is «open»."} <= runs
     # every run, as a marker inside free text, is accepted
     for r in runs:
-        assert accepts(g, f"It is [1 {r}] indeed."), r
+        assert accepts(g, f"[1 {r}] indeed."), r
     # and the near misses are not: part of a word, another case, doubled spaces, a bracket, another source
     rng = random.Random(3)
     for r in rng.sample(sorted(runs), 40):
@@ -125,14 +162,16 @@ def test_quotes_grammar_accepts_exactly_the_runs_of_a_sources_words():
             assert accepts(g, f"[1 {bad}]") == (bad in runs), bad
     for text in ("[2 Paris]", "[1 ]", "[1 Paris", "[Paris]", "[1 people [citation]]", "[1 capital of Paris]"):
         assert not accepts(g, text), text
-    # text outside markers is free (but for `[`), and an answer without a marker is an answer
-    assert accepts(g, "Paris (the city), population: 2.1 million!") and accepts(g, "")
+    # text outside markers is free (but for `[`), but an answer opens with a marker, so holds one
+    assert accepts(g, "[1 Paris] (the city), population: [1 2.1 million]!\nSo: big.") and accepts(g, "[1 Paris]")
+    for text in ("Paris (the city), population: 2.1 million!", "", "It is [1 Paris]", " [1 Paris]"):
+        assert not accepts(g, text), text
 
 
 def test_quotes_grammar_numbers_sources_as_the_prompt_does():
     a, b = Passage("a", "A", "alpha beta"), Passage("b", "B", "gamma delta")
     g = quotes_grammar([a, b])
-    assert accepts(g, "[1 alpha beta] and [2 gamma] or [1 A]")
+    assert accepts(g, "[1 alpha beta] and [2 gamma] or [1 A]") and not accepts(g, "alpha and gamma")
     assert not accepts(g, "[1 gamma]") and not accepts(g, "[3 alpha]")
     assert accepts(quotes_grammar([]), "no sources, free text")
 
@@ -263,6 +302,8 @@ def test_real_constrained_quotes_are_verbatim_at_their_offsets(constrained_run, 
                                                              "passage_ids"), qs_passages)):
         checked, spans = check_answers(ans.select("qid", "answer", "passage_ids"), pas, progress=False)
         n_spans += spans.height
+        # every answer quotes: the grammar opens it with a marker
+        assert set(spans["qid"]) == set(ans["qid"]), (ans["answer"].to_list(), spans["qid"].to_list())
         assert (spans["status"] == "verbatim").all(), spans.select("text", "status").rows()
         text = {r["passage_id"]: r for r in pas.iter_rows(named=True)}
         for s in spans.iter_rows(named=True):
@@ -303,9 +344,10 @@ def test_command_line_flags_set_the_switches():
     assert not cfg.toc.constrain_format and not cfg.answer.constrain_quotes
 
 
-def test_demo_keeps_the_official_decoding_and_a_constrained_demo_resumes_constrained(tmp_path, monkeypatch, capsys):
-    """`clarify demo` decodes as the official code does (the constraints were not better on the embedded model:
-    README "Constrained decoding"); a demo started with them resumes with them and says so."""
+def test_demo_decodes_constrained_and_says_so_and_an_unconstrained_demo_resumes_so(tmp_path, monkeypatch, capsys):
+    """`clarify demo` decodes under both constraints (better on the embedded model: README "Constrained
+    decoding") and says so, with `clarify run` keeping the official default; a demo started without them
+    resumes without them."""
     import types
 
     from clarify.batch import commands, pipeline, resources
@@ -327,16 +369,18 @@ def test_demo_keeps_the_official_decoding_and_a_constrained_demo_resumes_constra
     monkeypatch.setattr("clarify.index.ensure_default_index", lambda: tmp_path / "index")
     with pytest.raises(Ran):
         commands.cmd_demo(build_parser().parse_args(["demo", "--limit", "3", "--out", str(tmp_path / "d")]))
-    assert not got[-1].toc.constrain_format and not got[-1].answer.constrain_quotes
-    assert "decoding constrained" not in capsys.readouterr().out
-    # a demo frozen with the constraints on keeps its settings
+    assert got[-1].toc.constrain_format and got[-1].answer.constrain_quotes
+    out = capsys.readouterr().out
+    assert "decoding constrained to the DQ/DA format and verbatim quotes" in out
+    assert "`clarify run` keeps the official free decoding" in out
+    # a demo frozen with the constraints off (before they were the demo's) keeps its settings
     from tests.run_fixtures import write_run
 
-    write_run(tmp_path / "old", {"limit": 3, "toc.constrain_format": True, "answer.constrain_quotes": True})
+    write_run(tmp_path / "old", {"limit": 3})
     with pytest.raises(Ran):
         commands.cmd_demo(build_parser().parse_args(["demo", "--out", str(tmp_path / "old")]))
-    assert got[-1].toc.constrain_format and got[-1].answer.constrain_quotes
-    assert "decoding constrained to the DQ/DA format and verbatim quotes" in capsys.readouterr().out
+    assert not got[-1].toc.constrain_format and not got[-1].answer.constrain_quotes
+    assert "decoding constrained" not in capsys.readouterr().out
     # `clarify run` keeps the official default
     assert not config.load(None, commands._overrides(build_parser().parse_args(["run", "--out", "x"]))).toc.constrain_format
 

@@ -3,14 +3,15 @@ r"""Decoding constraints (issue 29): the one place that builds the grammars some
 Two switches, both off by default (the official trees stay the default):
 
 * `[toc] constrain_format` — the clarification completion is decoded under `format_grammar()`: 1 to
-  FORMAT_MAX_PAIRS pairs of `DQ i: <question>` / `DA i: <short answers separated by ;>` lines, numbered
-  from 1, then the end (EOS, or the prompt's next field `\n\nAnswer:`, which CLARIFY_STOP cuts off). The
+  FORMAT_MAX_PAIRS (3) pairs of `DQ i: <question>` / `DA i: <short answers separated by ;>` lines, numbered
+  from 1, each line capped in words so that the longest clarification fits in clarify_max_tokens, then the end (EOS, or the prompt's next field `\n\nAnswer:`, which CLARIFY_STOP cuts off). The
   format is the official one: the demo and query layout of toc/templates/load.py and the line parser
   of toc/utils.py:25-40 `parse_disambig` (split on `DQ\s*\d*:` / `DA\s*\d*:`), so every completion
   that is not cut at max_tokens parses (batch/toc/parse.py). The prompt is unchanged.
 * `[answer] constrain_quotes` — the quoted (SEMQA) answer is decoded under `quotes_grammar(sources)`:
-  text outside markers is free (anything but `[`), and every marker is `[k ` + a contiguous run of
-  source k's words + `]`, k = 1..number of sources. The run of words is copied from the source's text
+  text outside markers is free (anything but `[`), but the answer opens with a marker (so holds at least
+  one); every marker is `[k ` + a contiguous run of source k's words + `]`,
+  k = 1..number of sources. The run of words is copied from the source's text
   or its title (batch/toc/quotes.py's checker looks in both), with each run of whitespace written as one
   space: exactly what the checker's `normalise` collapses, so every constrained span is found verbatim
   (`tests/test_constraints.py` checks the mapping on every shipped QuoteSum source).
@@ -48,16 +49,38 @@ from collections.abc import Sequence
 from clarify.batch.config import RunConfig
 from clarify.schemas import Passage
 
-# The most DQ/DA pairs a constrained clarification may hold. The official trees keep at most
-# --max_nodes 10 valid nodes (run_toc.py argparse) and the official demos hold at most 6 pairs
-# (toc/templates: ASQA demos): 10 leaves room without letting a looping model write on forever.
-FORMAT_MAX_PAIRS = 10
-# The longest DQ and DA lines (words) the format grammar allows. ASQA dev's gold pairs: 5 of 3,184
-# disambiguated questions have more than 40 words (99th percentile 27), 13 answer lists (short answers
-# joined by "; ") more than 20 (99th percentile 15). Words, not characters: xgrammar expands a bounded
-# repetition into one state per step and precomputes a token mask for each, so `[^\n]{0,199}` took 33 s
-# to compile with Gemma 3's 262k-token vocabulary, 40 words 0.7 s (README "Constrained decoding").
-FORMAT_MAX_DQ, FORMAT_MAX_DA = 40, 20
+# The most DQ/DA pairs a constrained clarification may hold, and the longest DQ and DA lines (words), chosen
+# so that a whole clarification fits in `[toc] clarify_max_tokens` (256): the small models write every pair
+# the grammar allows, and with 10 pairs the tenth always ran past 256 tokens and was cut (a parse error).
+# - Pairs: 3, the median number of readings of an ASQA dev question (gold qa_pairs: 2 to 6, mean 3.36); the
+#   official demos are such questions with their qa_pairs as DQ/DA lines (run_toc.py:23-41 get_dataset),
+#   and ToC's tree adds readings by expanding nodes (run_toc.py:138 --max_nodes 10), not by one long list.
+# - Words: 27 per DQ line (99th percentile of ASQA dev's 3,184 gold disambiguated questions) and 9 per DA
+#   line (95th percentile of their short answers joined by "; ").
+# - Tokens: a pair's `DQ i: ` / `\nDA i: ` / `\n` cost 12 tokens, a word of a gold pair 2.0 at the 95th
+#   percentile (SmolLM2 2.00, Gemma 3 1.81; median 1.44 / 1.29), and the end `\n\nAnswer:` 4, so the
+#   longest constrained clarification is FORMAT_MAX_TOKENS = 3 * (12 + 36 * 2.0) + 4 = 256 tokens
+#   (tests/test_constraints.py checks it against the default clarify_max_tokens and the real tokenizer).
+# - Characters: at most FORMAT_MAX_WORD_CHARS = 20 per word (1 of ASQA dev's 49,996 gold DQ/DA words is
+#   longer; 99.9th percentile 15): with lines capped in words alone, SmolLM2 glued words into one past the
+#   cap until max_tokens (12 % of its clarifications on ASQA dev 0-9, README "Constrained decoding"). The
+#   format grammar is the same string for every request and vLLM compiles it once per engine: 1.3 s with
+#   SmolLM2's vocabulary, 3.6 s with Gemma 3's (unbounded words: 0.2 s / 1.4 s).
+# Lines in words, not characters: xgrammar expands a bounded repetition into one state per step and precomputes a
+# token mask for each, so `[^\n]{0,199}` took 33 s to compile with Gemma 3's 262k-token vocabulary, 40 words
+# 0.7 s (README "Constrained decoding").
+FORMAT_MAX_PAIRS = 3
+FORMAT_MAX_DQ, FORMAT_MAX_DA = 27, 9
+FORMAT_MAX_WORD_CHARS = 20
+FORMAT_PAIR_TOKENS, FORMAT_TOKENS_PER_WORD, FORMAT_END_TOKENS = 12, 2.0, 4
+FORMAT_MAX_TOKENS = round(FORMAT_MAX_PAIRS * (FORMAT_PAIR_TOKENS + (FORMAT_MAX_DQ + FORMAT_MAX_DA) * FORMAT_TOKENS_PER_WORD)
+                          + FORMAT_END_TOKENS)
+# A constrained quoted answer opens with a marker, as 126 of QuoteSum dev's 265 gold answers do (the most
+# common lead; all 265 hold a marker). With markers allowed but not required, the embedded model wrote none
+# on ASQA (README "Constrained decoding"). A lead of up to 12 free words (the longest gold lead) was tried:
+# SmolLM2 then glued words together past the 12th ("during theFirstBarons'War") rather than quote, and a
+# stop string could end the answer before its first marker; a marker first has neither problem, and the
+# text after it stays free.
 
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -105,9 +128,13 @@ def format_grammar(max_pairs: int = FORMAT_MAX_PAIRS) -> str:
     # Lines are capped (FORMAT_MAX_DQ / FORMAT_MAX_DA words, single spaces between them): a small model that
     # loops inside one line ("The World Boa, The World Boa, ...") is made to go on to the next field
     # instead of running into max_tokens, where the pair would be lost.
-    rules.append(f'dq ::= [^\\n\\t ] [^\\n ]* (" " word){{0,{FORMAT_MAX_DQ - 1}}}')
-    rules.append(f'da ::= [^\\n\\t ;"] [^\\n ]* (" " word){{0,{FORMAT_MAX_DA - 1}}}')
-    rules.append('word ::= [^\\n ]+')
+    # Words are capped too (FORMAT_MAX_WORD_CHARS): with the word cap alone, SmolLM2 glued words together
+    # past the last one ("a1991AmericanfemalebuddyroadcrimefilmdirectordirectedbyRickey_Jenkins;...") until
+    # max_tokens.
+    w = FORMAT_MAX_WORD_CHARS - 1
+    rules.append(f'dq ::= [^\\n\\t ] [^\\n ]{{0,{w}}} (" " word){{0,{FORMAT_MAX_DQ - 1}}}')
+    rules.append(f'da ::= [^\\n\\t ;"] [^\\n ]{{0,{w}}} (" " word){{0,{FORMAT_MAX_DA - 1}}}')
+    rules.append(f'word ::= [^\\n ]{{1,{FORMAT_MAX_WORD_CHARS}}}')
     return "\n".join(rules) + "\n"
 
 
@@ -161,8 +188,9 @@ def _chain(name: str, text: str) -> tuple[list[str], list[str]]:
 def quotes_grammar(sources: Sequence[Passage]) -> str:
     """EBNF of a quoted answer over numbered `sources` (source k = sources[k-1], as the answer prompt
     numbers them, batch/toc/prompts.py format_context): free text without `[`, and markers `[k span]` whose
-    span is a run of words of source k's text or title (module docstring). A source with no quotable
-    word gets no marker."""
+    span is a run of words of source k's text or title (module docstring), at least one: the answer opens
+    with a marker. A source with no quotable word gets no marker; with none at all the
+    answer is free text."""
     rules, markers = [], []
     for k, p in enumerate(sources, 1):
         starts: list[str] = []
@@ -173,7 +201,7 @@ def quotes_grammar(sources: Sequence[Passage]) -> str:
         if starts:
             rules.append(f"q{k} ::= " + " | ".join(starts))
             markers.append(f'"[{k} " q{k} "]"')
-    head = ["root ::= free (marker free)*" if markers else "root ::= free", "free ::= [^\\[]*"]
-    if markers:
-        head.append("marker ::= " + " | ".join(markers))
+    if not markers:
+        return 'root ::= free\nfree ::= [^\\[]*\n'
+    head = ["root ::= marker free (marker free)*", "free ::= [^\\[]*", "marker ::= " + " | ".join(markers)]
     return "\n".join(head + rules) + "\n"
