@@ -29,8 +29,6 @@ $(PY):
 
 # requirements/*.txt are locks (every transitive version, sha256 hashes; `make lock` writes them from the
 # *.in files): installed with --require-hashes and --no-deps, so pip adds nothing the lock does not name.
-# requirements/*.txt are locks (every transitive version, sha256 hashes; `make lock` writes them from the
-# *.in files): installed with --require-hashes and --no-deps, so pip adds nothing the lock does not name.
 # PIP_SOURCE: where the wheels come from (empty: pip's configured index; `make install-offline`: a wheelhouse).
 PIP_SOURCE ?=
 $(DEPS_STAMP): $(PY) requirements/$(STACK).txt requirements/embedded.txt pyproject.toml
