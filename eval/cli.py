@@ -61,7 +61,7 @@ def evaluate(args: argparse.Namespace) -> tuple[pl.DataFrame, pl.DataFrame, dict
         run = Run.open(pred_path)
         if run.config.dataset != args.dataset:
             raise InputError(f"the run is a '{run.config.dataset}' run, not '{args.dataset}'",
-                             path=str(pred_path / "config.json"), field="dataset")
+                             path=str(run.layout.config_file), field="dataset")
         predictions = ds.predictions(run.table("answers", required=True))
     else:
         predictions = io.read_predictions(pred_path)

@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from clarify.batch.report import plots
 from clarify.batch.report.comparison import comparison_table, flatten, fmt, plotted_metrics, split_summary
-from clarify.batch.rundir import Run
+from clarify.batch.rundir import Run, RunDir
 from clarify.batch.toc import quotes
 from clarify.errors import InputError
 from clarify.files import write_text
@@ -429,8 +429,8 @@ def write_report(
 def default_out(run_dirs: list[Path]) -> Path:
     """RUN_DIR/report.html for one run; for several, report.html in the first run's parent directory."""
     if len(run_dirs) == 1:
-        return Path(run_dirs[0]) / "report.html"
-    return Path(run_dirs[0]).parent / "report.html"
+        return RunDir(run_dirs[0]).report_file
+    return Path(run_dirs[0]).parent / RunDir(run_dirs[0]).report_file.name
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
