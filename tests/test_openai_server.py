@@ -8,8 +8,10 @@ server is killed mid-run: the run stops with one line naming it, and resumes onc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -52,7 +54,8 @@ class Server:
                  "--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(self.port),
                  "--dtype", "float32", "--enforce-eager", "--max-model-len", "4096",
                  "--no-enable-chunked-prefill", "--enable-prefix-caching", "--seed", "0"],
-                stdout=fh, stderr=subprocess.STDOUT, env=env)
+                stdout=fh, stderr=subprocess.STDOUT, env=env,
+                start_new_session=True)  # its own process group: vLLM's engine-core child goes with it
         deadline = time.monotonic() + 600
         while True:
             try:
@@ -62,12 +65,19 @@ class Server:
             except OSError:
                 pass
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.proc.kill()
+                self.kill()
                 pytest.fail(f"vllm serve did not start: {self.log.read_text()[-3000:]}")
             time.sleep(2)
 
-    def kill(self) -> None:
-        self.proc.kill()  # SIGKILL: no graceful shutdown, connections drop
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Signal the server's whole process group: the API server and the engine-core process it starts
+        (SIGKILL to the API server alone would leave that child running, holding its memory)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=60)
+        with contextlib.suppress(ProcessLookupError):  # what is left of the group once the server is gone
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=60)
 
 
@@ -76,9 +86,7 @@ def server(llm_model_dir, tmp_path_factory):
     srv = Server(llm_model_dir, tmp_path_factory.mktemp("server") / "server.log")
     srv.start()
     yield srv
-    if srv.proc.poll() is None:
-        srv.proc.terminate()
-        srv.proc.wait(timeout=60)
+    srv.kill(signal.SIGTERM)
 
 
 @pytest.fixture(scope="module")
