@@ -52,6 +52,14 @@ whose size and mtime are unchanged are not read again; --verify-corpus checksums
 changed corpus or setting is refused unless --force. Logs: $CLARIFY_HOME/logs.
 """
 
+MERGE_EPILOG = """\
+example (each node built one share with --shard i/n and the same corpus and settings):
+  clarify index merge-shards --out /data/wiki node0/.wiki.encoding node1/.wiki.encoding
+  clarify index build --corpus psgs_w100.tsv --out /data/wiki --faiss 'IVF{nlist},SQ8'   assembles, encodes nothing
+
+a share made from another corpus, encoder, batch size or device kind is refused (its job.json).
+"""
+
 SEARCH_EPILOG = """\
 examples:
   clarify index search --query "who won the 2018 world cup" --k 5
@@ -113,7 +121,7 @@ def register(sub) -> None:
     b.set_defaults(func=cmd_build, **logs)
 
     m = isub.add_parser("merge-shards", help="copy the encoded chunks of --shard builds into one index's "
-                                             "encoding folder (then build without --shard)")
+                                             "encoding folder (then build without --shard)", epilog=MERGE_EPILOG)
     m.add_argument("--out", type=Path, required=True, help="the index directory the full build will create")
     m.add_argument("shards", nargs="+", type=Path, help="the shard builds' encoding folders (.NAME.encoding)")
     m.set_defaults(func=cmd_merge_shards, **logs)

@@ -37,7 +37,7 @@ def test_every_command_has_help_examples_defaults_and_verbose():
     assert "writes into --out" in run and "summary.json" in run and "logs/" in run
     assert "(default 20; 0 = all" in run
     build = leaves[("index", "build")].format_help()
-    assert "(default: 16)" in build  # defaults are printed (--batch-size)
+    assert "(default: cpu)" in build  # defaults are printed (--device)
     assert "default: None" not in build and "default: False" not in build
 
 
