@@ -253,11 +253,21 @@ PROBE_TO_TOC = 0.9
 # ROUGE-L (20.2 vs 20.0). `clarify run` keeps the official free decoding. A resumed demo keeps the settings
 # it was started with.
 DEMO_CONSTRAINTS = {"toc.constrain_format": True, "answer.constrain_quotes": True}
+# Constrained trees exist (11 valid nodes per question instead of ~1), so a question costs more: on ASQA dev
+# 0-9 with SmolLM2 (bench/results/constrained.json) 20.3 LLM calls per question vs 8.7 free, and a fresh-clone
+# `make demo` of 20 constrained questions took 400 s of ToC at 715 engine tok/s: ~14,300 tokens of engine time
+# per question (AMD EPYC, bfloat16), against the 20-question budget's 4,400 (it picked 20 and took 7.1 min).
+DEMO_CONSTRAINED_TOKENS_PER_QUESTION = 15_000
 
 
-def demo_size(tokens_per_s: float) -> int:
+def demo_tokens_per_question(constraints: dict) -> int:
+    """The tokens one demo question costs under these decoding settings (the demo's size and time estimate)."""
+    return DEMO_CONSTRAINED_TOKENS_PER_QUESTION if any(constraints.values()) else DEMO_TOKENS_PER_QUESTION
+
+
+def demo_size(tokens_per_s: float, tokens_per_question: int = DEMO_TOKENS_PER_QUESTION) -> int:
     """Questions that fit the demo's time budget at the engine's expected ToC speed."""
-    fit = int(DEMO_BUDGET_S * tokens_per_s // DEMO_TOKENS_PER_QUESTION)
+    fit = int(DEMO_BUDGET_S * tokens_per_s // tokens_per_question)
     return max(DEMO_MIN_QUESTIONS, min(DEMO_MAX_QUESTIONS, fit))
 
 
@@ -317,10 +327,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
             engine = engine_for(cfg)
             tps = PROBE_TO_TOC * probe_speed(engine)  # expected ToC tokens/s
         if limit is None:
-            limit = demo_size(tps)
+            limit = demo_size(tps, demo_tokens_per_question(constraints))
             cfg = config.load(None, {"dataset": "asqa", "limit": limit, "answer_style": args.answer_style,
                                      "index": str(index_dir), **constraints})
-        expected_s = limit * DEMO_TOKENS_PER_QUESTION / tps
+        expected_s = limit * demo_tokens_per_question(constraints) / tps
         cpu = f"CPU {engine.cpu['capability']}, " if engine.cpu else ""
         print(f"engine: {engine.device}, {cpu}{engine.dtype}, ~{tps:,.0f} ToC tokens/s -> {limit} ASQA questions, "
               f"expected ~{expected_s / 60:.1f} min of ToC (more: clarify demo --limit 20 --out runs/demo20)",

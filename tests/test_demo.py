@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from clarify.batch.commands import (
     DEMO_BUDGET_S,
+    DEMO_CONSTRAINTS,
     DEMO_MAX_QUESTIONS,
     DEMO_MIN_QUESTIONS,
     DEMO_TOKENS_PER_QUESTION,
     demo_size,
+    demo_tokens_per_question,
     probe_prompts,
     probe_speed,
 )
@@ -21,6 +23,13 @@ def test_demo_size_follows_engine_speed():
     for tps in (250, 400):  # AVX2-only CPU in float32, and a little faster: what it chose fits
         assert DEMO_MIN_QUESTIONS < demo_size(tps) < DEMO_MAX_QUESTIONS
         assert demo_size(tps) * DEMO_TOKENS_PER_QUESTION / tps <= DEMO_BUDGET_S
+    # the demo decodes constrained (DEMO_CONSTRAINTS): its bigger trees make fewer questions fit
+    per_q = demo_tokens_per_question(DEMO_CONSTRAINTS)
+    assert per_q > DEMO_TOKENS_PER_QUESTION and demo_tokens_per_question({"toc.constrain_format": False}) == \
+        DEMO_TOKENS_PER_QUESTION
+    for tps in (400, 800):
+        assert demo_size(tps, per_q) < demo_size(tps)
+        assert demo_size(tps, per_q) == DEMO_MIN_QUESTIONS or demo_size(tps, per_q) * per_q / tps <= DEMO_BUDGET_S
 
 
 def test_probe_prompts_share_no_prefix():
