@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from clarify.errors import InputError
+from clarify.files import write_atomic, write_json, write_npy
 
 CHUNK_ROWS = 8192  # passages a checkpoint holds ($CLARIFY_ENCODE_CHUNK overrides: tests, benches)
 JOB = "job.json"
@@ -119,7 +120,7 @@ class Checkpoints:
             if stale:
                 print(f"[clarify index] {self.folder}: {len(stale)} encoded chunks were for another corpus or "
                       f"settings; removed", file=sys.stderr, flush=True)
-            meta.write_text(json.dumps(job, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            write_json(job, meta)
 
     def path(self, k: int) -> Path:
         return self.folder / f"chunk-{k:06d}.npy"
@@ -128,12 +129,7 @@ class Checkpoints:
         return {int(p.stem.split("-")[1]) for p in self.folder.glob("chunk-*.npy")}
 
     def save(self, k: int, vectors: np.ndarray) -> None:
-        tmp = self.folder / f".chunk-{k:06d}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as fh:
-            np.save(fh, np.ascontiguousarray(vectors, dtype=np.float32))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path(k))
+        write_npy(np.ascontiguousarray(vectors, dtype=np.float32), self.path(k))  # temp file, fsync, rename
 
     def load(self, k: int) -> np.ndarray:
         return np.load(self.path(k))
@@ -279,9 +275,7 @@ def merge_shards(target: Path, sources: list[Path]) -> int:
             continue
         for f in sorted(src.glob("chunk-*.npy")):
             if not (target / f.name).exists():
-                tmp = target / f".{f.name}.copy"
-                shutil.copyfile(f, tmp)
-                os.replace(tmp, target / f.name)
+                write_atomic(target / f.name, lambda tmp, f=f: shutil.copyfile(f, tmp))
     return len(ckpt.done())
 
 
