@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,7 +77,7 @@ def iter_jsonl(
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror or exc}", path=str(path)) from exc
     with fh:
-        for line_no, raw in enumerate(_lines(fh, max_line_bytes), start=1):
+        for line_no, raw in enumerate(_lines(fh, max_line_bytes, path), start=1):
             if raw is None:
                 problem(line_no, "too_long", f"more than {max_line_bytes:,} bytes")
                 continue
@@ -106,16 +107,30 @@ def iter_jsonl(
             yield line_no, obj
 
 
-def _lines(fh: BinaryIO, limit: int) -> Iterator[bytes | None]:
+def _lines(fh: BinaryIO, limit: int, path: Path) -> Iterator[bytes | None]:
     """The lines of a binary stream, each with at most `limit` bytes before its newline; None stands for
-    a longer line, whose rest is read and dropped in _SKIP_CHUNK pieces (memory stays bounded)."""
-    while raw := fh.readline(limit + 1):
+    a longer line, whose rest is read and dropped in _SKIP_CHUNK pieces (memory stays bounded).
+
+    A `.gz` that is cut short or is not gzip at all fails inside readline (EOFError, BadGzipFile,
+    zlib.error): that is an InputError naming the file and the line being read, raised whatever
+    `on_error` says, since no line after it can be read."""
+    line_no = 1  # the line being read
+
+    def read(n: int) -> bytes:
+        try:
+            return fh.readline(n)
+        except (EOFError, OSError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+            why = "compressed file ended early" if isinstance(exc, EOFError) else f"cannot decompress: {exc}"
+            raise InputError(f"{why} (the file is cut short or damaged)", path=str(path), line=line_no) from None
+
+    while raw := read(limit + 1):
+        line_no += 1
         if len(raw) <= limit or raw.endswith(b"\n"):
             yield raw
             continue
         rest = raw[-1:]
         while rest and not rest.endswith(b"\n"):
-            rest = fh.readline(_SKIP_CHUNK)
+            rest = read(_SKIP_CHUNK)
         yield None
 
 

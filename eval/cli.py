@@ -13,14 +13,16 @@ summary.parquet and summary.txt; prints the summary table.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
 
 from clarify.errors import InputError
 from clarify.eval import datasets
-from clarify.files import write_parquet, write_text
+from clarify.files import make_dirs, write_parquet, write_text
 
 
 def register(sub) -> None:
@@ -46,8 +48,11 @@ def _warn(msg: str) -> None:
     print(f"clarify eval: warning: {msg}", file=sys.stderr)
 
 
-def evaluate(args: argparse.Namespace) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
-    """Run the evaluation described by the CLI arguments; return (per_question, summary, report)."""
+def evaluate(args: argparse.Namespace, *, before_scoring: Callable[[], object] | None = None,
+             ) -> tuple[pl.DataFrame, pl.DataFrame, dict]:
+    """Run the evaluation described by the CLI arguments; return (per_question, summary, report).
+    `before_scoring` runs once every input has been read and checked, before the scorers (which take
+    minutes on a big file): `clarify eval` makes its output folder there."""
     from clarify.eval import io
 
     if args.limit is not None and args.limit < 0:
@@ -90,6 +95,8 @@ def evaluate(args: argparse.Namespace) -> tuple[pl.DataFrame, pl.DataFrame, dict
         print(f"clarify eval: {al.predictions.height} question(s) scored; {al.not_scored} gold question(s) had no "
               f"prediction and were not scored", file=sys.stderr)
 
+    if before_scoring is not None:
+        before_scoring()
     preds = ds.canonical_markers(al.predictions) if args.canonical_markers else al.predictions
     nodes = run.nodes if run is not None and "nodes.parquet" not in run.missing else None
     per_q = ds.score(preds, gold, nodes=nodes, reader=args.reader)
@@ -99,15 +106,32 @@ def evaluate(args: argparse.Namespace) -> tuple[pl.DataFrame, pl.DataFrame, dict
     return per_q, summary, report
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
-    from clarify.eval.summary import format_table, to_scores
-
-    per_q, summary, report = evaluate(args)
+def _out_dir(args: argparse.Namespace) -> Path:
+    """--out (default: <run>/eval for a run directory, <file stem>_eval beside a file), made and checked
+    writable; InputError naming --out otherwise."""
     out = args.out
     if out is None:
         p = args.predictions
         out = p / "eval" if p.is_dir() else p.with_name(p.stem + "_eval")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        make_dirs(out)
+    except OSError as exc:
+        raise InputError(f"cannot make the output folder {out}: {exc.strerror or exc}", field="--out") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write into the output folder {out}", field="--out")
+    return out
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from clarify.eval.summary import format_table, to_scores
+
+    out = None
+
+    def make_out() -> None:  # once the inputs are good, before scoring: an unwritable --out fails early
+        nonlocal out
+        out = _out_dir(args)
+
+    per_q, summary, report = evaluate(args, before_scoring=make_out)
     write_parquet(per_q, out / "per_question.parquet")
     write_parquet(to_scores(per_q), out / "scores.parquet")
     write_parquet(summary, out / "summary.parquet")

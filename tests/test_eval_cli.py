@@ -159,3 +159,22 @@ def test_run_directory_errors(tmp_path, capsys):
     preds.write_text('{"unknown": "x"}')
     assert main(["eval", "--dataset", "asqa", "--predictions", str(preds), "--out", str(tmp_path / "o")]) == 2
     assert "none of the predicted ids is in the gold data" in capsys.readouterr().err
+
+
+def test_an_output_folder_that_cannot_be_written_fails_before_scoring(tmp_path, capsys, monkeypatch):
+    from clarify.eval.datasets import asqa
+
+    scored = []
+    monkeypatch.setattr(asqa.ASQA, "score", lambda self, *a, **k: scored.append(1))
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    rc = main(["eval", "--dataset", "asqa", "--predictions", str(FLARE_PREDICTIONS), "--limit", "3",
+               "--out", str(blocker / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "cannot make the output folder" in err and str(blocker / "out") in err
+    assert "Traceback" not in err and scored == []  # the scorers never ran
+    # bad predictions are reported as before, and no output folder is made beside them
+    bad = tmp_path / "p.json"
+    bad.write_text("[1, 2]")
+    assert main(["eval", "--dataset", "asqa", "--predictions", str(bad)]) == 2
+    assert not (tmp_path / "p_eval").exists()

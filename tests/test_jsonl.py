@@ -51,3 +51,22 @@ def test_missing_file(tmp_path):
         list(iter_jsonl(tmp_path / "nope.jsonl"))
     with pytest.raises(InputError, match="is a directory, not a file"):  # issue 16: not "not found"
         list(iter_jsonl(tmp_path))
+
+
+def test_a_cut_short_or_foreign_gz_is_an_input_error_at_the_line_being_read(tmp_path):
+    rows = b"".join(b'{"id": %d, "text": "%s"}\n' % (i, b"%x" % (i * 7919) * 20) for i in range(2000))
+    whole = gzip.compress(rows)
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(whole[: len(whole) // 2])  # a download or copy that stopped half way
+    seen = []
+    with pytest.raises(InputError, match="compressed file ended early") as err:
+        for line, obj in iter_jsonl(cut, on_error=lambda p: None):  # no on_error can skip past the end
+            seen.append((line, obj["id"]))
+    # every whole line before the cut was read, in order, and the error names the line after them
+    assert seen and seen == [(i + 1, i) for i in range(len(seen))] and len(seen) < 2000
+    assert err.value.path == str(cut) and err.value.line == len(seen) + 1
+    foreign = tmp_path / "plain.jsonl.gz"  # not gzip at all, though it says so
+    foreign.write_bytes(rows[:200])
+    with pytest.raises(InputError, match="cannot decompress") as err:
+        list(iter_jsonl(foreign))
+    assert err.value.path == str(foreign) and err.value.line == 1
