@@ -119,9 +119,8 @@ def _lines(fh: BinaryIO, limit: int, path: Path) -> Iterator[bytes | None]:
     def read(n: int) -> bytes:
         try:
             return fh.readline(n)
-        except (EOFError, OSError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
-            why = "compressed file ended early" if isinstance(exc, EOFError) else f"cannot decompress: {exc}"
-            raise InputError(f"{why} (the file is cut short or damaged)", path=str(path), line=line_no) from None
+        except STREAM_ERRORS as exc:
+            raise stream_error(exc, path, line_no) from None
 
     while raw := read(limit + 1):
         line_no += 1
@@ -132,6 +131,16 @@ def _lines(fh: BinaryIO, limit: int, path: Path) -> Iterator[bytes | None]:
         while rest and not rest.endswith(b"\n"):
             rest = read(_SKIP_CHUNK)
         yield None
+
+
+STREAM_ERRORS = (EOFError, OSError, zlib.error)  # what reading a cut-short or foreign .gz raises (BadGzipFile: OSError)
+
+
+def stream_error(exc: BaseException, path: str | Path, line: int) -> InputError:
+    """The InputError for one of STREAM_ERRORS met while reading `line` of `path` (a truncated download
+    of a .gz corpus is the common case): every reader of compressed input words it the same way."""
+    why = "compressed file ended early" if isinstance(exc, EOFError) else f"cannot read on: {exc}"
+    return InputError(f"{why} (the file is cut short or damaged)", path=str(path), line=line)
 
 
 def read_text(path: str | Path) -> str:

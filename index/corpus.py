@@ -45,7 +45,7 @@ import numpy as np
 import polars as pl
 
 from clarify.errors import InputError, need_file
-from clarify.jsonl import JsonlProblem, iter_jsonl
+from clarify.jsonl import STREAM_ERRORS, JsonlProblem, iter_jsonl, stream_error
 from clarify.schemas import PASSAGES
 
 # how passages become Lucene documents / encoder inputs; a change here forces a rebuild (index/store.py)
@@ -263,11 +263,15 @@ def _split_contents_column(df: pl.DataFrame) -> pl.DataFrame:
         pl.when(titled).then(rest).otherwise(pl.col("text")).alias("text"))
 
 
-def _line_chunks(fh, first_line: int, size: int) -> Iterator[tuple[int, bytes]]:
-    """(number of its first line, bytes of whole lines) chunks of a binary stream."""
+def _line_chunks(fh, first_line: int, size: int, path: Path) -> Iterator[tuple[int, bytes]]:
+    """(number of its first line, bytes of whole lines) chunks of a binary stream. A `.gz` cut short (a
+    download that stopped) is an InputError naming the first line not read whole (jsonl.stream_error)."""
     rest, line = b"", first_line
     while True:
-        block = fh.read(size)
+        try:
+            block = fh.read(size)
+        except STREAM_ERRORS as exc:
+            raise stream_error(exc, path, line + rest.count(b"\n")) from None
         if not block:
             if rest:
                 yield line, rest if rest.endswith(b"\n") else rest + b"\n"
@@ -333,7 +337,10 @@ def _tsv_slow(header: list[str], chunk: bytes, first_line: int, path: Path, prob
 
 def _read_tsv(path: Path, problems: _Problems) -> Iterator[pl.DataFrame]:
     with (gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")) as fh:
-        first = fh.readline()
+        try:
+            first = fh.readline()
+        except STREAM_ERRORS as exc:
+            raise stream_error(exc, path, 1) from None
         try:
             header = next(csv.reader([first.decode("utf-8").removeprefix("\ufeff").rstrip("\r\n")], delimiter="\t"), [])
         except UnicodeDecodeError as exc:
@@ -341,7 +348,7 @@ def _read_tsv(path: Path, problems: _Problems) -> Iterator[pl.DataFrame]:
         if not {"id", "text"} <= set(header):
             raise InputError(f"TSV needs a header naming 'id' and 'text' (and 'title'); got {header}",
                              path=str(path), line=1)
-        for first_line, chunk in _line_chunks(fh, 2, CHUNK_BYTES):
+        for first_line, chunk in _line_chunks(fh, 2, CHUNK_BYTES, path):
             df = _tsv_fast(header, chunk, first_line)
             if df is None:
                 yield _tsv_slow(header, chunk, first_line, path, problems)

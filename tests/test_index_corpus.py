@@ -231,3 +231,22 @@ def test_duplicates_are_found_across_chunks_and_files_without_a_dict(tmp_path, m
     store = PassageStore(out, read.store)
     assert len(store) == 11
     assert store.lookup(["p8", "q1", "p2"])["text"].to_list() == ["text 8", "x", "text 2"]
+
+
+def test_a_dpr_tsv_gz_cut_short_is_an_input_error_naming_the_line(tmp_path, monkeypatch):
+    import gzip
+
+    from clarify.index import corpus
+
+    monkeypatch.setattr(corpus, "CHUNK_BYTES", 4096)  # several chunks are read before the cut
+    rows = [{"id": str(i), "title": f"T{i}", "text": f"passage {i * 7919:x} " * 8} for i in range(1, 3001)]
+    whole = gzip.compress(_dpr_tsv(tmp_path / "psgs.tsv", rows).read_bytes())
+    cut = tmp_path / "psgs_w100.tsv.gz"  # the DPR download stopped half way
+    cut.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(InputError, match="compressed file ended early") as err:
+        read_passages(cut)
+    assert err.value.path == str(cut) and 2 < err.value.line < 3002
+    cut.write_bytes(whole[:20])  # cut inside the header
+    with pytest.raises(InputError, match="compressed file ended early") as err:
+        read_passages(cut)
+    assert err.value.line == 1
