@@ -14,7 +14,13 @@ Sem-F1, Sem-Rec, SEMQA; QuoteSum builds no tree, so its "format" arm would be it
 with at least one span, engine tokens/s, and for the quote arms the grammar's compile time per prompt
 (xgrammar, the model's tokenizer, no cache: what vLLM's backend pays for each answer prompt).
 
-Writes bench/results/constrained.json after every arm (and prints the table).
+At the end, each constrained arm against the "off" arm of its model and dataset, question by question: the
+mean difference of every per-question metric with its 95 % paired-bootstrap interval (`paired`; `--paired
+WORK` computes it for a work folder kept from an earlier bench).
+
+Writes bench/results/constrained.json after every arm (and prints the tables). The issue's sizes ran in one
+sitting on an otherwise idle 2-core AMD EPYC (80 min); the earlier 10-question arms, run on shared cores
+with the grammar versions they replaced, are kept in bench/results/constrained_10q.json.
 """
 
 from __future__ import annotations
@@ -116,6 +122,53 @@ def compile_cost(cfg, out: Path) -> dict:
             "quotes_grammar_kb_mean": round(sum(sizes) / len(sizes) / 1024, 1) if sizes else None}
 
 
+def paired(work: Path, resamples: int = 10_000, seed: int = 0) -> list[dict]:
+    """Each constrained arm against the "off" arm of its model and dataset, question by question: the mean
+    difference of every metric (eval/ scores.parquet, the per-question values the summary averages) and
+    its 95 % paired-bootstrap interval (the same resampled questions for both arms; percentile method).
+    An interval that holds 0 says the arms differ by less than these questions can show. ROUGE-L here is
+    the plain mean of the per-question values; the summary's is the official bootstrap mid (eval/summary.py),
+    which differs from it by a few tenths."""
+    import numpy as np
+    import polars as pl
+
+    arms = {}
+    for d in sorted(p for p in work.iterdir() if (p / "scores.parquet").exists()):
+        c = json.loads((d / "config.json").read_text())
+        setting = ("format+quotes" if c["answer"]["constrain_quotes"] else "format") if c["toc"]["constrain_format"] \
+            else ("quotes" if c["answer"]["constrain_quotes"] else "off")
+        arms[(c["model"]["model"], c["dataset"], setting)] = pl.read_parquet(d / "scores.parquet")
+    rng = np.random.default_rng(seed)
+    out = []
+    for (model, dataset, setting), scores in arms.items():
+        base = arms.get((model, dataset, "off"))
+        if setting == "off" or base is None:
+            continue
+        for metric in METRIC_COLUMNS[dataset]:
+            a = base.filter(pl.col("metric") == metric).select("qid", off=pl.col("value"))
+            b = scores.filter(pl.col("metric") == metric).select("qid", on=pl.col("value"))
+            both = a.join(b, on="qid").drop_nulls()
+            if both.height == 0:
+                continue
+            diff = (both["on"] - both["off"]).to_numpy()
+            means = diff[rng.integers(0, len(diff), size=(resamples, len(diff)))].mean(axis=1)
+            lo, hi = np.percentile(means, [2.5, 97.5])
+            out.append({"model": model, "dataset": dataset, "setting": setting, "metric": metric,
+                        "questions": int(both.height), "off": round(float(both["off"].mean()), 2),
+                        "on": round(float(both["on"].mean()), 2), "diff": round(float(diff.mean()), 2),
+                        "ci95": [round(float(lo), 2), round(float(hi), 2)]})
+    return out
+
+
+def paired_table(rows: list[dict]) -> str:
+    """The README's table of paired differences, one row per constrained arm and metric."""
+    lines = ["| model | data | constraints | metric | q | off | on | on − off | 95 % CI |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['model'].split('-')[0]} | {r['dataset']} | {r['setting']} | {r['metric']} | {r['questions']} | "
+                     f"{r['off']:.1f} | {r['on']:.1f} | {r['diff']:+.1f} | {r['ci95'][0]:+.1f} … {r['ci95'][1]:+.1f} |")
+    return "\n".join(lines)
+
+
 METRIC_COLUMNS = {"asqa": ("rouge_l", "str_em", "answer_f1"), "quotesum": ("rouge_l", "sem_f1", "sem_rec", "semqa")}
 
 
@@ -157,8 +210,20 @@ def main() -> None:
                     help="add these arms to the arms already in --out (e.g. another model at another size)")
     ap.add_argument("--arm", nargs=4, metavar=("MODEL", "DATASET", "SETTING", "LIMIT"), help=argparse.SUPPRESS)
     ap.add_argument("--arm-out", help=argparse.SUPPRESS)
+    ap.add_argument("--paired", metavar="WORK",
+                    help="only add the paired differences of the runs kept in WORK (a finished bench's work folder) "
+                         "to --out's \"paired\" list")
     args = ap.parse_args()
 
+    if args.paired:
+        rows = paired(Path(args.paired))
+        result = json.loads(Path(args.out).read_text())
+        done = {(r["model"], r["dataset"], r["setting"], r["metric"]) for r in rows}
+        result["paired"] = [r for r in result.get("paired", [])
+                            if (r["model"], r["dataset"], r["setting"], r["metric"]) not in done] + rows
+        Path(args.out).write_text(json.dumps(result, indent=2))
+        print(paired_table(result["paired"]), flush=True)
+        return
     if args.arm:  # a child: one arm, its result as the last stdout line
         model, dataset, setting, limit = args.arm
         print(json.dumps(arm(model, dataset, setting, int(limit), Path(args.arm_out))), flush=True)
@@ -196,6 +261,12 @@ def main() -> None:
                 Path(args.out).parent.mkdir(parents=True, exist_ok=True)
                 Path(args.out).write_text(json.dumps(result, indent=2))
     print(table([a for a in result["arms"] if "error" not in a]), flush=True)
+    rows = paired(work)  # the constrained arms against "off", question by question
+    done = {(r["model"], r["dataset"], r["setting"], r["metric"]) for r in rows}
+    result["paired"] = [r for r in result.get("paired", [])
+                        if (r["model"], r["dataset"], r["setting"], r["metric"]) not in done] + rows
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    print(paired_table(result["paired"]), flush=True)
 
 
 if __name__ == "__main__":
