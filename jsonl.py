@@ -143,11 +143,19 @@ def stream_error(exc: BaseException, path: str | Path, line: int) -> InputError:
     return InputError(f"{why} (the file is cut short or damaged)", path=str(path), line=line)
 
 
-def read_text(path: str | Path) -> str:
+MAX_DOCUMENT_BYTES = 2**30  # one JSON document (ASQA dev, 948 questions: 2.9 MB); json.loads takes ~10x in memory
+
+
+def read_text(path: str | Path, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> str:
     """A whole UTF-8 text file (JSON documents), read as `iter_jsonl` reads lines: a byte-order mark is
-    dropped; bytes that are not UTF-8 are named by line and column, a missing file or a directory too."""
+    dropped; bytes that are not UTF-8 are named by line and column, a missing file or a directory too.
+    A file over `max_bytes` is an InputError before anything is read (JSONL is read line by line)."""
     path = Path(path)
     need_file(path)
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise InputError(f"{size / 2**20:,.0f} MiB is too large for one JSON document (at most "
+                         f"{max_bytes / 2**20:,.0f} MiB); give it as JSONL, one object a line", path=str(path))
     raw = path.read_bytes()
     try:
         return raw.decode("utf-8").removeprefix("\ufeff")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +71,18 @@ def test_a_cut_short_or_foreign_gz_is_an_input_error_at_the_line_being_read(tmp_
     with pytest.raises(InputError, match="cannot read on") as err:
         list(iter_jsonl(foreign))
     assert err.value.path == str(foreign) and err.value.line == 1
+
+
+def test_a_json_document_over_the_cap_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    from clarify import jsonl
+
+    p = tmp_path / "preds.json"
+    p.write_text('{"a": "x"}' + " " * 3 * 2**20)  # 3 MiB
+    with pytest.raises(InputError, match="too large for one JSON document") as err:
+        jsonl.read_text(p, max_bytes=2**20)
+    assert err.value.path == str(p)
+    monkeypatch.setattr(Path, "read_bytes", lambda self: pytest.fail("read before the size check"))
+    with pytest.raises(InputError, match="3 MiB is too large"):
+        jsonl.read_text(p, max_bytes=2**20)
+    monkeypatch.undo()
+    assert jsonl.read_text(p).startswith('{"a": "x"}')  # under the default cap
