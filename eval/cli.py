@@ -13,6 +13,7 @@ summary.parquet and summary.txt; prints the summary table.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import polars as pl
 
-from clarify.errors import InputError
+from clarify.errors import WRITE_ERRNOS, InputError
 from clarify.eval import datasets
 from clarify.files import make_dirs, write_parquet, write_text
 
@@ -108,7 +109,8 @@ def evaluate(args: argparse.Namespace, *, before_scoring: Callable[[], object] |
 
 def _out_dir(args: argparse.Namespace) -> Path:
     """--out (default: <run>/eval for a run directory, <file stem>_eval beside a file), made and checked
-    writable; InputError naming --out otherwise."""
+    writable: a write failure (read-only, full, not ours) is the OSError batch/cli.py reports as every
+    write failure (errors.write_failure, exit 1); --out under a file is an InputError naming --out."""
     out = args.out
     if out is None:
         p = args.predictions
@@ -116,9 +118,11 @@ def _out_dir(args: argparse.Namespace) -> Path:
     try:
         make_dirs(out)
     except OSError as exc:
+        if exc.errno in WRITE_ERRNOS:  # a read-only or full disk: batch/cli.py says so in one line (exit 1)
+            raise
         raise InputError(f"cannot make the output folder {out}: {exc.strerror or exc}", field="--out") from None
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise InputError(f"cannot write into the output folder {out}", field="--out")
+    if not os.access(out, os.W_OK | os.X_OK):  # an existing folder that is not ours to write
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(out))
     return out
 
 

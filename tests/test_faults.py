@@ -221,12 +221,17 @@ def test_stop_signals_raise_stopped_and_wait_for_a_deferred_block():
 @pytest.mark.integration
 def test_the_jvm_leaves_ctrl_c_to_python():
     """Without -Xrs HotSpot took SIGINT and exited the process (130 in 0.36 s) with no KeyboardInterrupt
-    and no `finally` (measured on main 2548218); with it, Python gets the signal."""
+    and no `finally` (measured on main 2548218); with it, Python gets the signal.
+
+    The script sleeps in 0.1 s steps: the kernel may hand a process-directed SIGINT to any thread that
+    does not block it, a JVM thread included; CPython's handler then only sets its flag and the main
+    thread raises KeyboardInterrupt at its next bytecode, so one long sleep(120) would wait it out (a
+    fresh-clone run under load timed out that way)."""
     import os
 
     script = ("import time\nfrom clarify.index.jvm import start_jvm\nstart_jvm()\nimport jnius\n"
               "jnius.autoclass('java.lang.System').currentTimeMillis()\n"
-              "try:\n    print('ready', flush=True)\n    time.sleep(120)\n"
+              "try:\n    print('ready', flush=True)\n    for _ in range(1200):\n        time.sleep(0.1)\n"
               "except KeyboardInterrupt:\n    print('KeyboardInterrupt', flush=True)\n"
               "finally:\n    print('finally', flush=True)\n")
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
