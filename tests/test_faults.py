@@ -223,15 +223,16 @@ def test_the_jvm_leaves_ctrl_c_to_python():
     """Without -Xrs HotSpot took SIGINT and exited the process (130 in 0.36 s) with no KeyboardInterrupt
     and no `finally` (measured on main 2548218); with it, Python gets the signal.
 
-    The script sleeps in 0.1 s steps: the kernel may hand a process-directed SIGINT to any thread that
-    does not block it, a JVM thread included; CPython's handler then only sets its flag and the main
-    thread raises KeyboardInterrupt at its next bytecode, so one long sleep(120) would wait it out (a
-    fresh-clone run under load timed out that way)."""
+    The script installs Python's own SIGINT handler before the JVM starts: a suite started with `&` from
+    a script (no job control) inherits SIGINT ignored, Python then installs none, and the child slept
+    through the signal (a fresh-clone run started that way: SigIgn 0x7 in /proc/PID/status). The JVM
+    starts after it, so without -Xrs it still replaces the handler and this test fails."""
     import os
 
-    script = ("import time\nfrom clarify.index.jvm import start_jvm\nstart_jvm()\nimport jnius\n"
+    script = ("import signal, time\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+              "from clarify.index.jvm import start_jvm\nstart_jvm()\nimport jnius\n"
               "jnius.autoclass('java.lang.System').currentTimeMillis()\n"
-              "try:\n    print('ready', flush=True)\n    for _ in range(1200):\n        time.sleep(0.1)\n"
+              "try:\n    print('ready', flush=True)\n    time.sleep(120)\n"
               "except KeyboardInterrupt:\n    print('KeyboardInterrupt', flush=True)\n"
               "finally:\n    print('finally', flush=True)\n")
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
