@@ -169,6 +169,16 @@ def paired_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def save_paired(result: dict, rows: list[dict], out: Path) -> None:
+    """`rows` replace the paired rows of the same arm and metric in `result`, which is written to `out`
+    and its paired table printed."""
+    done = {(r["model"], r["dataset"], r["setting"], r["metric"]) for r in rows}
+    result["paired"] = [r for r in result.get("paired", [])
+                        if (r["model"], r["dataset"], r["setting"], r["metric"]) not in done] + rows
+    out.write_text(json.dumps(result, indent=2))
+    print(paired_table(result["paired"]), flush=True)
+
+
 METRIC_COLUMNS = {"asqa": ("rouge_l", "str_em", "answer_f1"), "quotesum": ("rouge_l", "sem_f1", "sem_rec", "semqa")}
 
 
@@ -218,11 +228,7 @@ def main() -> None:
     if args.paired:
         rows = paired(Path(args.paired))
         result = json.loads(Path(args.out).read_text())
-        done = {(r["model"], r["dataset"], r["setting"], r["metric"]) for r in rows}
-        result["paired"] = [r for r in result.get("paired", [])
-                            if (r["model"], r["dataset"], r["setting"], r["metric"]) not in done] + rows
-        Path(args.out).write_text(json.dumps(result, indent=2))
-        print(paired_table(result["paired"]), flush=True)
+        save_paired(result, rows, Path(args.out))
         return
     if args.arm:  # a child: one arm, its result as the last stdout line
         model, dataset, setting, limit = args.arm
@@ -262,11 +268,7 @@ def main() -> None:
                 Path(args.out).write_text(json.dumps(result, indent=2))
     print(table([a for a in result["arms"] if "error" not in a]), flush=True)
     rows = paired(work)  # the constrained arms against "off", question by question
-    done = {(r["model"], r["dataset"], r["setting"], r["metric"]) for r in rows}
-    result["paired"] = [r for r in result.get("paired", [])
-                        if (r["model"], r["dataset"], r["setting"], r["metric"]) not in done] + rows
-    Path(args.out).write_text(json.dumps(result, indent=2))
-    print(paired_table(result["paired"]), flush=True)
+    save_paired(result, rows, Path(args.out))
 
 
 if __name__ == "__main__":
