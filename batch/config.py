@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from clarify.batch.toc.match import MATCHING
+from clarify.batch.toc.parse import PARSINGS
 from clarify.errors import InputError
 from clarify.eval import datasets
 from clarify.eval.datasets.asqa import pool_spec_problem
@@ -114,6 +115,9 @@ class TocConfig:
     # the official template renders an empty DQ/DA field (toc/tree.py:32-40, dsp/templates/template_v2.py:73-83);
     # "closed": it asks for the answer directly (before issue 26).
     empty_tree_answer: str = "open"
+    # "clarify": every DQ/DA pair the official parser finds (toc/utils.py:25-46), with its text, plus pairs
+    # from the lines it drops (batch/toc/parse.py); "official": exactly the official parser's pairs.
+    parsing: str = "clarify"
     # True: each clarification is decoded under a grammar of the official DQ/DA format, so it parses
     # (batch/toc/constraints.py format_grammar; issue 29). False: free decoding, as the official code.
     constrain_format: bool = False
@@ -278,6 +282,7 @@ RULES: dict[str, Rule] = {
     "toc.evidence": Rule(choices=("filter", "official", "filter-embed")),
     "toc.matching": Rule(choices=tuple(MATCHING)),
     "toc.empty_tree_answer": Rule(choices=("open", "closed")),
+    "toc.parsing": Rule(choices=PARSINGS),
     "model.model": Rule(nonempty=True),
     "model.max_model_len": POSITIVE,
     # vLLM EngineArgs: the fraction of GPU memory the engine may use, in (0, 1]

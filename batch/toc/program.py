@@ -302,7 +302,7 @@ def expand(t: Tree, n: Node, res: Resources, cfg: RunConfig, wave: int, rows: Tr
                        grammar=clarify_grammar(cfg))
     req = Generate("clarify", (n.node_id,), (prompt,), (params,), _priority("clarify", t, cfg))
     comps = yield req
-    parsed = parse_disambiguations(comps[0].text, comps[0].finish_reason)
+    parsed = parse_disambiguations(comps[0].text, comps[0].finish_reason, toc.parsing)
     _record(res, rows, t, req, wave, comps, [parsed.error])
     children = t.add_candidates(n, parsed.pairs, wave, toc.duplicates)
     if toc.verify and parsed.pairs:
