@@ -73,6 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"every minute)")
     p.add_argument("--restart", action="store_true",
                    help="start this run directory over with the given config and inputs (the completion cache is kept)")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the effective settings (defaults, --config, flags) as TOML that --config reads back, "
+                        "and stop: nothing is loaded or written")
     p.set_defaults(func=cmd_run, log_dir=_run_logs)
 
     p = sub.add_parser("demo", help="the main job on the embedded defaults (index, model, ASQA questions)",
@@ -106,10 +109,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     register_report(sub)
 
 
-def _run_logs(args: argparse.Namespace) -> Path:
-    """A run's library logs go into its own directory (console.session)."""
+def _run_logs(args: argparse.Namespace) -> Path | None:
+    """A run's library logs go into its own directory (console.session); --print-config logs nothing."""
     from clarify.batch.rundir import RunDir
 
+    if getattr(args, "print_config", False):
+        return None
     return RunDir(args.out).logs_dir
 
 
@@ -230,6 +235,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from clarify.batch.pipeline import run
 
     cfg = config.load(args.config, _overrides(args))
+    if args.print_config:
+        sys.stdout.write(cfg.to_toml())
+        return 0
     summary = run(cfg, args.out, progress=not args.no_progress, restart=args.restart,
                   search_cache=Path(args.search_cache) if args.search_cache else None, part_trees=args.part_trees)
     print_summary(summary)
