@@ -22,14 +22,14 @@ examples:
   clarify run --dataset asqa --limit 0 --workers 8 --out runs/asqa-all     8 engines on Ray (8 GPUs)
   clarify run --dataset asqa --limit 0 --ray-address auto --out runs/asqa-all   every GPU of a Ray cluster
 
-defaults: the paper's settings (batch/config.py; README "Differences from the official code"), the
+defaults: the paper's settings (batch/config.py; docs/fidelity.md), the
 embedded model smollm2-135m-instruct and the embedded Wikipedia index in $CLARIFY_HOME.
 
 scheduler: continuous (default: vLLM's step loop, every tree advances the moment its own request returns),
 waves (all trees in lockstep, one generate per wave) or sequential (one question at a time, as the official
 code); all three give identical tables, so a run may be resumed under another. With --workers or
 --ray-address, chunks of questions go to Ray workers (one engine each) and come back as parts; the tables
-are the same as one process's (README "Running on a cluster").
+are the same as one process's (docs/scale.md#running-on-a-cluster).
 
 writes into --out: config.json (frozen), questions.parquet, parts/NNNN/ (finished trees), cache/
 (completion cache), the final tables nodes, hits, llm_calls, answers, spans, passages, scores (.parquet),
@@ -164,7 +164,7 @@ def _run_args(p: argparse.ArgumentParser, *, with_model: bool = True) -> None:
                         "capability >= 8.0), float32 on CPU ([model] batch_invariant; default off)")
     p.add_argument("--scheduler", choices=SCHEDULERS,
                    help="how trees are driven; never changes results (default: continuous)")
-    g = p.add_argument_group("cluster (Ray; README \"Running on a cluster\"; never changes results)")
+    g = p.add_argument_group("cluster (Ray; docs/scale.md#running-on-a-cluster; never changes results)")
     g.add_argument("--workers", type=int, metavar="N",
                    help="run the trees on N Ray workers, one engine each (a GPU, a tensor-parallel group, or CPU "
                         "cores); default 0: in this process")
@@ -245,7 +245,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-# The demo is sized to the machine (README "What `make demo` does"): a newcomer on an AVX2-only CPU
+# The demo is sized to the machine (docs/getting-started.md#what-make-demo-does): a newcomer on an AVX2-only CPU
 # (~250 tok/s) waits minutes, not hours, at TOKENS_PER_QUESTION (batch/config.py).
 DEMO_TOKENS_PER_QUESTION = TOKENS_PER_QUESTION
 DEMO_BUDGET_S = 210
@@ -256,7 +256,7 @@ DEMO_MIN_QUESTIONS, DEMO_MAX_QUESTIONS = 3, 20
 PROBE_TO_TOC = 0.9
 # The demo decodes under both of issue 29's constraints (the DQ/DA format, quotes copied verbatim), which the
 # embedded model needs for ToC to have a tree and checkable quotes at all: on ASQA dev 0-49 (bench/
-# bench_constrained.py, README "Constrained decoding") they took SmolLM2's parse errors from 100 % to 1.5 %,
+# bench_constrained.py, docs/running-toc.md#constrained-decoding) they took SmolLM2's parse errors from 100 % to 1.5 %,
 # valid nodes from 0.1 to 11.3 per question, answers quoting from 28 % to 100 % and verbatim spans from 0 of
 # 204 to all, Answer-F1 from 0 to 1.1, while ROUGE-L (21.9 -> 19.6) and STR-EM (16.7 -> 12.7) moved by less
 # than the 50 questions can show (paired 95 % bootstrap intervals hold 0). `clarify run` keeps the official
@@ -329,7 +329,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if any(constraints.values()):
         on = [w for k, w in (("toc.constrain_format", "the DQ/DA format"), ("answer.constrain_quotes", "verbatim quotes"))
               if constraints[k]]
-        print(f"demo: decoding constrained to {' and '.join(on)} (README \"Constrained decoding\"); "
+        print(f"demo: decoding constrained to {' and '.join(on)} (docs/running-toc.md#constrained-decoding); "
               f"`clarify run` keeps the official free decoding unless --constrain-format/--constrain-quotes",
               flush=True)
     if not rd.summary_file.exists():

@@ -55,8 +55,8 @@ class RetrievalConfig:
     # the index again with its own question (clarify before this switch existed).
     node_passages: str = "pool"
     # A local sentence-transformers CrossEncoder directory reranking the fused candidates and every node's
-    # pool (run_toc.py:164 dsp's cross-encoder); empty: the dense encoder's cosine (README "Retrieval,
-    # honestly"). It changes every ranking, so it is part of the frozen config.
+    # pool (run_toc.py:164 dsp's cross-encoder); empty: the dense encoder's cosine
+    # (docs/retrieval.md#searchers-and-the-reranker). It changes every ranking, so it is part of the frozen config.
     cross_encoder: str = ""
     # Attached to `index` (a clarify index or a prebuilt Pyserini Lucene index) from elsewhere (docs/retrieval.md):
     # a Pyserini FAISS directory (`index` + `docid`) and the query encoder that goes with it (a
@@ -145,7 +145,7 @@ class ModelConfig:
     # "auto": bfloat16 where the CPU computes it natively, float32 otherwise, the model's own on CUDA
     # (local_llm/hardware.py). The dtype really run is recorded in summary.json and every cache key.
     dtype: str = "auto"
-    # Results that do not depend on the batch (README "Reproducible on GPU"): vLLM's batch-invariant mode on
+    # Results that do not depend on the batch (docs/engines.md#batch-invariance): vLLM's batch-invariant mode on
     # CUDA (compute capability >= 8.0), float32 on CPU. Part of the model identity, hence every cache key.
     batch_invariant: bool = False
     # Sequences the engine runs at once; 0: the settings table's value for the device (local_llm/settings.py:
@@ -169,7 +169,7 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    """Ray scale-out (batch/cluster.py, README "Running on a cluster"); never changes results."""
+    """Ray scale-out (batch/cluster.py, docs/scale.md#running-on-a-cluster); never changes results."""
 
     workers: int = 0  # 0: trees run in this process; N: N Ray workers, one engine each
     ray_address: str = ""  # "": a local Ray cluster for this run; "auto" or HOST:PORT: join a running one
