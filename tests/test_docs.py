@@ -91,7 +91,7 @@ def test_no_issue_numbers(page):
 
 
 def test_the_code_cites_docs_pages_that_exist():
-    """Comments cite docs/PAGE.md#anchor (never notes outside the repository)."""
+    """Comments cite a docs/ page, with its #anchor (never notes outside the repository)."""
     cited = re.compile(r"(?<![\w/.-])docs/([\w-]+\.md)(?:#([\w-]+))?")  # not a URL's /docs/
     for name in _tracked():
         if not name.endswith((".py", ".toml", ".in")) and name != "Makefile":
