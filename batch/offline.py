@@ -1,4 +1,4 @@
-"""The air-gapped bundle's manifest (README "GPU servers, air-gapped"; issue 30).
+"""The air-gapped bundle's manifest (docs/getting-started.md#installing-on-an-air-gapped-server).
 
 A bundle is one folder carried from a connected machine to the server: `wheels/` (`make wheelhouse`),
 `models/` (model folders) and `indexes/` (index folders), and `manifest.json`, written here by
@@ -115,7 +115,7 @@ def check_bundle(bundle: Path) -> dict:
 
 
 EPILOG = """\
-examples (README "GPU servers, air-gapped"):
+examples (docs/getting-started.md#installing-on-an-air-gapped-server):
   make wheelhouse STACK=gpu WHEELS=bundle/wheels        on a connected Linux x86_64 machine, Python 3.11
   cp -r MODEL_DIR bundle/models/; cp -r INDEX_DIR bundle/indexes/
   clarify offline manifest bundle --lock requirements/gpu.txt

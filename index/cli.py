@@ -1,8 +1,8 @@
 """`clarify index build | search | coverage` (registered by clarify.batch.cli).
 
 Only argparse at import; heavy libraries load inside the handlers. These commands never run vLLM,
-so they set OMP_WAIT_POLICY=PASSIVE before torch loads (FACTS.md: MiniLM encoding on shared cores
-collapses 3-10x without it).
+so they set OMP_WAIT_POLICY=PASSIVE before torch loads: MiniLM encoding on shared cores collapses 3-10x
+without it (docs/architecture.md#omp_wait_policypassive-outside-vllm).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def register(sub) -> None:
     b.add_argument("--faiss", default="flat", metavar="KIND",
                    help="FAISS index: flat | ivf | hnsw, or a faiss.index_factory string such as 'IVF{nlist},PQ48', "
                         "'IVF{nlist},SQ8', 'SQ8', 'HNSW32' ({nlist}: the default list count); compressed types "
-                        "are what fits a full-Wikipedia index in RAM (README \"Full English Wikipedia\")")
+                        "are what fits a full-Wikipedia index in RAM (docs/retrieval.md#full-english-wikipedia-with-pyserinis-prebuilt-indexes)")
     b.add_argument("--train-size", type=int, default=None,
                    help="vectors the index is trained on (default: 256 per IVF list, at least 16,384 for PQ/SQ)")
     b.add_argument("--ef-search", type=int, default=None, help="HNSW efSearch stored in the index (default 128)")

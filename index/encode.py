@@ -237,7 +237,7 @@ def _worker(argv: list[str]) -> int:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--job", required=True, help="JSON: store, files, ckpt, job, encoder, batch_size, chunk")
     a = ap.parse_args(argv)
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # FACTS.md: encoding on shared cores
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # docs/architecture.md#omp_wait_policypassive-outside-vllm
     spec = json.loads(a.job)
     if a.threads:
         import torch

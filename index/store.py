@@ -1,4 +1,4 @@
-"""Build, open and cache local indexes (DESIGN §4).
+"""Build, open and cache local indexes (docs/architecture.md#the-index).
 
 An index directory built by clarify:
     manifest.json        format, counts, encoder, dimensions, build settings, timings, checksums
@@ -652,7 +652,7 @@ class LocalIndex:
                                          "configured); set "
                                          "[retrieval] cross_encoder (clarify run --cross-encoder DIR) to a local "
                                          "sentence-transformers CrossEncoder directory for a real reranker "
-                                         "(README \"Retrieval, honestly\").")
+                                         "(docs/retrieval.md#searchers-and-the-reranker).")
         return self._searchers[key]
 
     def verify(self) -> list[str]:

@@ -345,9 +345,9 @@ def test_command_line_flags_set_the_switches():
 
 
 def test_demo_decodes_constrained_and_says_so_and_an_unconstrained_demo_resumes_so(tmp_path, monkeypatch, capsys):
-    """`clarify demo` decodes under both constraints (better on the embedded model: README "Constrained
-    decoding") and says so, with `clarify run` keeping the official default; a demo started without them
-    resumes without them."""
+    """`clarify demo` decodes under both constraints (better on the embedded model:
+    docs/running-toc.md#constrained-decoding) and says so, with `clarify run` keeping the official default; a
+    demo started without them resumes without them."""
     import types
 
     from clarify.batch import commands, pipeline, resources

@@ -16,7 +16,7 @@ Two switches, both off by default (the official trees stay the default):
   space: exactly what the checker's `normalise` collapses, so every constrained span is found verbatim
   (`tests/test_constraints.py` checks the mapping on every shipped QuoteSum source).
 
-Mechanism (measured, README "Constrained decoding"): vLLM's structured outputs with a grammar
+Mechanism (measured, docs/running-toc.md#constrained-decoding): vLLM's structured outputs with a grammar
 string per request (`SamplingParams(structured_outputs=StructuredOutputsParams(grammar=...))`,
 https://docs.vllm.ai/en/v0.11.0/features/structured_outputs.html — the `grammar` field; vLLM 0.32's
 `vllm/sampling_params.py` StructuredOutputsParams), in the EBNF (GBNF) syntax that vLLM's default
@@ -63,12 +63,12 @@ from clarify.schemas import Passage
 #   (tests/test_constraints.py checks it against the default clarify_max_tokens and the real tokenizer).
 # - Characters: at most FORMAT_MAX_WORD_CHARS = 20 per word (1 of ASQA dev's 49,996 gold DQ/DA words is
 #   longer; 99.9th percentile 15): with lines capped in words alone, SmolLM2 glued words into one past the
-#   cap until max_tokens (12 % of its clarifications on ASQA dev 0-9, README "Constrained decoding"). The
+#   cap until max_tokens (12 % of its clarifications on ASQA dev 0-9, docs/running-toc.md#constrained-decoding). The
 #   format grammar is the same string for every request and vLLM compiles it once per engine: 1.3 s with
 #   SmolLM2's vocabulary, 3.6 s with Gemma 3's (unbounded words: 0.2 s / 1.4 s).
 # Lines in words, not characters: xgrammar expands a bounded repetition into one state per step and precomputes a
 # token mask for each, so `[^\n]{0,199}` took 33 s to compile with Gemma 3's 262k-token vocabulary, 40 words
-# 0.7 s (README "Constrained decoding").
+# 0.7 s (docs/running-toc.md#constrained-decoding).
 FORMAT_MAX_PAIRS = 3
 FORMAT_MAX_DQ, FORMAT_MAX_DA = 27, 9
 FORMAT_MAX_WORD_CHARS = 20
@@ -77,7 +77,7 @@ FORMAT_MAX_TOKENS = round(FORMAT_MAX_PAIRS * (FORMAT_PAIR_TOKENS + (FORMAT_MAX_D
                           + FORMAT_END_TOKENS)
 # A constrained quoted answer opens with a marker, as 126 of QuoteSum dev's 265 gold answers do (the most
 # common lead; all 265 hold a marker). With markers allowed but not required, the embedded model wrote none
-# on ASQA (README "Constrained decoding"). A lead of up to 12 free words (the longest gold lead) was tried:
+# on ASQA (docs/running-toc.md#constrained-decoding). A lead of up to 12 free words (the longest gold lead) was tried:
 # SmolLM2 then glued words together past the 12th ("during theFirstBarons'War") rather than quote, and a
 # stop string could end the answer before its first marker; a marker first has neither problem, and the
 # text after it stays free.

@@ -2,7 +2,7 @@
 5 demos, nearest last — run_toc.py `demos.reverse()`).
 
 The clarification demos come from an ASQA file in the official layout (`{"train": …, "dev": …}`), as the
-run config's `demo_pool` names them (README "Running the whole ASQA dev set"):
+run config's `demo_pool` names them (docs/running-toc.md#the-whole-asqa-dev-set):
 - `asqa:train`: every train question, as the official code has it (run_toc.py:23-41 `get_dataset` reads
   train and dev, :35 the train DQ/DA strings, :52 `dsp.knn(train)`, :191 `cur_demos = train.copy()`);
 - `asqa:dev[a:b]`: dev questions a..b-1 — the shipped data has no train split (data/asqa/SOURCE.md), so its
