@@ -275,7 +275,10 @@ def _open(args):
     from clarify.index.store import ensure_default_index, open_index
 
     path = args.index if args.index is not None else ensure_default_index()
-    return open_index(path, faiss_dir=getattr(args, "faiss_index", None), encoder=getattr(args, "encoder", None))
+    index = open_index(path, faiss_dir=getattr(args, "faiss_index", None), encoder=getattr(args, "encoder", None))
+    if getattr(args, "faiss_index", None):
+        index.check_attached()  # its docids are passages of this index (LocalIndex.check_attached)
+    return index
 
 
 def cmd_search(args) -> int:

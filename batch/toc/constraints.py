@@ -33,7 +33,9 @@ O(words) rules (a 100-word DPR passage: ~130 rules, ~3 KB of grammar), accepts e
 contiguous runs of whole words, and leaves the ambiguity of repeated words to the grammar engine's
 Earley parser. Words are `\w+` runs and single punctuation marks (combining marks stay with their
 letter), so a span can end before a comma, but never inside a word. Brackets cannot be quoted (they
-would end or open a marker): a word containing one breaks the chain there.
+would end or open a marker): a word containing one breaks the chain there, as does one holding a lone
+surrogate; a word the checker normalises away (zero-width characters only) is no word. The words quotable
+are capped (GRAMMAR_MAX_UNITS, shared over the sources): compile time grows with their square.
 
 The grammar is part of GenParams (`grammar`), so it is part of the request's completion-cache key
 (local_llm/engine.py `request_key`); a request without one keeps its old key.
@@ -171,8 +173,8 @@ def _kind(ch: str) -> str:
 # What one compile of a quotes grammar may cost. xgrammar (0.2.8, what vLLM compiles with) makes an Earley
 # parser for every scannable position of the grammar (each byte of a word's literal) and each parser's set-up
 # walks every rule (cpp/earley_parser.cc `EarleyParser::EarleyParser`: vectors of NumRules), so compile time
-# grows with bytes x rules, the square of the words quoted: 2,000 words 0.35 s, 5,000 words 2.3 s, 20,000
-# words 42-51 s with SmolLM2's vocabulary (bench/bench_grammar.py, bench/results/grammar.json). Every
+# grows with bytes x rules, the square of the words quoted: 5,000 words 1.4-2.4 s, 20,000 words 28-43 s with
+# SmolLM2's vocabulary, capped 0.36-0.56 s for either (bench/bench_grammar.py, bench/results/grammar.json). Every
 # construction of the substring language in rules pays it (a rule per word; xgrammar turns each nested
 # `(...)?` into a rule of its own), so the words are capped instead: at most GRAMMAR_MAX_UNITS units, a word
 # weighing one unit per started GRAMMAR_UNIT_BYTES bytes of UTF-8 (bytes are what the positions count). The
