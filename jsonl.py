@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from clarify.errors import InputError, need_file
+from clarify.errors import InputError, need_file, printable
 
 # The phrase that opens each problem's message; a caller may reword it (`wording=`), the details stay.
 DEFAULT_WORDING = {"too_long": "line too long", "non_utf8": "not UTF-8", "bad_json": "malformed JSON",
@@ -120,13 +120,14 @@ _LONE = re.compile("[\ud800-\udfff]")
 
 def lone_surrogate(obj: object) -> str | None:
     """Where a decoded JSON value holds a lone surrogate (half of a UTF-16 pair, from a `\\ud800` escape),
-    as "field 'a.b[2]' holds \\ud800, which is no character", or None. Keys are checked too."""
+    as "field 'a.b[2]' holds \\ud800, half of a UTF-16 pair: no character" (the field's name shown through
+    errors.printable: it is the data's), or None. Keys are checked too."""
     stack: list[tuple[str, object]] = [("", obj)]
     while stack:
         where, value = stack.pop()
         if isinstance(value, str):
             if m := _LONE.search(value):
-                return f"field '{where or '(top)'}' holds {m.group().encode('unicode_escape').decode()}, half of " \
+                return f"field '{printable(where) or '(top)'}' holds {m.group().encode('unicode_escape').decode()}, half of " \
                        f"a UTF-16 pair: no character"
         elif isinstance(value, dict):
             for key, v in reversed(list(value.items())):
