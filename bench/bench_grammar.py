@@ -64,6 +64,7 @@ def main(argv=None) -> dict:
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_constrained import cpu_model
+    from provenance import provenance
 
     model = "smollm2-135m-instruct"
     tok = AutoTokenizer.from_pretrained(resolve_model(model))
@@ -83,7 +84,7 @@ def main(argv=None) -> dict:
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     constraints.GRAMMAR_MAX_UNITS = cap
-    result = {"cpu": cpu_model(), "tokenizer": model, "xgrammar_threads": 1, "max_units": cap,
+    result = {"provenance": provenance(), "cpu": cpu_model(), "tokenizer": model, "xgrammar_threads": 1, "max_units": cap,
               "unit_bytes": constraints.GRAMMAR_UNIT_BYTES, "rows": rows}
     out = ROOT / "bench" / "results" / "grammar.json"
     out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")

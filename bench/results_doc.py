@@ -39,6 +39,7 @@ TITLES = {
     "constrained_10q": ("Constrained decoding, 10 questions", "the first, smaller measurement"),
     "toc": ("Waves vs the per-question loop, 4 questions", "the wave scheduler before the continuous one"),
     "toc12": ("Waves vs the per-question loop, 12 questions", "the wave scheduler before the continuous one"),
+    "grammar": ("Quote grammar compile time", "xgrammar compile of the `[k span]` grammar for 5,000 and 20,000 source words, capped and uncapped (bench/bench_grammar.py)"),
 }
 
 
