@@ -32,7 +32,7 @@ def provenance(argv: list[str] | None = None) -> dict:
                                 cwd=Path(__file__).parent, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown"
-    return {"date": datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
+    return {"date": datetime.datetime.now(datetime.UTC).date().isoformat(),
             "cpu": f"{cpu_model()}, {os.cpu_count()} cores, {_capability()}",
             "command": " ".join(["bench/" + script, *map(shlex.quote, args)]).strip(),
             "commit": commit}
