@@ -34,6 +34,7 @@ from typing import Any
 from tqdm import std as tqdm_std
 
 from clarify import console, stops
+from clarify.errors import InputError
 from clarify.local_llm.engine import Completion, GenParams, Request, log_tokens
 from clarify.local_llm.hardware import (
     CoreLock,
@@ -167,6 +168,7 @@ class VLLMEngine:
         max_num_seqs: int = 0,
         batch_invariant: bool = False,
         ray_worker: bool = False,
+        quantization: str = "",
         progress: bool = True,
         fingerprint: str | None = None,
         **engine_kwargs: Any,
@@ -179,7 +181,8 @@ class VLLMEngine:
         else:
             raise ValueError(f"chat must be 'auto', True or False, got {chat!r}")
         if self.chat and not has_chat_template(self.path):
-            raise ValueError(f"chat=True but the model at {self.path} has no chat template")
+            raise InputError(f"chat_template = \"on\" but the model at {self.path} has no chat template",
+                             field="model.chat_template")
         name = embedded_name_of(self.path) or self.path.name
         device = device_facts()
         self.device = device.kind
@@ -199,7 +202,8 @@ class VLLMEngine:
         ask = Ask(model=str(self.path), model_dtype=config_dtype(self.path), dtype=dtype, max_model_len=max_model_len,
                   gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
                   max_num_seqs=max_num_seqs, kv_cache_gib=kv_cache_gib, seed=seed,
-                  enable_prefix_caching=enable_prefix_caching, batch_invariant=batch_invariant, ray_worker=ray_worker)
+                  enable_prefix_caching=enable_prefix_caching, batch_invariant=batch_invariant, ray_worker=ray_worker,
+                  quantization=quantization)
         table = engine_settings(device, ask)
         for note in table.notes:
             console.say(note)
@@ -229,6 +233,7 @@ class VLLMEngine:
         # composition), batch-invariant mode, and the vLLM and torch builds.
         self.model_id = (f"{name}@{fingerprint or model_fingerprint(self.path)}:{'chat' if self.chat else 'raw'}:{self.dtype}"
                          f"{':batch-invariant' if batch_invariant else ''}"
+                         f"{f':{quantization}' if quantization else ''}"
                          f":vllm-{self.versions['vllm']}:torch-{self.versions['torch']}")
         self._tokenizer = self._llm.get_tokenizer()
 
