@@ -43,6 +43,7 @@ from clarify.local_llm.hardware import (
     cpu_facts,
     cpu_list,
     parse_cpu_list,
+    peak_memory,
 )
 from clarify.local_llm.models import (
     config_dtype,
@@ -212,7 +213,9 @@ class VLLMEngine:
         if self.device == "cpu":
             bound = parse_cpu_list(os.environ["VLLM_CPU_OMP_THREADS_BIND"]) or affinity()
             self.cores = CoreLock(bound, say=console.say)
+            self.device_count = len(bound)
         else:  # memory other processes hold: one clear error now, not vLLM's after loading
+            self.device_count = tensor_parallel_size
             check_gpu_memory(gpu_memory_utilization, tensor_parallel_size)
         from vllm import LLM
 
@@ -377,7 +380,8 @@ class VLLMEngine:
         """Device, dtype really run (and the one asked for), the CPU's capability: every run records them."""
         return {"model_id": self.model_id, "device": self.device, "dtype": self.dtype,
                 "requested_dtype": self.requested_dtype, "batch_invariant": self.batch_invariant, "cpu": self.cpu,
-                **self.versions}
+                # what the engine held: its GPUs, or the CPU cores it is bound to (device-seconds = wall x this)
+                "device_count": self.device_count, "peak_memory": peak_memory(), **self.versions}
 
     @property
     def engine_stats(self) -> EngineStats:
