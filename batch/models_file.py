@@ -83,13 +83,18 @@ def load(path: str | Path) -> list[Entry]:
         label = f"model[{i}]"
         what = f"entry {table.get('model')!r}: " if isinstance(table.get("model"), str) else ""
         name = table.get("name")
-        bad = [(f"{label}.{f.removeprefix('model.') or 'model'}", p)
+        # the section's own problem (unknown keys) is the entry's; a field's is `model[i].field`
+        bad = [(label if f == "model" else f"{label}.{f.removeprefix('model.')}", p)
                for f, p in config._check_values(settings, ModelConfig, "model")]
         if "model" not in settings:
             bad.append((f"{label}.model", "missing: the embedded model's name or a model folder"))
         if name is not None and (not isinstance(name, str) or slug(name) != name):
             bad.append((f"{label}.name", f"must be a folder name (letters, digits, . _ -), got {name!r}"))
-        problems += [InputError(what + msg, path=source, field=f) for f, msg in bad]
+        if len(bad) == 1:
+            problems.append(InputError(what + bad[0][1], path=source, field=bad[0][0]))
+        elif bad:  # one line per entry, naming each of its bad fields
+            problems.append(InputError(what + "; ".join(f"{f.removeprefix(label + '.')}: {msg}" for f, msg in bad),
+                                       path=source, field=label))
         if not bad:
             entries.append(Entry(name or slug(settings["model"]), settings))
             numbers.append(i)
