@@ -43,7 +43,6 @@ from clarify.local_llm.hardware import (
     cpu_facts,
     cpu_list,
     parse_cpu_list,
-    peak_memory,
 )
 from clarify.local_llm.models import (
     config_dtype,
@@ -381,7 +380,7 @@ class VLLMEngine:
         return {"model_id": self.model_id, "device": self.device, "dtype": self.dtype,
                 "requested_dtype": self.requested_dtype, "batch_invariant": self.batch_invariant, "cpu": self.cpu,
                 # what the engine held: its GPUs, or the CPU cores it is bound to (device-seconds = wall x this)
-                "device_count": self.device_count, "peak_memory": peak_memory(), **self.versions}
+                "device_count": self.device_count, **self.versions}
 
     @property
     def engine_stats(self) -> EngineStats:

@@ -24,8 +24,8 @@ def _as_finalized(run_dir, *, wall_total, device_count, peak_rss=3 << 30, tokens
     summary = json.loads(path.read_text())
     summary.pop("wall_s", None)
     summary.update(wall_s_total=wall_total, wall_s_last_session=wall_total / 2, engine_tokens_per_s=tokens_per_s,
-                   engine={"device": "cpu", "device_count": device_count,
-                           "peak_memory": {"rss_bytes": peak_rss, "gpu_bytes": None}})
+                   engine={"device": "cpu", "device_count": device_count},
+                   peak_memory_last_session={"rss_bytes": peak_rss, "gpu_bytes": None})
     path.write_text(json.dumps(summary))
 
 

@@ -122,7 +122,10 @@ def test_quantization_by_device():
     assert "quantization" not in engine_settings(A100, BF16_MODEL).llm  # none asked: vLLM's reading of the folder
     for gpu in (L40S, H100):
         assert engine_settings(gpu, Ask(model="m", quantization="fp8")).llm["quantization"] == "fp8"
-    assert engine_settings(V100, Ask(model="m", quantization="awq")).llm["quantization"] == "awq"
+    assert engine_settings(A100, Ask(model="m", quantization="awq")).llm["quantization"] == "awq"
+    assert engine_settings(V100, Ask(model="m", quantization="gptq")).llm["quantization"] == "gptq"
+    with pytest.raises(InputError, match=r"'awq' needs compute capability >= 7.5; CUDA Tesla V100"):
+        engine_settings(V100, Ask(model="m", quantization="awq"))
     with pytest.raises(InputError, match=r"field 'model.quantization'.*'fp8' needs compute capability >= 8.9"):
         engine_settings(A100, Ask(model="m", quantization="fp8"))
     with pytest.raises(InputError, match="'awq' needs a CUDA GPU"):

@@ -26,7 +26,7 @@ def forest_png(paired: pl.DataFrame) -> bytes | None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(4.2 * cols, 0.5 + (0.45 * len(pairs) + 0.9) * n_rows), dpi=100, layout="constrained")
+    fig = Figure(figsize=(4.2 * cols, 0.3 + (0.45 * len(pairs) + 1.9) * n_rows), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     labels = [f"{b} − {a}" for a, b in pairs]
     for i, metric in enumerate(metrics):
@@ -65,7 +65,7 @@ def quality_cost_png(table: pl.DataFrame, metric: str, cost: str = "device_s_per
     ax.set_xscale("log")
     xs = [p[0] for p in pts]
     ax.set_xlim(min(xs) / 1.6, max(xs) * 1.6)
-    ax.set_xlabel(cost.replace("_", " ") + " (log)")
+    ax.set_xlabel(cost.replace("_s_", "-seconds ").replace("_", " ") + " (log)")
     ax.set_ylabel(metric)
     ax.set_title(f"{metric} against cost", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)

@@ -124,7 +124,7 @@ def cost_row(run: Run) -> dict:
     not those answered from the completion cache), LLM calls (all, and those that reached the model), wall
     seconds, device-seconds (wall x the GPUs, or CPU cores, the engine held: summary `engine.device_count`;
     for runs made before it was recorded, tensor_parallel_size on CUDA), engine tokens per second of
-    generation (summary `engine_tokens_per_s`) and peak memory (summary `engine.peak_memory`, where recorded)."""
+    generation (summary `engine_tokens_per_s`) and peak memory (summary `peak_memory_last_session`, where recorded)."""
     summary = run.summary
     n_q = run.questions["qid"].n_unique() or summary.get("n_questions") or 0
     calls = run.llm_calls
@@ -134,7 +134,7 @@ def cost_row(run: Run) -> dict:
     if devices is None and engine.get("device") == "cuda":
         devices = run.config.model.tensor_parallel_size
     wall = wall_s(summary)
-    peak = engine.get("peak_memory") or {}
+    peak = summary.get("peak_memory_last_session") if isinstance(summary.get("peak_memory_last_session"), dict) else {}
 
     def per_q(value):
         return value / n_q if value is not None and n_q else None
@@ -197,8 +197,8 @@ PAIRED_SCHEMA = {"a": pl.String, "b": pl.String, "metric": pl.String, "questions
 
 
 def paired_table(runs: list[Run], *, resamples: int | None = None, seed: int | None = None) -> pl.DataFrame:
-    """Every pair of runs (a before b in the given order) on every metric both scored per question
-    (scores.parquet): the mean of b - a, its 95 % paired-bootstrap interval (eval/paired.py: one draw of
+    """Every pair of runs (a before b in the given order) on every metric they report and scored per
+    question (summary.json `metrics` found in scores.parquet): the mean of b - a, its 95 % paired-bootstrap interval (eval/paired.py: one draw of
     questions for every pair and metric, fixed seed), whether the interval excludes 0, and on how many
     questions b scored higher (wins), the same (ties) or lower (losses). The runs must share their
     questions (`check_same_questions`)."""
@@ -206,9 +206,13 @@ def paired_table(runs: list[Run], *, resamples: int | None = None, seed: int | N
 
     check_same_questions(runs)
     qids = runs[0].questions["qid"].unique(maintain_order=True).to_list()
-    metrics: list[str] = []
+    # the metrics the runs report (summary.json `metrics`, in its order) that are scored per question; the
+    # per-question helper counts of scores.parquet (n_gold, n_pairs, ...) are not compared
+    scored: list[str] = []
     for run in runs:
-        metrics += [m for m in run.scores["metric"].unique(maintain_order=True).to_list() if m not in metrics]
+        scored += [m for m in run.scores["metric"].unique(maintain_order=True).to_list() if m not in scored]
+    reported = [m for run in runs for m in (run.summary.get("metrics") or {}) if m in scored]
+    metrics = list(dict.fromkeys(reported)) or scored
     # (question x metric) value matrix per run, NaN where a run has no value
     frame = pl.DataFrame({"qid": qids})
     values = {}
@@ -257,7 +261,9 @@ def compare_stats(runs: list[Run], table: pl.DataFrame, metrics: list[str]) -> d
 
     paired = paired_table(runs)
     costs = cost_table(runs)
-    quality = metrics[0] if metrics else None
+    # the quality axis: the first metric on which the runs differ (else the first)
+    varied = [m for m in metrics if table[m].drop_nulls().n_unique() > 1]
+    quality = (varied or metrics or [None])[0]
     shown = costs.join(table.select("run", *([quality] if quality else [])), on="run", how="left")
     return {
         "paired_columns": ["b − a", "metric", "questions", "a", "b", "b − a", "95 % CI", "wins/ties/losses"],
