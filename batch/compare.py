@@ -1,10 +1,14 @@
 """`clarify compare`: the same questions over the same index with several models.
 
-Each model gets its own run directory (resumable like any run) and runs in its own process: one after
-another (one model's vLLM engine is gone before the next is built), or with `--parallel` all at once,
-each pinned to its own GPUs or CPU cores (`device_groups`), or placed by Ray with `--ray-address`.
-Retrieval for identical queries is computed once and shared through `<out>/search_cache`
-(batch/search_cache.py).
+The models come as a comma list (each with the run's own [model] settings) or as a models file
+(batch/models_file.py: one [[model]] table per model with its own settings, checked up front). Each model
+gets its own run directory (resumable like any run; its config.json holds that model's settings) and runs
+in its own process. On GPUs the models are packed by memory need (batch/gpu_plan.py: each on the fewest
+GPUs that hold it, as many at once as fit, a queued one started as GPUs free up); on CPU one after
+another, or with `--parallel` all at once, each on its own cores (`device_groups`); with `--ray-address`
+Ray places them. The plan is printed before anything starts (`--plan-only` stops there). Retrieval for
+identical queries is computed once and shared through `<out>/search_cache` (batch/search_cache.py).
+The runs are compared question by question afterwards (batch/report/comparison.py: paired table, cost).
 """
 
 from __future__ import annotations
@@ -67,23 +71,31 @@ def _gpu_ids() -> list[str]:
     return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
 
 
+GPU_QUERY = ["nvidia-smi", "--query-gpu=index,name,memory.total,memory.free,compute_cap",
+             "--format=csv,noheader,nounits"]
+
+
 def gpu_facts() -> list[tuple[str, Gpu]]:
-    """The GPUs this process may use (CUDA_VISIBLE_DEVICES of nvidia-smi's indices, else all), each with its
-    id and memory, from nvidia-smi: without initialising CUDA here (the runs do, each on its own GPUs)."""
+    """The GPUs this process may use, each with its id and memory, from nvidia-smi (`GPU_QUERY`): without
+    initialising CUDA here (the runs do, each on its own GPUs)."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index,name,memory.total,memory.free,compute_cap",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run(GPU_QUERY, capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         return []
+    return parse_gpus(out, os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def parse_gpus(text: str, visible: str | None) -> list[tuple[str, Gpu]]:
+    """`GPU_QUERY`'s lines (index, name, MiB total, MiB free, compute capability) as (id, Gpu), those of
+    `visible` (CUDA_VISIBLE_DEVICES: nvidia-smi indices, in its order) when it is set."""
     gpus = {}
-    for line in out.splitlines():
+    for line in text.splitlines():
         parts = [p.strip() for p in line.split(",")]
         try:
             major, minor = (int(x) for x in parts[4].split("."))
             gpus[parts[0]] = Gpu(parts[1], (major, minor), int(float(parts[3])) << 20, int(float(parts[2])) << 20)
         except (IndexError, ValueError):
             continue
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return [(g.strip(), gpus[g.strip()]) for g in visible.split(",") if g.strip() in gpus]
     return list(gpus.items())

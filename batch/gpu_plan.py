@@ -49,6 +49,7 @@ class Placement:
     why: str
     gpus: list[int] = field(default_factory=list)  # GPUs at the start (empty: queued, or none needed)
     order: int = 0  # 1, 2, ...: the order in which models start or are queued
+    eligible: frozenset[int] = frozenset()  # the GPUs with room for its share (free memory differs by GPU)
 
 
 @dataclass
@@ -115,7 +116,8 @@ def place(model: Model, gpus: list[Gpu]) -> Placement:
                 why += f"; on {smaller[0]} GPU{'s' if smaller[0] > 1 else ''} {_gib(smaller[1].total)} > {_gib(budgets[0])}"
             elif tp == asked and asked > 1:
                 why += ", tensor_parallel_size as set"
-            return Placement(model.name, tp, need, dtype, why)
+            room = frozenset(i for i, g in enumerate(gpus) if need.total <= budget_of(g, util))
+            return Placement(model.name, tp, need, dtype, why, eligible=room)
         smaller = (tp, need)
     tp, need = smaller
     raise InputError(f"model {model.name!r} fits on no GPU group here: on {tp} GPU{'s' if tp > 1 else ''} it needs "
@@ -136,28 +138,30 @@ def plan(models: list[Model], gpus: list[Gpu]) -> Plan:
     pool = Pool(len(gpus))
     for k, p in enumerate(ranked, 1):
         p.order = k
-        if p.tp and (ids := pool.take(p.tp)) is not None:
+        if p.tp and (ids := pool.take(p.tp, p.eligible)) is not None:
             p.gpus = ids
     return Plan(gpus, ranked)
 
 
 class Pool:
-    """Free GPU ids; `take(k)`: the k lowest free ids, aligned to a block of k where one is free (so groups
-    of 2 and 4 stay on neighbouring GPUs), or None when fewer than k are free."""
+    """Free GPU ids; `take(k, eligible)`: the k lowest free ids among `eligible` (the GPUs with room for the
+    model), aligned to a block of k where one is free (so groups of 2 and 4 stay on neighbouring GPUs), or
+    None when fewer than k are free."""
 
     def __init__(self, n: int):
         self.free = set(range(n))
         self.n = n
 
-    def take(self, k: int) -> list[int] | None:
-        if len(self.free) < k:
+    def take(self, k: int, eligible: frozenset[int] | None = None) -> list[int] | None:
+        usable = self.free if eligible is None else self.free & eligible
+        if len(usable) < k:
             return None
         for start in range(0, self.n - k + 1, k):
             block = set(range(start, start + k))
-            if block <= self.free:
+            if block <= usable:
                 self.free -= block
                 return sorted(block)
-        ids = sorted(self.free)[:k]
+        ids = sorted(usable)[:k]
         self.free -= set(ids)
         return ids
 
@@ -178,7 +182,7 @@ def run_queue(the_plan: Plan, start: Callable[[Placement, list[int]], object],
     starts: list[tuple[str, list[int]]] = []
     while waiting or running:
         for p in list(waiting):
-            ids = [] if p.tp == 0 else pool.take(p.tp)
+            ids = [] if p.tp == 0 else pool.take(p.tp, p.eligible)
             if ids is None:
                 continue
             waiting.remove(p)

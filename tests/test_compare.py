@@ -244,3 +244,16 @@ def test_a_planned_run_sees_only_its_own_gpus(tmp_path, monkeypatch):
     assert times["big"]["devices"] == "CUDA_VISIBLE_DEVICES=4,5,6,7"
     assert config.load(tmp_path / "out" / "models" / "big.json").model.tensor_parallel_size == 4
     assert (tmp_path / "out" / "small.log").exists()
+
+
+def test_gpus_read_from_nvidia_smi_lines():
+    """nvidia-smi's CSV (GPU_QUERY: index, name, MiB total, MiB free, compute capability), filtered and
+    ordered by CUDA_VISIBLE_DEVICES; a line it cannot read is left out."""
+    from clarify.batch.compare import parse_gpus
+
+    text = ("0, NVIDIA H100 80GB HBM3, 81559, 81080, 9.0\n1, NVIDIA H100 80GB HBM3, 81559, 1024, 9.0\n"
+            "2, NVIDIA H100 80GB HBM3, [N/A], [N/A], 9.0\n")
+    got = parse_gpus(text, None)
+    assert [i for i, _ in got] == ["0", "1"]
+    assert got[0][1].capability == (9, 0) and got[0][1].total_bytes == 81559 << 20 and got[1][1].free_bytes == 1024 << 20
+    assert [i for i, _ in parse_gpus(text, "1,0")] == ["1", "0"] and parse_gpus(text, "") == []

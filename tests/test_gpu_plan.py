@@ -102,3 +102,10 @@ def test_a_freed_gpu_starts_the_next_queued_model():
     log.clear()
     lengths.update(big=2, a=1, b=1)
     assert run_queue(mixed, start, sleep=lambda s: None) == [("big", [0, 1]), ("a", [0]), ("b", [1])]
+
+
+def test_a_gpu_another_process_fills_is_left_out():
+    """Free memory differs by GPU: a model goes to the GPUs with room for its share, not the lowest ids."""
+    busy = Gpu("NVIDIA H100 80GB HBM3", (9, 0), free_bytes=10 << 30, total_bytes=81559 << 20)
+    got = plan([model("llama-8b", L8B), model("llama-1b", L1B)], [busy, H100, H100])
+    assert [(p.name, p.gpus) for p in got.placements] == [("llama-8b", [1]), ("llama-1b", [0])]
