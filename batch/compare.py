@@ -253,15 +253,17 @@ def compare(models: list[str] | list[Entry], cfg: RunConfig, out: Path, *, paral
     gpus = gpu_facts() if gpus is None else gpus
     _check_on_device(entries, configs, [g for _, g in gpus])
     plan = None
-    if gpus and not cfg.cluster.ray_address:
+    if gpus:  # each model's need gives its tensor_parallel_size: the one its run freezes (on Ray, its request)
         plan = gpu_plan.plan([_planned(e, configs[e.name]) for e in entries], [g for _, g in gpus])
-        for p in plan.placements:  # the planner's tensor_parallel_size is the one the run freezes
+        for p in plan.placements:
             if p.tp:
                 c = configs[p.name]
                 configs[p.name] = dataclasses.replace(c, model=dataclasses.replace(c.model, tensor_parallel_size=p.tp))
+    if plan is not None and not cfg.cluster.ray_address:
         print(plan.text(), flush=True)
     else:
-        print(_plan_text(configs, parallel, bool(gpus)), flush=True)
+        plan = None  # Ray places and queues the runs itself
+        print(_plan_text(configs, parallel), flush=True)
     if plan_only:
         return None
     check_own_dir(make_dirs(out), "comparison folder")
@@ -361,18 +363,18 @@ def _check_on_device(entries: list[Entry], configs: dict[str, RunConfig], gpus: 
         raise InputError(f"{len(bad)} models cannot run here:\n" + "\n".join(f"  {b}" for b in bad), field="--models")
 
 
-def _plan_text(configs: dict[str, RunConfig], parallel: bool, gpus: bool) -> str:
-    """The plan without a GPU plan: a Ray cluster's placement, or this machine's CPU cores."""
+def _plan_text(configs: dict[str, RunConfig], parallel: bool) -> str:
+    """The plan without a GPU plan of this machine: a Ray cluster's placement, or this machine's CPU cores."""
     names = list(configs)
     if any(c.cluster.ray_address for c in configs.values()):
-        lines = ["plan: every model at once on the Ray cluster, which places and queues them:"]
+        lines = ["plan: every model at once on the Ray cluster, which places and queues them; each worker's request:"]
         for n, c in configs.items():
             tp = c.model.tensor_parallel_size
-            lines.append(f"  {n}: on GPUs a placement group of {tp} x {{GPU: 1}} per worker "
-                         f"(tensor_parallel_size {tp}, batch/cluster.py), on CPU its own cores")
+            lines.append(f"  {n}: " + ("num_gpus 1" if tp == 1 else f"a placement group of {tp} x {{GPU: 1, CPU: 1}}")
+                         + f" (tensor_parallel_size {tp}; batch/cluster.py), or its own cores on a CPU cluster")
         return "\n".join(lines)
     if not parallel:
-        return f"plan: {'no GPU plan' if gpus else 'no GPU'}; {len(names)} models one after another: " + ", ".join(names)
+        return f"plan: no GPU; {len(names)} models one after another: " + ", ".join(names)
     return "plan: no GPU; every model at once, each on its own CPU cores (VLLM_CPU_OMP_THREADS_BIND): " + ", ".join(names)
 
 

@@ -192,6 +192,12 @@ def test_compare_checks_every_model_on_this_machine_and_plans_before_starting(tm
     plan = capsys.readouterr().out
     assert "1. big    GPUs 0,1" in plan and "2. small  GPU 2" in plan and "idle at the start: GPU 3" in plan
     assert not (tmp_path / "out").exists()
+    # on a Ray cluster the same needs are each run's resource request (batch/cluster.py), Ray queues them
+    ray = config.load(None, {"limit": 2, "cluster.ray_address": "auto"})
+    cmp.compare(entries, ray, tmp_path / "out", plan_only=True, gpus=[(str(i), h100) for i in range(4)])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("  small: num_gpus 1 (tensor_parallel_size 1")
+    assert lines[2].startswith("  big: a placement group of 2 x {GPU: 1, CPU: 1} (tensor_parallel_size 2")
 
 
 def test_a_stopped_compare_passes_the_signal_once_to_each_run(tmp_path):
