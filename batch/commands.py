@@ -401,13 +401,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     cfg = config.load(args.config, _overrides(args))  # the TOML and the flags, resolved once for every model
     spec = args.models
+    source = None
     if spec.endswith(".toml") or Path(spec).is_file():
-        models = models_file.load(spec)  # every entry checked before anything starts
+        models, source = models_file.load(spec), spec  # every entry checked before anything starts
     else:
         models = [m.strip() for m in spec.split(",") if m.strip()]
     out = Path(args.out)
     if compare(models, cfg, out, parallel=args.parallel, verbose=getattr(args, "verbose", False),
-               plan_only=args.plan_only) is None:
+               plan_only=args.plan_only, source=source) is None:
         return 0
     print((out / "comparison.md").read_text(encoding="utf-8"))
     print(f"comparison: {out / 'comparison.parquet'} (one row per model), {out / 'paired.parquet'} (paired "

@@ -236,14 +236,14 @@ def _check(model: str, rc: int, out: Path, where: str) -> None:
 
 def compare(models: list[str] | list[Entry], cfg: RunConfig, out: Path, *, parallel: bool = False,
             verbose: bool = False, plan_only: bool = False,
-            gpus: list[tuple[str, Gpu]] | None = None) -> pl.DataFrame | None:
+            gpus: list[tuple[str, Gpu]] | None = None, source: str | None = None) -> pl.DataFrame | None:
     """Run every model over the same questions: `cfg` with each model's own [model] settings (an Entry of a
     models file, batch/models_file.py; a plain name keeps cfg's), each model's run freezing its own. On
     GPUs (`gpus`: (id, facts); default this machine's, `gpu_facts`) packed by memory need (batch/gpu_plan.py);
     on CPU one after another, or `parallel`: at once, one model per set of cores. The plan is printed
     first; `plan_only` stops there (returns None). Writes the comparison table (one row per model: quality
     and cost), the paired table (every pair x metric, batch/report/comparison.py `paired_table`), their
-    Markdown and a plot; returns the comparison table."""
+    Markdown and a plot; returns the comparison table. `source`: the models file, named by its errors."""
     entries = from_names(list(models)) if models and isinstance(models[0], str) else list(models)
     if len(entries) < 2:
         raise InputError("give at least two models to compare", field="--models")
@@ -251,7 +251,7 @@ def compare(models: list[str] | list[Entry], cfg: RunConfig, out: Path, *, paral
         raise InputError("two models would share one run directory (same folder name)", field="--models")
     configs = {e.name: e.config(cfg) for e in entries}
     gpus = gpu_facts() if gpus is None else gpus
-    _check_on_device(entries, configs, [g for _, g in gpus])
+    _check_on_device(entries, configs, [g for _, g in gpus], source)
     plan = None
     if gpus:  # each model's need gives its tensor_parallel_size: the one its run freezes (on Ray, its request)
         plan = gpu_plan.plan([_planned(e, configs[e.name]) for e in entries], [g for _, g in gpus])
@@ -337,7 +337,8 @@ def _planned(entry: Entry, cfg: RunConfig) -> gpu_plan.Model:
         tensor_parallel_size=m.tensor_parallel_size if "tensor_parallel_size" in entry.settings else 0))
 
 
-def _check_on_device(entries: list[Entry], configs: dict[str, RunConfig], gpus: list[Gpu]) -> None:
+def _check_on_device(entries: list[Entry], configs: dict[str, RunConfig], gpus: list[Gpu],
+                     source: str | None = None) -> None:
     """Every model's [model] settings through the one settings table for this machine (GPUs, else CPU)
     before anything starts: one line per model it refuses (a quantization on CPU, bfloat16 below sm_80)."""
     from clarify.local_llm import backends
@@ -357,10 +358,11 @@ def _check_on_device(entries: list[Entry], configs: dict[str, RunConfig], gpus: 
             engine_settings(device, ask)
         except InputError as exc:
             bad.append(f"model {e.name!r}: {exc}")
+    where = {"path": source} if source else {"field": "--models"}
     if len(bad) == 1:
-        raise InputError(bad[0], field="--models")
+        raise InputError(bad[0], **where)
     if bad:
-        raise InputError(f"{len(bad)} models cannot run here:\n" + "\n".join(f"  {b}" for b in bad), field="--models")
+        raise InputError(f"{len(bad)} models cannot run here:\n" + "\n".join(f"  {b}" for b in bad), **where)
 
 
 def _plan_text(configs: dict[str, RunConfig], parallel: bool) -> str:

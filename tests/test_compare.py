@@ -173,8 +173,8 @@ def test_compare_checks_every_model_on_this_machine_and_plans_before_starting(tm
     cfg = config.load(None, {"limit": 2})
     entries = [Entry("smol", {"model": "/m/smol"}), Entry("awq", {"model": "/m/awq", "quantization": "awq"})]
     with pytest.raises(InputError) as got:
-        cmp.compare(entries, cfg, tmp_path / "out", gpus=[])
-    assert str(got.value) == ("field '--models': model 'awq': field 'model.quantization': quantization 'awq' needs a "
+        cmp.compare(entries, cfg, tmp_path / "out", gpus=[], source="models.toml")
+    assert str(got.value) == ("models.toml: model 'awq': field 'model.quantization': quantization 'awq' needs a "
                               "CUDA GPU; a CPU engine runs the weights unquantized (leave quantization empty)")
     assert not (tmp_path / "out").exists()
     for name, (gib, layers) in {"small": (3, 16), "big": (100, 80)}.items():  # folders as the planner reads them
