@@ -214,7 +214,7 @@ def paired_table(runs: list[Run], *, resamples: int | None = None, seed: int | N
     reported = [m for run in runs for m in (run.summary.get("metrics") or {}) if m in scored]
     metrics = list(dict.fromkeys(reported)) or scored
     # (question x metric) value matrix per run, NaN where a run has no value
-    frame = pl.DataFrame({"qid": qids})
+    frame = pl.DataFrame({"qid": qids}, schema={"qid": pl.String})
     values = {}
     for run in runs:
         wide = (run.scores.filter(pl.col("value").is_not_nan()).group_by("qid", "metric").agg(pl.col("value").mean())
