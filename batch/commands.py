@@ -54,10 +54,15 @@ examples:
   clarify compare --models smollm2-135m-instruct,gemma3-270m --dataset asqa --limit 20 --out runs/cmp
   clarify compare --models smollm2-135m-instruct,/models/my-hf-model --dataset quotesum --out runs/cmp-qs
   clarify compare --models /models/qwen-7b,/models/qwen-32b --parallel --limit 0 --out runs/cmp-all
-                    both at once: each model on half of the GPUs (or of the CPU cores)
+                    on CPU both at once, each on half of the cores
+  clarify compare --models models.toml --limit 0 --out runs/sizes --plan-only
+                    one [[model]] table per model with its own settings; on GPUs each model gets the fewest
+                    GPUs that hold it, as many run at once as fit, the rest start as GPUs free up
 
-writes into --out: one run directory per model (resumable), search_cache/ (retrieval shared between the
-models), comparison.parquet, comparison.md (printed) and comparison.png.
+writes into --out: one run directory per model (resumable; its config.json holds that model's settings),
+models/<name>.json (each run's config), search_cache/ (retrieval shared between the models),
+comparison.parquet (quality and cost per model), paired.parquet (every pair x metric: mean difference,
+95 % paired-bootstrap interval, wins/ties/losses), comparison.md (printed) and comparison.png.
 """
 
 
@@ -94,7 +99,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="The same questions over the same index with several models, one run "
                                    "each (each in its own process), compared in one table.",
                        epilog=COMPARE_EPILOG)
-    p.add_argument("--models", required=True, help="comma-separated model names or directories")
+    p.add_argument("--models", required=True,
+                   help="a models TOML file ([[model]] tables: model = NAME or FOLDER and any [model] setting of "
+                        "that model: dtype, tensor_parallel_size, max_model_len, quantization, chat_template, "
+                        "backend, base_url, gpu_memory_utilization, ...), or comma-separated model names or "
+                        "directories (each with the run's [model] settings)")
+    p.add_argument("--plan-only", action="store_true",
+                   help="print which GPUs (or cores) each model would run on, and when, then stop")
     _run_args(p, with_model=False)
     p.add_argument("--out", required=True, help="comparison directory; one run directory per model inside")
     p.add_argument("--parallel", action="store_true",
@@ -393,12 +404,22 @@ def _clip(text: str, n: int) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from clarify.batch import config
+    from clarify.batch import config, models_file
     from clarify.batch.compare import compare
 
     cfg = config.load(args.config, _overrides(args))  # the TOML and the flags, resolved once for every model
-    compare([m.strip() for m in args.models.split(",") if m.strip()], cfg, Path(args.out), parallel=args.parallel,
-            verbose=getattr(args, "verbose", False))
-    print((Path(args.out) / "comparison.md").read_text(encoding="utf-8"))
-    print(f"comparison: {Path(args.out) / 'comparison.parquet'} (table), {Path(args.out) / 'comparison.png'} (plot)")
+    spec = args.models
+    source = None
+    if spec.endswith(".toml") or Path(spec).is_file():
+        models, source = models_file.load(spec), spec  # every entry checked before anything starts
+    else:
+        models = [m.strip() for m in spec.split(",") if m.strip()]
+    out = Path(args.out)
+    if compare(models, cfg, out, parallel=args.parallel, verbose=getattr(args, "verbose", False),
+               plan_only=args.plan_only, source=source) is None:
+        return 0
+    print((out / "comparison.md").read_text(encoding="utf-8"))
+    print(f"comparison: {out / 'comparison.parquet'} (one row per model), {out / 'paired.parquet'} (paired "
+          f"differences), {out / 'comparison.png'} (plot); the HTML report: clarify report "
+          + " ".join(str(out / (m.name if hasattr(m, 'name') else models_file.slug(m))) for m in models))
     return 0

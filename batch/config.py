@@ -27,7 +27,7 @@ from clarify.eval import datasets
 from clarify.eval.datasets.asqa import pool_spec_problem
 from clarify.index.store import SEARCHER_KINDS
 from clarify.local_llm import backends
-from clarify.local_llm.settings import DTYPES
+from clarify.local_llm.settings import DTYPES, QUANTIZATIONS
 
 # What a ToC question costs the engine (prompt + output tokens actually computed: identical re-expansion
 # prompts are answered once under the official default) on the embedded model and defaults: ~4,400
@@ -37,6 +37,7 @@ TOKENS_PER_QUESTION = 4_400
 PART_TREES = 64  # finished trees per checkpoint part (batch/rundir.py), unless a minute passes first
 
 ANSWER_STYLES = ("free", "quoted")
+CHAT_TEMPLATE = ("auto", "on", "off")  # [model] chat_template
 # How trees are driven (batch/scheduler.py). It never changes results: tables are identical under each,
 # so it is the one setting a run may change when resumed (RunDir.freeze ignores RESULT_FREE).
 SCHEDULERS = ("continuous", "waves", "sequential")
@@ -164,6 +165,12 @@ class ModelConfig:
     max_concurrency: int = 64  # openai: requests in flight at once
     request_timeout_s: float = 600.0  # openai: one request's time limit
     max_retries: int = 6  # openai: retries of a request on 429/5xx/timeouts (backoff 1, 2, 4 ... s)
+    # "": vLLM reads a quantized folder's own `quantization_config` (AWQ, GPTQ); "fp8": weights quantized
+    # on the fly (>= sm_89). CUDA only: the settings table's quantization row (local_llm/settings.py).
+    quantization: str = ""
+    # "auto": the chat template when the model folder has one; "off": raw text prompts even for a chat
+    # model; "on": required (a folder without one is refused). Part of the model identity (cache keys).
+    chat_template: str = "auto"
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, list):
@@ -308,6 +315,8 @@ RULES: dict[str, Rule] = {
     "model.gpu_memory_utilization": Rule(lo=0, hi=1, lo_open=True),
     "model.tensor_parallel_size": POSITIVE,
     "model.dtype": Rule(choices=DTYPES),
+    "model.quantization": Rule(choices=QUANTIZATIONS),
+    "model.chat_template": Rule(choices=CHAT_TEMPLATE),
     "model.max_num_seqs": Rule(lo=0),
     "model.backend": Rule(choices=backends.names),
     "model.endpoint": Rule(choices=("chat", "completions")),

@@ -26,6 +26,7 @@ from clarify.batch.toc.tree import Tree
 from clarify.errors import InputError
 from clarify.eval.datasets import Dataset
 from clarify.files import write_json
+from clarify.local_llm.hardware import peak_memory
 from clarify.local_llm.models import parameter_count
 
 
@@ -347,6 +348,8 @@ def finalize(rd: RunDir, prep: PreparedRun, trees: list[Tree], res: Resources, *
         "seconds_last_session": {k: round(v, 2) for k, v in stats.seconds.items()},
         # tokens the engine processed (prompt + output) per second of generate time, this session only
         "engine_tokens_per_s": round(stats.tokens / stats.seconds["generate"], 1) if stats.seconds["generate"] else None,
+        # this session's process: peak memory (RSS; GPU where torch reserved it here), the cost table's
+        "peak_memory_last_session": peak_memory(),
         # completion-cache rows found damaged (checksum mismatch, unreadable) and recomputed, this session
         "cache_recomputed": res.engine.stats.recomputed() if res.engine is not None else {"rows": 0, "reasons": {}},
         "quote_fidelity": fidelity,

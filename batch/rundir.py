@@ -110,6 +110,9 @@ ADDED_SETTINGS = {("toc", "constrain_format"): False, ("answer", "constrain_quot
                   ("model", "backend"): "vllm", ("model", "base_url"): "", ("model", "api_key_env"): "",
                   ("model", "endpoint"): "chat", ("model", "max_concurrency"): 64,
                   ("model", "request_timeout_s"): 600.0, ("model", "max_retries"): 6,
+                  # per-model settings of `clarify compare --models FILE`: the folder's own quantization, the
+                  # chat template where the folder has one (as the engine always chose)
+                  ("model", "quantization"): "", ("model", "chat_template"): "auto",
                   # issue 27: an index attached from elsewhere (none: the index folder's own parts)
                   ("retrieval", "faiss_index"): "", ("retrieval", "encoder"): "", ("retrieval", "nprobe"): 0,
                   ("retrieval", "ef_search"): 0,

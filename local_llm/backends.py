@@ -34,7 +34,8 @@ def _vllm_open(m, pin: dict | None = None, **placement):
     model, fingerprint = (pin["path"], pin["fingerprint"]) if pin and pin.get("path") else (m.model, None)
     return get_engine(model, fingerprint=fingerprint, max_model_len=m.max_model_len, gpu_memory_utilization=m.gpu_memory_utilization,
                       tensor_parallel_size=m.tensor_parallel_size, dtype=m.dtype, max_num_seqs=m.max_num_seqs,
-                      batch_invariant=m.batch_invariant, **placement,
+                      batch_invariant=m.batch_invariant, quantization=m.quantization,
+                      chat={"auto": "auto", "on": True, "off": False}[m.chat_template], **placement,
                       progress=False)  # the run shows its own progress (console.RunProgress), not vLLM's
 
 

@@ -260,3 +260,21 @@ def check_gpu_memory(utilization: float, devices: int = 1, *, mem_get_info=None)
         raise EngineBusy(f"GPU memory is taken by other processes ({'; '.join(short)}) at "
                          f"gpu_memory_utilization = {utilization}: wait for them (nvidia-smi names them), "
                          f"or lower [model] gpu_memory_utilization")
+
+
+def peak_memory() -> dict:
+    """This process's peak memory so far: resident set (getrusage ru_maxrss, KiB on Linux) and, where torch
+    has initialised CUDA here, the most memory torch's allocator reserved on each GPU of this process
+    (an in-process vLLM engine's weights and KV cache; the shards of a tensor-parallel engine in other
+    processes are not counted). Bytes; None where not known."""
+    import resource
+    import sys
+
+    out: dict = {"rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "gpu_bytes": None}
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_initialized():
+            out["gpu_bytes"] = sum(int(torch.cuda.max_memory_reserved(d)) for d in range(torch.cuda.device_count()))
+    except Exception:  # a CUDA error here only loses a measure
+        pass
+    return out

@@ -237,7 +237,7 @@ def _publish(path: Path) -> None:
 
 def test_report_renders_and_tree_expands_in_chromium(tmp_path, browser):
     build_run_dir(tmp_path / "runs" / "smol-asqa", n_questions=3)
-    build_run_dir(tmp_path / "runs" / "gemma-asqa", model="gemma-3-270m", params=2.68e8, n_questions=2)
+    build_run_dir(tmp_path / "runs" / "gemma-asqa", model="gemma-3-270m", params=2.68e8, n_questions=3)
     out = report.write_report(
         [tmp_path / "runs" / "smol-asqa", tmp_path / "runs" / "gemma-asqa"], tmp_path / "report.html"
     )
@@ -248,7 +248,7 @@ def test_report_renders_and_tree_expands_in_chromium(tmp_path, browser):
     assert browser.js("document.title").startswith("clarify report")
     assert browser.js("[...document.querySelectorAll('section.run')].map(s => s.id)") == ["run-0", "run-1"]
     imgs = browser.js("[...document.images].map(i => [i.complete, i.naturalWidth, i.naturalHeight])")
-    assert len(imgs) == 9  # comparison plot + 4 per run
+    assert len(imgs) == 10  # comparison plot + forest plot (no cost per device recorded: no quality-cost plot) + 4 per run
     assert all(ok and w > 300 and h > 200 for ok, w, h in imgs)
     # The status colours really apply (computed style, not just class names).
     colours = browser.js(

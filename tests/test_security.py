@@ -195,7 +195,8 @@ def test_compare_log_never_follows_a_planted_link(tmp_path, monkeypatch):
     monkeypatch.setattr(compare, "device_groups", lambda n: [{}] * n)
     monkeypatch.setattr(compare.subprocess, "Popen", lambda *a, **k: pytest.fail("a run was started"))
     with pytest.raises(InputError, match="symbolic link"):
-        compare._launch(["/models/m1", "/models/m2"], config.load(None), out, parallel=True, verbose=False)
+        compare._launch({m: config.load(None, {"model.model": f"/models/{m}"}) for m in ("m1", "m2")}, out,
+                        parallel=True, verbose=False)
     assert victim.read_text() == PRECIOUS
 
 

@@ -37,7 +37,14 @@ from markupsafe import Markup, escape
 from tqdm import tqdm
 
 from clarify.batch.report import plots
-from clarify.batch.report.comparison import comparison_table, flatten, fmt, plotted_metrics, split_summary
+from clarify.batch.report.comparison import (
+    compare_stats,
+    comparison_table,
+    flatten,
+    fmt,
+    plotted_metrics,
+    split_summary,
+)
 from clarify.batch.rundir import Run, RunDir
 from clarify.batch.toc import quotes
 from clarify.errors import InputError
@@ -408,7 +415,9 @@ def render_report(runs: list[Run], *, passages_per_node: int = 5, max_questions:
         plot = None
         if table["params"].drop_nulls().len() >= 2 and metric_cols:
             plot = _data_uri(plots.compare_png(table, metric_cols))
-        comparison = {"columns": table.columns, "rows": list(table.iter_rows()), "plot": plot}
+        stats = compare_stats(runs, table, metric_cols)
+        stats.update(forest=_data_uri(stats["forest"]), quality_cost=_data_uri(stats["quality_cost"]))
+        comparison = {"columns": table.columns, "rows": list(table.iter_rows()), "plot": plot, **stats}
     return environment().get_template("report.html.j2").render(
         written=_dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
         runs=[_run(run, ri, passages_per_node, max_questions) for ri, run in enumerate(runs)],
