@@ -20,6 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ importable from a checkout
 from bench_constrained import cpu_model  # noqa: E402
+from provenance import provenance  # noqa: E402
 
 from clarify.eval.paired import RESAMPLES, paired_bootstrap  # noqa: E402
 
@@ -60,7 +61,7 @@ def main() -> None:
     t0 = time.perf_counter()
     paired_bootstrap(d[:, None], resamples=1000)
     vec_s = time.perf_counter() - t0
-    result = {"cpu": cpu, "sizes": rows, "s_948q_30col": next(r["seconds"] for r in rows if r["questions"] == 948),
+    result = {"provenance": provenance(), "cpu": cpu, "sizes": rows, "s_948q_30col": next(r["seconds"] for r in rows if r["questions"] == 948),
               "reference_loop_100q_1col_1000r_s": round(loop_s, 4), "vectorised_same_s": round(vec_s, 5),
               "loop_over_vectorised": round(loop_s / vec_s, 1)}
     print(f"loop reference / vectorised on 100 questions x 1 column x 1,000 resamples: {result['loop_over_vectorised']}x")
