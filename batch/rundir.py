@@ -113,6 +113,8 @@ ADDED_SETTINGS = {("toc", "constrain_format"): False, ("answer", "constrain_quot
                   # per-model settings of `clarify compare --models FILE`: the folder's own quantization, the
                   # chat template where the folder has one (as the engine always chose)
                   ("model", "quantization"): "", ("model", "chat_template"): "auto",
+                  # the openai backend's total deadline of its checks and its reply size cap (never results)
+                  ("model", "check_timeout_s"): 10.0, ("model", "reply_bytes_per_token"): 128,
                   # issue 27: an index attached from elsewhere (none: the index folder's own parts)
                   ("retrieval", "faiss_index"): "", ("retrieval", "encoder"): "", ("retrieval", "nprobe"): 0,
                   ("retrieval", "ef_search"): 0,
