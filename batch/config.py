@@ -39,10 +39,13 @@ PART_TREES = 64  # finished trees per checkpoint part (batch/rundir.py), unless 
 ANSWER_STYLES = ("free", "quoted")
 CHAT_TEMPLATE = ("auto", "on", "off")  # [model] chat_template
 # How trees are driven (batch/scheduler.py). It never changes results: tables are identical under each,
-# so it is the one setting a run may change when resumed (RunDir.freeze ignores RESULT_FREE).
+# so it is a setting a run may change when resumed (RunDir.freeze ignores RESULT_FREE, dotted: one field of a table).
 SCHEDULERS = ("continuous", "waves", "sequential")
-# Where the trees run (one process, or Ray workers: batch/cluster.py) never changes results either.
-RESULT_FREE = ("scheduler", "cluster")
+# Where the trees run (one process, or Ray workers: batch/cluster.py) never changes results either, nor how
+# the openai backend talks to its server (a completion it accepts is the same whatever its deadlines,
+# retries or size cap): a run stopped by a deadline resumes with a longer one.
+RESULT_FREE = ("scheduler", "cluster", "model.max_concurrency", "model.request_timeout_s", "model.max_retries",
+               "model.check_timeout_s", "model.reply_bytes_per_token")
 SEARCHERS = SEARCHER_KINDS  # the index's searchers (index/store.py), declared there once
 
 

@@ -170,7 +170,7 @@ def _json(raw: bytes) -> Any:
     except ValueError as exc:  # JSONDecodeError
         what = "an HTML page" if text.lstrip()[:1] == "<" else "not JSON (cut off, or not an API reply)"
         pos = getattr(exc, "pos", None)
-        raise BadReply(f"{what}: {getattr(exc, 'msg', exc)} at character {pos}, beginning {text[:60]!r}") from None
+        raise BadReply(f"{what} ({getattr(exc, 'msg', exc)}, character {pos}), beginning {text[:60]!r}") from None
 
 
 def served_models(base_url: str, api_key_env: str = "", timeout_s: float = 10.0) -> list[str]:
@@ -434,6 +434,8 @@ class OpenAIEngine:
             error = self._error
             self.cancel()
             raise error
+        if not self._live:
+            return []
         t0 = time.perf_counter()
         out: list[tuple[str, Completion]] = []
         while self._live and not out and self._error is None:

@@ -62,12 +62,14 @@ def trickle(h, seconds: float, every: float = 0.3) -> None:
 
 
 class Server:
-    """A scripted OpenAI-compatible server: GET /v1/models by `models(handler)` (default: serves "m"), every
-    POST by `answer(handler, body)` (default: the prompt reversed). Records each POST's body and headers."""
+    """A scripted OpenAI-compatible server: GET /v1/models by `models(handler)` (default: serves "m"), POST
+    /tokenize by `tokenize(handler, body)` (default: the prompt's words), every other POST by
+    `answer(handler, body)` (default: the prompt reversed). Records those POSTs' bodies and headers."""
 
-    def __init__(self, answer=None, models=None):
+    def __init__(self, answer=None, models=None, tokenize=None):
         self.answer = answer or (lambda h, body: send(h, 200, json.dumps(completion(body, prompt(body)[::-1])).encode()))
         self.models = models or (lambda h: send(h, 200, json.dumps({"data": [{"id": "m"}]}).encode()))
+        self.tokenize = tokenize or (lambda h, body: send(h, 200, json.dumps({"count": len(prompt(body).split())}).encode()))
         self.posts: list[tuple[dict, dict]] = []
         self.hung_up = threading.Event()
         fake = self
@@ -82,7 +84,7 @@ class Server:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 if self.path.endswith("/tokenize"):  # vLLM's own endpoint (the scheduler's context check)
-                    return send(self, 200, json.dumps({"count": len(prompt(body).split())}).encode())
+                    return fake.tokenize(self, body)
                 fake.posts.append((body, dict(self.headers)))
                 fake.answer(self, body)
 
@@ -132,6 +134,15 @@ def test_the_start_up_check_has_a_total_deadline_too(server):
     assert time.monotonic() - t0 < 3
 
 
+def test_a_token_count_has_the_check_deadline(server):
+    s = server(tokenize=lambda h, body: trickle(h, 8))
+    eng = OpenAIEngine(s.url, "m", check_timeout_s=1)
+    t0 = time.monotonic()
+    assert eng.count_tokens("a long prompt") is None  # unknown: the server checks the context itself
+    assert time.monotonic() - t0 < 3
+    eng.close()
+
+
 def test_a_stop_signal_ends_a_step_waiting_on_a_trickling_server_within_a_second(server):
     """The scheduler's step runs inside stops.deferred(): the step must notice the pending signal and return,
     and the in-flight request is then cancelled (the server sees the client hang up)."""
@@ -156,14 +167,20 @@ def _bad(data, status=200, headers=None):
 
 
 def _huge(declared: bool):
+    """A well-formed completion of 100 MiB of text (for max_tokens = 128), sent in 1 MiB writes."""
+    head = b'{"model": "m", "choices": [{"index": 0, "finish_reason": "stop", "message": {"content": "'
+    tail = b'"}}]}'
+
     def answer(h, body):
         h.send_response(200)
         if declared:
-            h.send_header("Content-Length", str(100 << 20))
+            h.send_header("Content-Length", str(len(head) + (100 << 20) + len(tail)))
         h.end_headers()
         try:
+            h.wfile.write(head)
             for _ in range(100):
                 h.wfile.write(b"x" * (1 << 20))
+            h.wfile.write(tail)
         except OSError:
             h.server.fake.hung_up.set()
     return answer
@@ -206,7 +223,7 @@ CASES = {
                         "holds a NUL character at character 1"),
     "text over the cap": (_bad(ENV | {"choices": [CHOICE | {"message": {"content": "ab" * 9000}}]}),
                           "choice 0's message.content is 18,000 bytes, over the 16,384 its max_tokens allows"),
-    "100 MB body, length declared": (_huge(True), "a reply of 104,857,600 bytes, over the 163,840 this request allows"),
+    "100 MB body, length declared": (_huge(True), "a reply of 104,857,694 bytes, over the 163,840 this request allows"),
     "100 MB body, no length": (_huge(False), "a reply over the 163,840 bytes this request allows"),
 }
 
@@ -331,6 +348,48 @@ def test_a_key_echoed_by_the_server_and_url_credentials_are_never_written_or_pri
     assert _leaks({**_written(tmp_path), "stdout": out3, "stderr": err3}) == []
 
 
+def test_ctrl_c_while_the_server_trickles_stops_generate_at_once_and_the_line_hides_the_password(server, tmp_path):
+    """`clarify generate` is not in a deferred block: SIGINT ends it within a second, with the one line whose
+    "run again" command shows the URL as http://***@..."""
+    s = server(answer=lambda h, body: trickle(h, 20))
+    url = s.url.replace("http://", f"http://{USER}:{PASSWORD}@")
+    (tmp_path / "p.jsonl").write_text('{"prompt": "p"}\n')
+    argv = ["generate", "--base-url", url, "--model", "m", "--prompts", str(tmp_path / "p.jsonl"), "--out",
+            str(tmp_path / "out.parquet")]
+    env = {**os.environ, "PYTHONPATH": ":".join(sys.path), "CLARIFY_HOME": str(tmp_path / "home")}
+    proc = subprocess.Popen([sys.executable, "-m", "clarify.batch.cli", *argv], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not s.posts and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=15)
+        assert time.monotonic() - t0 < 2
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 130 and err.strip().splitlines() == [
+        "clarify generate: stopped by SIGINT; nothing kept, run again: clarify "
+        + " ".join(argv).replace(f"{USER}:{PASSWORD}@", "***@")], err
+    assert s.hung_up.wait(3)  # the request was cancelled, not left running
+    assert _leaks({**_written(tmp_path), "stdout": out, "stderr": err}) == []
+
+
+def test_config_json_records_the_url_without_credentials_and_a_copy_of_it_is_refused_in_one_line(tmp_path):
+    from clarify.batch import config
+    from clarify.local_llm import backends
+
+    cfg = config.load(None, {"model.backend": "openai", "model.base_url": f"http://{USER}:{PASSWORD}@127.0.0.1:9/v1"})
+    recorded = cfg.to_json()
+    assert json.loads(recorded)["model"]["base_url"] == "http://***@127.0.0.1:9/v1" and _leaks({"": recorded}) == []
+    (tmp_path / "config.json").write_text(recorded)
+    with pytest.raises(InputError, match=r"records base_url without its credentials \(\*\*\*\); give the URL"):
+        backends.get("openai").identity(config.load(tmp_path / "config.json").model)
+
+
 def test_an_api_key_given_as_the_variable_name_is_refused_without_echoing_it(server):
     s = server()
     with pytest.raises(InputError) as got:
@@ -442,3 +501,24 @@ def test_a_run_stops_on_a_null_content_in_one_line_caches_none_of_it_and_writes_
     assert json.loads((out / "inputs.json").read_text())["model"]["base_url"] == s.url
     assert all(h["Authorization"] == f"Bearer {KEY}" for _, h in s.posts)
     assert _leaks({**_written(out), "stdout": first.out + second.out, "stderr": first.err + second.err}) == []
+
+
+def test_a_run_stopped_by_a_deadline_resumes_with_a_longer_one_but_not_with_another_model(tmp_path):
+    """How the client talks to the server (deadlines, retries, the reply cap, concurrency) never changes an
+    accepted completion: a run may resume with other values (config.json records the latest); the model may
+    not change."""
+    from clarify.batch import config
+    from clarify.batch.config import RESULT_FREE
+    from clarify.batch.rundir import RunDir
+
+    rd = RunDir(tmp_path / "run")
+    base = {"model.backend": "openai", "model.base_url": "http://127.0.0.1:9/v1", "model.model": "m"}
+    rd.path.mkdir()
+    rd.freeze(json.loads(config.load(None, base).to_json()), {}, ignore=RESULT_FREE)
+    (rd.parts_dir / "0001").mkdir(parents=True)  # a checkpoint: the config is binding from now on
+    longer = {**base, "model.request_timeout_s": 1200.0, "model.max_retries": 2, "model.check_timeout_s": 30.0,
+              "model.reply_bytes_per_token": 512, "model.max_concurrency": 8}
+    rd.freeze(json.loads(config.load(None, longer).to_json()), {}, ignore=RESULT_FREE)
+    assert json.loads(rd.config_file.read_text())["model"]["request_timeout_s"] == 1200.0
+    with pytest.raises(InputError, match=r"made with another config.*model\.model: 'm' → 'other'"):
+        rd.freeze(json.loads(config.load(None, {**longer, "model.model": "other"}).to_json()), {}, ignore=RESULT_FREE)
