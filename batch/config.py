@@ -46,6 +46,11 @@ SCHEDULERS = ("continuous", "waves", "sequential")
 # retries or size cap): a run stopped by a deadline resumes with a longer one.
 RESULT_FREE = ("scheduler", "cluster", "model.max_concurrency", "model.request_timeout_s", "model.max_retries",
                "model.check_timeout_s", "model.reply_bytes_per_token")
+
+
+def result_free(key: str) -> bool:
+    """Whether the setting `key` ("scheduler", "model.max_retries") is in RESULT_FREE, itself or its table."""
+    return key in RESULT_FREE or key.split(".")[0] in RESULT_FREE
 SEARCHERS = SEARCHER_KINDS  # the index's searchers (index/store.py), declared there once
 
 

@@ -192,10 +192,10 @@ def served_models(base_url: str, api_key_env: str = "", timeout_s: float = 10.0)
         raise InputError(f"the server at {server.url} did not answer GET {url} within {timeout_s:g} s "
                          f"(model.check_timeout_s); {fix}", field="model.base_url") from None
     except (httpx.HTTPError, BadReply, OSError) as exc:
-        raise InputError(server.say(f"no OpenAI-compatible server answers at {server.url} "
-                                    f"({type(exc).__name__}: {exc}); {fix}"), field="model.base_url") from None
+        raise InputError(f"no OpenAI-compatible server answers at {server.url} "
+                         f"({server.say(f'{type(exc).__name__}: {exc}')}); {fix}", field="model.base_url") from None
     if 300 <= status < 400:
-        raise InputError(server.say(f"GET {url}: {_redirect(status, headers)}"), field="model.base_url")
+        raise InputError(f"GET {url}: {server.say(_redirect(status, headers))}", field="model.base_url")
     if status != 200:
         raise InputError(f"the server answered {status} to GET {url}"
                          + (" (check [model] api_key_env, or the credentials in base_url)" if status in (401, 403)
@@ -207,8 +207,8 @@ def served_models(base_url: str, api_key_env: str = "", timeout_s: float = 10.0)
             raise BadReply("no list of models with ids in its 'data'")
         return [m["id"] for m in ids]
     except BadReply as exc:
-        raise InputError(server.say(f"the server at {server.url} is not OpenAI-compatible: GET {url} gave {exc}; "
-                                    f"{fix}"), field="model.base_url") from None
+        raise InputError(f"the server at {server.url} is not OpenAI-compatible: GET {url} gave {server.say(exc)}; "
+                         f"{fix}", field="model.base_url") from None
 
 
 def resolve_served_model(base_url: str, model: str, api_key_env: str = "", timeout_s: float = 10.0) -> str:
@@ -218,11 +218,12 @@ def resolve_served_model(base_url: str, model: str, api_key_env: str = "", timeo
     where = split_credentials(base_url)[0]
     if not model:
         if len(ids) != 1:
-            raise InputError(printable(f"the server at {where} serves {ids}: name one in [model] model"),
+            raise InputError(f"the server at {where} serves {printable(ids)}: name one in [model] model",
                              field="model.model")
         return ids[0]
     if model not in ids:
-        raise InputError(printable(f"the server at {where} serves {ids}, not {model!r}"), field="model.model")
+        raise InputError(f"the server at {where} serves {printable(ids)}, not {printable(repr(model))}",
+                         field="model.model")
     return model
 
 
@@ -365,30 +366,33 @@ class OpenAIEngine:
         body["prompt"] = prompt
         return "/completions", body
 
-    def _unusable(self, what: str, path: str, prompt: str) -> EngineUnavailable:
-        """The one line for a request that failed for good: the server, the request, what was wrong."""
+    def _about(self, error: EngineUnavailable, path: str, prompt: str) -> EngineUnavailable:
+        """The one line for a request that failed for good: what was wrong (`error`), and which request,
+        credentials redacted."""
         tail = prompt[-40:].strip()
         return EngineUnavailable(self._server.say(
-            f"the server at {self.base_url} {what} (POST {path}, the prompt ending {tail!r}); nothing of it was cached"))
+            f"{error} (POST {path}, the prompt ending {tail!r}); nothing of it was cached"))
 
     async def _one(self, rid: str, serial: int, prompt: str, params: GenParams) -> None:
         path, body = self.body(prompt, params)
         try:
             async with self._sem:
-                raw = await self._post(path, body, params, prompt)
+                raw = await self._post(path, body, params)
             comp = parse_reply(raw, params, chat=self.endpoint == "chat", served=self.served,
                                bytes_per_token=self.bytes_per_token)
             self._done.put((rid, serial, comp))
+            return
         except asyncio.CancelledError:
             raise
         except BadReply as exc:
-            self._done.put((rid, serial, self._unusable(f"sent a reply that is not a completion: {exc}", path, prompt)))
+            error = EngineUnavailable(f"the server at {self.base_url} sent a reply that is not a completion: {exc}")
         except EngineUnavailable as exc:
-            self._done.put((rid, serial, exc))
+            error = exc
         except Exception as exc:  # noqa: BLE001 - anything else is one line too, never lost in the loop
-            self._done.put((rid, serial, self._unusable(f"failed a request ({type(exc).__name__}: {exc})", path, prompt)))
+            error = EngineUnavailable(f"the server at {self.base_url} failed a request ({type(exc).__name__}: {exc})")
+        self._done.put((rid, serial, self._about(error, path, prompt)))
 
-    async def _post(self, path: str, body: dict, params: GenParams, prompt: str) -> bytes:
+    async def _post(self, path: str, body: dict, params: GenParams) -> bytes:
         import httpx
 
         last = ""
@@ -410,12 +414,13 @@ class OpenAIEngine:
                 last = f"HTTP {status}: {raw[:200].decode('utf-8', 'replace')}"
                 continue
             if 300 <= status < 400:
-                raise self._unusable(f"answered {_redirect(status, headers)}", path, prompt)
+                raise EngineUnavailable(f"the server at {self.base_url} answered {_redirect(status, headers)}")
             if status != 200:
-                raise self._unusable(f"refused a request (HTTP {status}: {raw[:300].decode('utf-8', 'replace')})",
-                                     path, prompt)
+                raise EngineUnavailable(f"the server at {self.base_url} refused a request (HTTP {status}: "
+                                        f"{raw[:300].decode('utf-8', 'replace')})")
             return raw
-        raise self._unusable(f"did not answer a request after {self.max_retries} retries ({last})", path, prompt)
+        raise EngineUnavailable(f"the server at {self.base_url} did not answer a request after {self.max_retries} "
+                                f"retries ({last})")
 
     # -- the step loop (StepEngine) --------------------------------------------------------------
     def submit(self, requests: Sequence[Request]) -> None:
