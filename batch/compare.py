@@ -267,7 +267,7 @@ def compare(models: list[str] | list[Entry], cfg: RunConfig, out: Path, *, paral
     if plan_only:
         return None
     check_own_dir(make_dirs(out), "comparison folder")
-    write_json(cfg.to_dict(), out / "config.json")  # the settings shared by every model (before its own)
+    write_json(cfg.recorded(), out / "config.json")  # the settings shared by every model (before its own)
     times = _launch(configs, out, parallel, verbose, plan, [i for i, _ in gpus])
     rows, metric_names, runs = [], [], []
     for e in entries:

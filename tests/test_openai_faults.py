@@ -266,12 +266,15 @@ def test_a_malformed_reply_is_one_line_and_never_cached(server, tmp_path, case, 
     exits 1 with one line naming the server, the request and what was wrong; the cache holds exactly the
     two good completions."""
     bad, said = CASES[case]
+    good = threading.Semaphore(0)
 
     def answer(h, body):
-        if prompt(body) == "the bad one":
-            time.sleep(0.4)  # the good ones come back first, in the same step
+        if prompt(body) == "the bad one":  # the good ones come back first
+            assert good.acquire(timeout=10) and good.acquire(timeout=10)
+            time.sleep(0.3)
             return bad(h, body)
-        return send(h, 200, json.dumps(completion(body, prompt(body).upper())).encode())
+        send(h, 200, json.dumps(completion(body, prompt(body).upper())).encode())
+        good.release()
 
     s = server(answer=answer)
     t0 = time.monotonic()
