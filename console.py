@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-from clarify.errors import WRITE_ERRNOS, InputError
+from clarify.errors import WRITE_ERRNOS, InputError, redacted
 from clarify.files import check_own_dir, home, make_dirs, open_own
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -210,7 +210,8 @@ def session(log_dir: str | Path, command: str, *, verbose: bool = False) -> Iter
     logging.captureWarnings(True)
     _quiet_libraries()
     _log_path = path
-    logging.getLogger("clarify").info("clarify %s, argv %s", command, sys.argv)
+    # a --base-url with user:password@ is logged without them (errors.redacted)
+    logging.getLogger("clarify").info("clarify %s, argv %s", command, [redacted(a) for a in sys.argv])
     with contextlib.ExitStack() as stack:
         if not verbose:
             fd = open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)

@@ -127,7 +127,7 @@ def _launch(configs: dict[str, RunConfig], out: Path, parallel: bool, verbose: b
     `<out>/<name>.log`. Returns name -> {started, finished, devices} (unix seconds)."""
     cmds = {}
     for name, cfg in configs.items():
-        cmds[name] = _command(name, write_json(cfg.to_dict(), out / "models" / f"{name}.json"), out, verbose)
+        cmds[name] = _command(name, write_json(cfg.recorded(), out / "models" / f"{name}.json"), out, verbose)
     times: dict[str, dict] = {}
     if plan is not None:
         return _launch_planned(plan, gpu_ids or [], cmds, out)
@@ -267,7 +267,7 @@ def compare(models: list[str] | list[Entry], cfg: RunConfig, out: Path, *, paral
     if plan_only:
         return None
     check_own_dir(make_dirs(out), "comparison folder")
-    write_json(cfg.to_dict(), out / "config.json")  # the settings shared by every model (before its own)
+    write_json(cfg.recorded(), out / "config.json")  # the settings shared by every model (before its own)
     times = _launch(configs, out, parallel, verbose, plan, [i for i, _ in gpus])
     rows, metric_names, runs = [], [], []
     for e in entries:

@@ -22,7 +22,7 @@ from typing import Any
 
 from clarify.batch.toc.match import MATCHING
 from clarify.batch.toc.parse import PARSINGS
-from clarify.errors import InputError
+from clarify.errors import InputError, redacted
 from clarify.eval import datasets
 from clarify.eval.datasets.asqa import pool_spec_problem
 from clarify.index.store import SEARCHER_KINDS
@@ -39,10 +39,18 @@ PART_TREES = 64  # finished trees per checkpoint part (batch/rundir.py), unless 
 ANSWER_STYLES = ("free", "quoted")
 CHAT_TEMPLATE = ("auto", "on", "off")  # [model] chat_template
 # How trees are driven (batch/scheduler.py). It never changes results: tables are identical under each,
-# so it is the one setting a run may change when resumed (RunDir.freeze ignores RESULT_FREE).
+# so it is a setting a run may change when resumed (RunDir.freeze ignores RESULT_FREE, dotted: one field of a table).
 SCHEDULERS = ("continuous", "waves", "sequential")
-# Where the trees run (one process, or Ray workers: batch/cluster.py) never changes results either.
-RESULT_FREE = ("scheduler", "cluster")
+# Where the trees run (one process, or Ray workers: batch/cluster.py) never changes results either, nor how
+# the openai backend talks to its server (a completion it accepts is the same whatever its deadlines,
+# retries or size cap): a run stopped by a deadline resumes with a longer one.
+RESULT_FREE = ("scheduler", "cluster", "model.max_concurrency", "model.request_timeout_s", "model.max_retries",
+               "model.check_timeout_s", "model.reply_bytes_per_token")
+
+
+def result_free(key: str) -> bool:
+    """Whether the setting `key` ("scheduler", "model.max_retries") is in RESULT_FREE, itself or its table."""
+    return key in RESULT_FREE or key.split(".")[0] in RESULT_FREE
 SEARCHERS = SEARCHER_KINDS  # the index's searchers (index/store.py), declared there once
 
 
@@ -163,7 +171,9 @@ class ModelConfig:
     api_key_env: str = ""  # the NAME of an environment variable holding the server's API key (never the key)
     endpoint: str = "chat"  # openai: "chat" (the server applies the chat template) or "completions" (raw text)
     max_concurrency: int = 64  # openai: requests in flight at once
-    request_timeout_s: float = 600.0  # openai: one request's time limit
+    # openai: one request's TOTAL time limit — connecting, waiting and the whole reply (a server that trickles
+    # its reply a byte at a time is cut off); then it is retried like a 5xx
+    request_timeout_s: float = 600.0
     max_retries: int = 6  # openai: retries of a request on 429/5xx/timeouts (backoff 1, 2, 4 ... s)
     # "": vLLM reads a quantized folder's own `quantization_config` (AWQ, GPTQ); "fp8": weights quantized
     # on the fly (>= sm_89). CUDA only: the settings table's quantization row (local_llm/settings.py).
@@ -171,6 +181,12 @@ class ModelConfig:
     # "auto": the chat template when the model folder has one; "off": raw text prompts even for a chat
     # model; "on": required (a folder without one is refused). Part of the model identity (cache keys).
     chat_template: str = "auto"
+    # openai: the total time limit of the start-up check (GET /v1/models) and of a token count (POST /tokenize)
+    check_timeout_s: float = 10.0
+    # openai: the longest reply accepted, in UTF-8 bytes of text per requested token (max_tokens); a longer
+    # one is refused before it is read to the end, and never cached. Generous: the longest tokens of common
+    # vocabularies (runs of spaces or dashes) are far shorter than 128 bytes.
+    reply_bytes_per_token: int = 128
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, list):
@@ -218,12 +234,21 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def recorded(self) -> dict[str, Any]:
+        """The settings as a run directory records them (config.json): any credentials in `model.base_url`
+        replaced by *** (errors.redacted), so a password never reaches a file; a resumed run compares
+        its own settings in this form."""
+        d = self.to_dict()
+        d["model"]["base_url"] = redacted(d["model"]["base_url"])
+        return d
+
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+        return json.dumps(self.recorded(), indent=2, sort_keys=True)
 
     def to_toml(self) -> str:
-        """The whole config as TOML that `load` reads back to an equal config (`clarify run --print-config`)."""
-        data = self.to_dict()
+        """The whole config as TOML that `load` reads back to an equal config (`clarify run --print-config`),
+        but for credentials in `model.base_url`, printed as *** (`recorded`)."""
+        data = self.recorded()
         lines = [f"{k} = {toml_value(v)}" for k, v in data.items() if k not in _SECTIONS]
         for name in _SECTIONS:
             lines += ["", f"[{name}]", *(f"{k} = {toml_value(v)}" for k, v in data[name].items())]
@@ -323,6 +348,8 @@ RULES: dict[str, Rule] = {
     "model.max_concurrency": POSITIVE,
     "model.request_timeout_s": Rule(lo=0, lo_open=True),
     "model.max_retries": Rule(lo=0),
+    "model.check_timeout_s": Rule(lo=0, lo_open=True),
+    "model.reply_bytes_per_token": POSITIVE,
     "cluster.workers": Rule(lo=0),
     "cluster.chunk_questions": POSITIVE,
     "cluster.cores_per_worker": Rule(lo=0),
