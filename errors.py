@@ -55,6 +55,11 @@ def write_failure(exc: OSError) -> str:
     return f"cannot write {where}{exc.strerror or exc}; {_WHAT_TO_DO.get(exc.errno, 'write elsewhere (--out)')}"
 
 
+class EngineBusy(RuntimeError):
+    """The cores or GPU memory an engine needs are taken by another process (local_llm/hardware.py, with
+    CLARIFY_ENGINE_BUSY=refuse or a full GPU): one line saying by whom, and nothing started (batch/cli.py)."""
+
+
 class EngineUnavailable(RuntimeError):
     """An engine stopped answering, or answered with something that is not a completion (a server after
     every retry, a malformed reply: local_llm/openai_engine.py): the run stops with one line, keeps what

@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 from clarify import console, files, stops
-from clarify.errors import WRITE_ERRNOS, EngineUnavailable, InputError, redacted, write_failure
+from clarify.errors import WRITE_ERRNOS, EngineBusy, EngineUnavailable, InputError, redacted, write_failure
 from clarify.stops import Stopped
 
 # (module, function) pairs; each function takes the subparsers object and adds its commands.
@@ -152,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
             return _main(args)
         except Stopped as exc:
             return _stopped(args, argv, exc)
+        except EngineBusy as exc:  # cores or GPU memory taken by another process: nothing started
+            print(f"clarify {args.command}: error: {exc}", file=sys.stderr, flush=True)
+            return 1
         except EngineUnavailable as exc:  # a server that stopped answering: what finished is kept
             again = _again(argv)
             tail = f"; what finished is kept, resume with: {again}" if args.command in RESUMABLE else ""

@@ -27,7 +27,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-from clarify.errors import InputError
+from clarify.errors import EngineBusy, InputError
 from clarify.files import open_own, read_holder, write_holder
 from clarify.local_llm.settings import Ask, Device, dtype_for
 
@@ -76,10 +76,6 @@ def describe() -> str:
 # link and never truncated, and engines of different users do not see each other's locks.
 
 BUSY_ENV = "CLARIFY_ENGINE_BUSY"  # "wait" (default): wait, saying for whom; "refuse": raise EngineBusy
-
-
-class EngineBusy(RuntimeError):
-    """Another process's engine is working on the cores this one is bound to."""
 
 
 def cpu_list(cores: set[int]) -> str:
