@@ -8,7 +8,13 @@ import sys
 import time
 from pathlib import Path
 
-from clarify.batch.config import ANSWER_STYLES, PART_TREES, SCHEDULERS, TOKENS_PER_QUESTION
+from clarify.batch.config import (
+    ANSWER_STYLES,
+    CONSTRAINED_TOKENS_PER_QUESTION,
+    PART_TREES,
+    SCHEDULERS,
+    TOKENS_PER_QUESTION,
+)
 from clarify.eval import datasets
 
 RUN_EPILOG = """\
@@ -39,8 +45,10 @@ resumes; on a finished run it makes no model call.
 
 DEMO_EPILOG = """\
 The main job on the embedded defaults: builds the embedded index if absent, measures the engine's speed
-(a few seconds), answers as many ASQA dev questions as fit ~{budget} minutes of ToC, scores them, prints
-the summary and one answer with its quotes resolved, and writes report.html.
+on work shaped like ToC's (~10-30 s), answers as many ASQA dev questions as fit ~{budget} minutes of ToC
+(re-estimated once the first tree is done), scores them, prints the summary and one question as
+`clarify show` does (the one with the most valid nodes: its tree of clarifications and its answer with the
+quotes resolved), and writes report.html.
 
 examples:
   clarify demo
@@ -242,10 +250,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 DEMO_TOKENS_PER_QUESTION = TOKENS_PER_QUESTION
 DEMO_BUDGET_S = 210
 DEMO_MIN_QUESTIONS, DEMO_MAX_QUESTIONS = 3, 20
-# ToC runs a little slower than the probe: its prompts are ~2-3x longer (attention grows with length)
-# and its tail holds few trees. Measured on an AVX2 CPU with the continuous scheduler (issue 13): probe
-# 267 tok/s, the demo's ToC 261 tok/s (with the wave scheduler before it: 315 vs 224, hence 0.7 then).
-PROBE_TO_TOC = 0.9
 # The demo decodes under both of issue 29's constraints (the DQ/DA format, quotes copied verbatim), which the
 # embedded model needs for ToC to have a tree and checkable quotes at all: on ASQA dev 0-49 (bench/
 # bench_constrained.py, README "Constrained decoding") they took SmolLM2's parse errors from 100 % to 1.5 %,
@@ -254,12 +258,19 @@ PROBE_TO_TOC = 0.9
 # than the 50 questions can show (paired 95 % bootstrap intervals hold 0). `clarify run` keeps the official
 # free decoding. A resumed demo keeps the settings it was started with.
 DEMO_CONSTRAINTS = {"toc.constrain_format": True, "answer.constrain_quotes": True}
-# Constrained trees exist (11 valid nodes per question instead of ~0.1), so a question costs more: on ASQA dev
-# 0-49 with SmolLM2 (bench/results/constrained.json) 18.6 LLM calls per question vs 8.4 free, 1,010 s at 680
-# engine tok/s: ~13,700 tokens of engine time per question (AMD EPYC, bfloat16); a fresh-clone `make demo` of
-# 20 constrained questions took 400 s of ToC at 715 tok/s: ~14,300 per question, against the 20-question
-# budget's 4,400 (it picked 20 and took 7.1 min).
-DEMO_CONSTRAINED_TOKENS_PER_QUESTION = 15_000
+DEMO_CONSTRAINED_TOKENS_PER_QUESTION = CONSTRAINED_TOKENS_PER_QUESTION
+
+# The probe is shaped like ToC's work on the demo's settings, not like one small batch: ToC is prompt-heavy
+# (per LLM call ~PROBE_PROMPT_TOKENS of prompt for ~PROBE_OUTPUT_TOKENS of output, measured on the demo's
+# own run by bench/bench_estimate.py: bench/results/estimate.json "mix") and keeps several requests in the
+# engine at once (the continuous scheduler's running batch: mean 5, p90 10 in bench/results/sched12.json).
+# A probe of 4 short-output prompts after a one-prompt warm-up measured 80 tok/s where the run then went at
+# 257 (AVX2 EPYC, float32): the first batch of a new shape pays one-off set-up, so the warm-up has the
+# measured batch's shape.
+PROBE_PROMPT_TOKENS, PROBE_OUTPUT_TOKENS, PROBE_BATCH, PROBE_WARMUP = 800, 40, 6, 2
+# ToC's speed over the probe's (bench/results/estimate.json "toc_over_probe"): the run's tail holds few
+# trees, and constrained decoding adds grammar work the probe does not have.
+PROBE_TO_TOC = 0.9
 
 
 def demo_tokens_per_question(constraints: dict) -> int:
@@ -273,24 +284,36 @@ def demo_size(tokens_per_s: float, tokens_per_question: int = DEMO_TOKENS_PER_QU
     return max(DEMO_MIN_QUESTIONS, min(DEMO_MAX_QUESTIONS, fit))
 
 
-def probe_prompts(n: int, tag: str) -> list[str]:
-    """`n` prompts shaped like ToC's work (few-shot context of ~700 tokens, a question) that share no
-    prefix with each other or with another tag's: vLLM's prefix cache would otherwise serve the shared
-    context from memory and the probe would report a speed ToC never sees (seen: 1,202 tok/s probed vs
-    ~250 tok/s in the run, AVX2 CPU)."""
+def toc_estimate_s(questions: int, tokens_per_question: int, probe_tokens_per_s: float) -> float:
+    """Seconds of ToC expected for `questions` at the probe's speed (ToC's own: PROBE_TO_TOC of it)."""
+    return questions * tokens_per_question / (PROBE_TO_TOC * probe_tokens_per_s)
+
+
+# ~18 tokens per line of probe_prompts (SmolLM2's and Gemma's tokenizers; test_demo checks it)
+PROBE_TOKENS_PER_LINE = 18
+
+
+def probe_prompts(n: int, tag: str, prompt_tokens: int = PROBE_PROMPT_TOKENS) -> list[str]:
+    """`n` prompts of ~`prompt_tokens` tokens shaped like ToC's work (numbered passages, a question) that
+    share no prefix with each other or with another tag's: vLLM's prefix cache would otherwise serve the
+    shared context from memory and the probe would report a speed ToC never sees (seen: 1,202 tok/s probed
+    vs ~250 tok/s in the run, AVX2 CPU)."""
+    lines = max(1, prompt_tokens // PROBE_TOKENS_PER_LINE)
     return [" ".join(f"[{tag}{i}] Passage {k}: the {k}th edition of festival {tag}{i} moved to a new city."
-                     for k in range(40)) + f"\nQuestion: where was festival {tag}{i} held?" for i in range(n)]
+                     for k in range(lines)) + f"\nQuestion: where was festival {tag}{i} held?" for i in range(n)]
 
 
-def probe_speed(engine) -> float:
-    """Engine tokens/s (prompt + output) on one small batch shaped like ToC's work, nothing served
-    from the prefix cache. Not cached, ~2-10 s."""
+def probe_speed(engine, *, prompt_tokens: int = PROBE_PROMPT_TOKENS, output_tokens: int = PROBE_OUTPUT_TOKENS,
+                batch: int = PROBE_BATCH, warmup: int = PROBE_WARMUP) -> float:
+    """Engine tokens/s (prompt + output) on a batch shaped like ToC's work (`batch` requests of
+    `prompt_tokens` and up to `output_tokens` each), after a warm-up batch of the same shape; nothing served
+    from the prefix cache. Not cached, ~5-30 s on a CPU."""
     from clarify.local_llm.engine import GenParams
 
-    params = [GenParams(temperature=0.7, seed=i, max_tokens=24) for i in range(4)]
-    engine.generate(probe_prompts(1, "w"), params[:1])  # the first call pays one-off set-up
+    params = [GenParams(temperature=0.7, seed=i, max_tokens=output_tokens) for i in range(batch)]
+    engine.generate(probe_prompts(warmup, "w", prompt_tokens), params[:warmup])  # one-off set-up of the shape
     t0 = time.perf_counter()
-    out = engine.generate(probe_prompts(4, "p"), params)
+    out = engine.generate(probe_prompts(batch, "p", prompt_tokens), params)
     return sum(c.prompt_tokens + c.output_tokens for c in out) / (time.perf_counter() - t0)
 
 
@@ -301,6 +324,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from clarify.batch.pipeline import run
     from clarify.batch.resources import engine_for
     from clarify.batch.rundir import RunDir
+    from clarify.batch.show import show
     from clarify.index import ensure_default_index
 
     t_start = time.perf_counter()
@@ -327,19 +351,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if not rd.summary_file.exists():
         with console.step("starting the engine and measuring its speed"):
             engine = engine_for(cfg)
-            tps = PROBE_TO_TOC * probe_speed(engine)  # expected ToC tokens/s
+            probed = probe_speed(engine)
+        per_q = demo_tokens_per_question(constraints)
         if limit is None:
-            limit = demo_size(tps, demo_tokens_per_question(constraints))
+            limit = demo_size(PROBE_TO_TOC * probed, per_q)
             cfg = config.load(None, {"dataset": "asqa", "limit": limit, "answer_style": args.answer_style,
                                      "index": str(index_dir), **constraints})
-        expected_s = limit * demo_tokens_per_question(constraints) / tps
+        expected_s = toc_estimate_s(limit, per_q, probed)
         cpu = f"CPU {engine.cpu['capability']}, " if engine.cpu else ""
-        print(f"engine: {engine.device}, {cpu}{engine.dtype}, ~{tps:,.0f} ToC tokens/s -> {limit} ASQA questions, "
-              f"expected ~{expected_s / 60:.1f} min of ToC (more: clarify demo --limit 20 --out runs/demo20)",
-              flush=True)
-    summary = run(cfg, args.out)
+        print(f"engine: {engine.device}, {cpu}{engine.dtype}, ~{PROBE_TO_TOC * probed:,.0f} ToC tokens/s -> "
+              f"{limit} ASQA questions, expected ~{expected_s / 60:.1f} min of ToC (re-estimated once the first "
+              f"tree is done; more: clarify demo --limit 20 --out runs/demo20)", flush=True)
+    summary = run(cfg, args.out, estimate_s=expected_s)
     print_summary(summary)
-    show_answer(Path(args.out))
+    show(Path(args.out))
     try:
         from clarify.batch.report.html import write_report
     except ModuleNotFoundError:
@@ -347,41 +372,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     path = write_report([rd.path], rd.report_file)
     print(f"\nreport: {path}")
     took = time.perf_counter() - t_start
-    print(f"demo took {took / 60:.1f} min" + (f" (ToC expected ~{expected_s / 60:.1f} min)" if expected_s else ""))
+    print(f"demo took {took / 60:.1f} min" + estimate_words(expected_s, summary.get("toc_s_last_session")))
     return 0
 
 
-def show_answer(run_dir: Path, qid: str | None = None) -> None:
-    """Print one answer with its quotes resolved to their passages."""
-    import polars as pl
-
-    from clarify.batch.rundir import Run
-    from clarify.errors import printable
-
-    run = Run.open(run_dir)
-    answers, questions, spans = run.table("answers", required=True), run.questions, run.spans
-    if qid is None:  # the answer with the most anchored quotes (then any non-empty ones) is the best example
-        kept = spans.filter(pl.col("status") != "empty")
-        if kept.height:
-            ranked = kept.group_by("qid").agg(anchored=pl.col("status").is_in(["verbatim", "repaired"]).sum(),
-                                              n=pl.len())
-            qid = ranked.sort(["anchored", "n", "qid"], descending=[True, True, False])["qid"][0]
-        else:
-            qid = answers.sort(pl.col("answer").str.len_chars(), descending=True)["qid"][0]
-    row = answers.filter(pl.col("qid") == qid).row(0, named=True)
-    question = questions.filter(pl.col("qid") == qid)["question"][0]
-    # the data's text reaches the terminal with its control characters escaped (console.printable)
-    print(f"\nQ: {printable(question)}\nA: {printable(_clip(row['answer'], 600))}")
-    if spans.height:
-        titles = dict(zip(run.passages["passage_id"], run.passages["title"]))
-        for s in spans.filter(pl.col("qid") == qid).sort("span_no").iter_rows(named=True):
-            where = f"chars {s['start']}-{s['end']}" if s["start"] is not None and s["start"] >= 0 else "not found"
-            print(f"  [{s['source_k']}] {_clip(s['text'], 120)!r} → {printable(s['passage_id'])} "
-                  f"«{printable(titles.get(s['passage_id'], ''))}» {where} ({s['status']})")
-
-
-def _clip(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
+def estimate_words(expected_s: float | None, toc_s: float | None) -> str:
+    """' (ToC took 4.5 min, expected ~4.1 min: -9 %)': the demo's estimate against what ToC took."""
+    if not expected_s or not toc_s:
+        return ""
+    return f" (ToC took {toc_s / 60:.1f} min, expected ~{expected_s / 60:.1f} min: {expected_s / toc_s - 1:+.0%})"
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ import polars as pl
 
 from clarify import console, faults, schemas, stops
 from clarify.batch import cluster
-from clarify.batch.config import PART_TREES, RESULT_FREE, TOKENS_PER_QUESTION, RunConfig
+from clarify.batch.config import PART_TREES, RESULT_FREE, RunConfig, tokens_per_question
 from clarify.batch.resources import PreparedRun, open_resources, passages_only, prepare, tables
 from clarify.batch.rundir import Run, RunDir
 from clarify.batch.scheduler import DRIVERS, SchedStats
@@ -42,14 +42,15 @@ PART_S = 60.0  # seconds between parts while trees finish
 
 def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, progress: bool = True,
         stop_after_parts: int | None = None, part_trees: int = PART_TREES, search_cache: Path | None = None,
-        restart: bool = False, on_part=None) -> dict:
+        restart: bool = False, on_part=None, estimate_s: float | None = None) -> dict:
     """Run (or resume, or just report) the configured job in run directory `out`; returns the summary.
 
     Every input is checked before the run directory is touched, the directory is locked for this
     process, and checkpoints are verified before the model loads. restart: start over (the completion
     cache is kept). part_trees: finished trees per part; stop_after_parts: stop once that many parts
     exist (tests of resume). With `[cluster]` workers the trees run on Ray (batch/cluster.py; `on_part`:
-    called with its worker pool after each part, for tests of faults)."""
+    called with its worker pool after each part, for tests of faults). estimate_s: the ToC time the caller
+    expected (the demo's probe), re-estimated on the progress display once the first tree finishes."""
     from clarify.local_llm.cache import check_caches
 
     rd = RunDir(out)
@@ -69,7 +70,7 @@ def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, pro
         rd.freeze(json.loads(cfg.to_json()), inputs, ignore=RESULT_FREE)
         if rd.finished:
             return Run.open(rd.path).summary
-        return _run_locked(rd, prep, progress, stop_after_parts, part_trees, search_cache, on_part)
+        return _run_locked(rd, prep, progress, stop_after_parts, part_trees, search_cache, on_part, estimate_s)
 
 
 def _limit_words(cfg: RunConfig, pool, n: int) -> str:
@@ -122,7 +123,7 @@ class _Parts:
 
 
 def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts: int | None, part_trees: int,
-                search_cache: Path | None, on_part) -> dict:
+                search_cache: Path | None, on_part, estimate_s: float | None = None) -> dict:
     cfg, questions = prep.cfg, prep.questions
     t_start = time.perf_counter()
     state = rd.load_state()  # verified: a damaged checkpoint is reported before any model loads
@@ -137,8 +138,8 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
     stats, extra, engine = SchedStats(), {}, state.engine if state else None
     if len(finished) < questions.height and cluster.wanted(cfg):  # the trees on Ray workers, as parts
         display = console.RunProgress(questions.height, finished=len(finished),
-                                      expected_tokens=(questions.height - len(finished)) * TOKENS_PER_QUESTION,
-                                      enabled=progress)
+                                      expected_tokens=(questions.height - len(finished)) * tokens_per_question(cfg),
+                                      enabled=progress, estimate_s=estimate_s)
         try:
             outcome = cluster.run_chunks(rd, prep, set(finished), search_cache=search_cache, display=display,
                                          run_s=run_s, stop_after_parts=stop_after_parts, on_part=on_part)
@@ -171,7 +172,8 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
                  for q, text in zip(questions["qid"], questions["question"])]
         todo = [t for t in trees if t.qid not in finished]
         display = console.RunProgress(len(trees), finished=len(finished),
-                                      expected_tokens=len(todo) * TOKENS_PER_QUESTION, enabled=progress)
+                                      expected_tokens=len(todo) * tokens_per_question(cfg), enabled=progress,
+                                      estimate_s=estimate_s)
         res.engine.on_progress = lambda requests, tokens: display.engine_update(requests, tokens,
                                                                                 res.engine.pending())
         before = engine_usage_start(res.engine)
@@ -182,6 +184,7 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
             if parts.add(tree, rows) and stop_after_parts is not None and parts.written >= stop_after_parts:
                 raise _Stop
 
+        t_toc = time.perf_counter()
         try:
             stats = DRIVERS[cfg.scheduler](todo, res, cfg, on_tree)
             parts.flush()
@@ -195,9 +198,12 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
         finally:
             display.close()
             res.engine.on_progress = None
+        toc_s = time.perf_counter() - t_toc
         with console.step("checking quotes and scoring", enabled=progress, timed=False):
             summary = finalize(rd, prep, trees, res, session_start=t_start, stats=stats,
-                               prior_s=prior_s, usage=engine_usage(res.engine, before, stats))
+                               prior_s=prior_s, usage=engine_usage(res.engine, before, stats),
+                               # the ToC part of the session (what the demo's estimate is of)
+                               extra={"toc_s_last_session": round(toc_s, 2)})
         note_run(summary, cfg)
         return summary
     finally:
