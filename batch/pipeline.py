@@ -317,7 +317,7 @@ def finalize(rd: RunDir, prep: PreparedRun, trees: list[Tree], res: Resources, *
         answers = answers.with_columns(answer_plain=pl.col("answer"))
     answers = schemas.conform(answers, "answers")
 
-    scores, metrics = score(prep.dataset, answers, nodes, prep.gold)
+    scores, metrics, notes = score(prep.dataset, answers, nodes, prep.gold)
     for name, df in (("nodes", nodes), ("hits", hits), ("llm_calls", calls), ("answers", answers),
                      ("spans", spans), ("passages", passages), ("scores", scores)):
         rd.write_table(name, df)
@@ -331,7 +331,7 @@ def finalize(rd: RunDir, prep: PreparedRun, trees: list[Tree], res: Resources, *
         "name": rd.path.name, "dataset": cfg.dataset, "model": cfg.model.model,
         "engine_model_id": calls["model"][0] if calls.height else None,
         "engine": res.engine.facts() if res.engine is not None else engine,
-        "answer_style": cfg.answer_style, "n_questions": n_q, "metrics": metrics,
+        "answer_style": cfg.answer_style, "n_questions": n_q, "metrics": metrics, "metric_notes": notes,
         # the decoding constraints of issue 29 (batch/toc/constraints.py), shown by the report and `clarify compare`
         "constraints": {"format": cfg.toc.constrain_format, "quotes": cfg.answer.constrain_quotes},
         "llm_calls": calls.height, "llm_calls_per_question": calls.height / n_q,
@@ -377,14 +377,16 @@ def _add_quote_notes(calls: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame
             .drop("quote_note"))
 
 
-def score(ds: Dataset, answers: pl.DataFrame, nodes: pl.DataFrame, gold) -> tuple[pl.DataFrame, dict]:
-    """Per-question long scores table + summary metrics, by the dataset's evaluator (eval/datasets/)."""
+def score(ds: Dataset, answers: pl.DataFrame, nodes: pl.DataFrame, gold) -> tuple[pl.DataFrame, dict, dict]:
+    """Per-question long scores table, summary metrics and each metric's note (how it was aggregated, or
+    why it is missing: eval/summary.py), by the dataset's evaluator (eval/datasets/)."""
     if gold is None:
-        return schemas.empty("scores"), {}
+        return schemas.empty("scores"), {}, {}
     per_q = ds.score(ds.predictions(answers), gold, nodes=nodes)
     summ = ds.summarize(per_q, gold)
     metrics = {r["metric"]: r["value"] for r in summ.iter_rows(named=True)}
+    notes = {r["metric"]: r["note"] for r in summ.iter_rows(named=True) if r["note"]}
     value_cols = [c for c, t in per_q.schema.items() if c != "qid" and t.is_numeric()]
     long = per_q.unpivot(index="qid", on=value_cols, variable_name="metric", value_name="value").with_columns(
         pl.col("value").cast(pl.Float64))
-    return schemas.conform(long, "scores"), metrics
+    return schemas.conform(long, "scores"), metrics, notes
