@@ -326,6 +326,8 @@ def live(stream: TextIO | None = None) -> bool:
         return False
 
 
+monotonic = time.monotonic  # RunProgress's clock (a test of a whole run replaces it)
+
 # A run's progress in a log (not a terminal): a line every LOG_EVERY_S seconds or each LOG_STEP of the
 # questions, never two within LOG_MIN_S seconds (trees of the continuous scheduler often finish in bursts).
 LOG_EVERY_S, LOG_STEP, LOG_MIN_S = 30.0, 0.05, 10.0
@@ -347,7 +349,7 @@ class RunProgress:
     re-estimates it from the speed this run really has. `clock` and `stream`: tests."""
 
     def __init__(self, total: int, *, finished: int = 0, expected_tokens: int | None = None, enabled: bool = True,
-                 estimate_s: float | None = None, stream: TextIO | None = None, clock=time.monotonic,
+                 estimate_s: float | None = None, stream: TextIO | None = None, clock=None,
                  is_live: bool | None = None):
         self.stream = stream
         self.enabled = enabled
@@ -359,8 +361,8 @@ class RunProgress:
         self.finished, self.expected = finished, expected_tokens
         self.started_with = finished
         self.estimate_s, self.reestimate_s = estimate_s, None
-        self.clock = clock
-        self.t0 = clock()
+        self.clock = clock or monotonic
+        self.t0 = self.clock()
         self.last_line_t: float | None = None
         self.last_line_step = -1
         self.lines = 0  # plain lines written (log mode)

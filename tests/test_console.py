@@ -260,3 +260,36 @@ def test_a_session_into_a_log_draws_no_library_bars(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "library bar" not in proc.stderr and "auto bar" not in proc.stderr and "own bar" in proc.stderr
     assert "TQDM_DISABLE in the session: 1" in proc.stderr and "TQDM_DISABLE after: None" in proc.stderr
+
+
+def test_a_redirected_run_logs_at_most_one_progress_line_per_10_s(tmp_path, monkeypatch, capsys):
+    """`clarify run` with stderr not a terminal (capsys): the scripted engine takes 3 s of a fake clock per
+    request, so ToC runs for minutes of that clock; its log holds plain progress lines, at most one per 10 s
+    of the run (and the last), and no bar redraw."""
+    from clarify.batch.pipeline import run
+    from clarify.local_llm.scripted import ScriptedEngine
+    from tests.test_toc import _run_cfg, make_responder
+    from tests.toc_fakes import FakeIndex
+
+    clock = FakeClock()
+    monkeypatch.setattr(console, "monotonic", clock)
+
+    class Slow(ScriptedEngine):
+        on_progress = None
+
+        def generate(self, prompts, params):
+            out = super().generate(prompts, params)
+            clock.now += 3.0 * len(out)
+            if self.on_progress:
+                self.on_progress(len(out), sum(c.prompt_tokens + c.output_tokens for c in out))
+            return out
+
+    engine = Slow("scripted", make_responder())
+    start = clock.now
+    summary = run(_run_cfg(tmp_path, limit=6), tmp_path / "r", engine_factory=lambda _c: engine, index=FakeIndex())
+    took = clock.now - start
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("ToC ")]
+    assert took > 60 and "\r" not in err
+    assert 2 <= len(lines) <= took / 10 + 1
+    assert lines[-1].startswith("ToC 6/6 questions (100%)") and f"{summary['llm_calls'] - summary['cached_calls']} LLM calls" in lines[-1]
