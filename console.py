@@ -360,12 +360,13 @@ class RunProgress:
         self.calls = self.tokens = self.running = 0
         self.finished, self.expected = finished, expected_tokens
         self.started_with = finished
-        self.estimate_s, self.reestimate_s = estimate_s, None
+        self.estimate_s, self.reestimate_s, self.first_tree_s = estimate_s, None, None
         self.clock = clock or monotonic
         self.t0 = self.clock()
         self.last_line_t: float | None = None
         self.last_line_step = -1
         self.lines = 0  # plain lines written (log mode)
+        self.last_said = (finished, 0)  # (trees finished, calls) of the last line
         self._show()
 
     def engine_update(self, requests: int, tokens: int, running: int | None = None) -> None:
@@ -382,6 +383,7 @@ class RunProgress:
         self.finished += 1
         self.bar.update(1)
         if self.finished == self.started_with + 1:
+            self.first_tree_s = self.elapsed()
             self._reestimate()
         self._show()
 
@@ -445,9 +447,10 @@ class RunProgress:
         self._write(f"ToC {self.finished}/{self.total} questions{share}, {self.status()}, "
                     f"{_duration(now - self.t0)} elapsed")
         self.last_line_t, self.last_line_step = now, step
+        self.last_said = (self.finished, self.calls)
         self.lines += 1
 
     def close(self) -> None:
-        if self.enabled and not self.live and (self.finished > self.started_with or self.calls):
-            self._line(self.clock(), self.last_line_step)  # where it ended
+        if self.enabled and not self.live and self.last_said != (self.finished, self.calls):
+            self._line(self.clock(), self.last_line_step)  # where it ended, unless the last line said so
         self.bar.close()

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from clarify.batch.config import (
@@ -260,40 +261,67 @@ DEMO_MIN_QUESTIONS, DEMO_MAX_QUESTIONS = 3, 20
 DEMO_CONSTRAINTS = {"toc.constrain_format": True, "answer.constrain_quotes": True}
 DEMO_CONSTRAINED_TOKENS_PER_QUESTION = CONSTRAINED_TOKENS_PER_QUESTION
 
-# The probe is shaped like ToC's work on the demo's settings, not like one small batch: ToC is prompt-heavy
-# (per LLM call ~PROBE_PROMPT_TOKENS of prompt for ~PROBE_OUTPUT_TOKENS of output, measured on the demo's
-# own run by bench/bench_estimate.py: bench/results/estimate.json "mix") and keeps several requests in the
-# engine at once (the continuous scheduler's running batch: mean 5, p90 10 in bench/results/sched12.json).
-# A probe of 4 short-output prompts after a one-prompt warm-up measured 80 tok/s where the run then went at
-# 257 (AVX2 EPYC, float32): the first batch of a new shape pays one-off set-up, so the warm-up has the
-# measured batch's shape.
-PROBE_PROMPT_TOKENS, PROBE_OUTPUT_TOKENS, PROBE_BATCH, PROBE_WARMUP = 800, 40, 6, 2
-# ToC's speed over the probe's (bench/results/estimate.json "toc_over_probe"): the run's tail holds few
-# trees, and constrained decoding adds grammar work the probe does not have.
-PROBE_TO_TOC = 0.9
+# The demo's estimate times ToC's own calls on this engine. ToC is prompt-heavy and, with the demo's few
+# questions, latency-bound: on the demo's settings a computed LLM call holds ~TOC_PROMPT_TOKENS of prompt and
+# ~TOC_OUTPUT_TOKENS of output, a question ~TOC_CALLS_PER_QUESTION of them, and the continuous scheduler has
+# only `toc_concurrency(n)` requests in the engine on average (bench/bench_estimate.py; bench/results/
+# estimate.json "mix"). A throughput probe (a batch of prompts, tokens/s) cannot see that: on an AMX Xeon it
+# measured 2,185 tok/s where 3 questions of ToC then ran at 683 (estimate 0.38 of the ToC time), and the
+# one-batch probe before it 5,463 (0.15). So the probe times one ToC-shaped call alone and PROBE_BATCH of them
+# at once (decoded under the run's own clarification grammar, after a warm-up of that shape: the first batch
+# of a new shape pays one-off set-up), and ToC's time is its calls in waves of its concurrency.
+TOC_PROMPT_TOKENS, TOC_OUTPUT_TOKENS = 830, 31
+TOC_CALLS_PER_QUESTION = {True: 16, False: 7}  # computed calls per question, constrained or free decoding
+PROBE_BATCH, PROBE_WARMUP = 6, 2
+
+
+def toc_concurrency(questions: int) -> float:
+    """Requests the continuous scheduler keeps in the engine on average for `questions` trees (the running
+    batch's mean, engine_usage_last_session.running_mean; bench/results/estimate.json): the trees start
+    together, then finish one by one, so a run's tail holds few."""
+    return max(1.0, TOC_CONCURRENCY_PER_TREE * questions ** 0.5)
+
+
+TOC_CONCURRENCY_PER_TREE = 1.2  # 3 questions: 2.05 in flight on average (bench/results/estimate.json)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What the demo's probe measured: seconds for one ToC-shaped call alone and for `batch` at once, and
+    the engine's tokens/s on the batch (prompt + output)."""
+
+    single_s: float
+    batch_s: float
+    batch: int
+    tokens_per_s: float
+
+    def wave_s(self, concurrency: float) -> float:
+        """Seconds `concurrency` ToC-shaped calls take at once: linear between one call and the batch."""
+        slope = (self.batch_s - self.single_s) / (self.batch - 1) if self.batch > 1 else 0.0
+        return self.single_s + max(0.0, slope) * (concurrency - 1)
+
+    def toc_s(self, questions: int, constrained: bool = True) -> float:
+        """Seconds of ToC for `questions`: their computed calls in waves of `toc_concurrency`."""
+        c = toc_concurrency(questions)
+        return questions * TOC_CALLS_PER_QUESTION[constrained] / c * self.wave_s(c)
 
 
 def demo_tokens_per_question(constraints: dict) -> int:
-    """The tokens one demo question costs under these decoding settings (the demo's size and time estimate)."""
+    """The tokens one demo question costs under these decoding settings (a run's ETA: config.tokens_per_question)."""
     return DEMO_CONSTRAINED_TOKENS_PER_QUESTION if any(constraints.values()) else DEMO_TOKENS_PER_QUESTION
 
 
-def demo_size(tokens_per_s: float, tokens_per_question: int = DEMO_TOKENS_PER_QUESTION) -> int:
-    """Questions that fit the demo's time budget at the engine's expected ToC speed."""
-    fit = int(DEMO_BUDGET_S * tokens_per_s // tokens_per_question)
-    return max(DEMO_MIN_QUESTIONS, min(DEMO_MAX_QUESTIONS, fit))
-
-
-def toc_estimate_s(questions: int, tokens_per_question: int, probe_tokens_per_s: float) -> float:
-    """Seconds of ToC expected for `questions` at the probe's speed (ToC's own: PROBE_TO_TOC of it)."""
-    return questions * tokens_per_question / (PROBE_TO_TOC * probe_tokens_per_s)
+def demo_size(probe: Probe, constrained: bool = True) -> int:
+    """The most questions whose ToC fits the demo's time budget on the probed engine (at least the minimum)."""
+    fit = [n for n in range(DEMO_MIN_QUESTIONS, DEMO_MAX_QUESTIONS + 1) if probe.toc_s(n, constrained) <= DEMO_BUDGET_S]
+    return max(fit, default=DEMO_MIN_QUESTIONS)
 
 
 # ~18 tokens per line of probe_prompts (SmolLM2's and Gemma's tokenizers; test_demo checks it)
 PROBE_TOKENS_PER_LINE = 18
 
 
-def probe_prompts(n: int, tag: str, prompt_tokens: int = PROBE_PROMPT_TOKENS) -> list[str]:
+def probe_prompts(n: int, tag: str, prompt_tokens: int = TOC_PROMPT_TOKENS) -> list[str]:
     """`n` prompts of ~`prompt_tokens` tokens shaped like ToC's work (numbered passages, a question) that
     share no prefix with each other or with another tag's: vLLM's prefix cache would otherwise serve the
     shared context from memory and the probe would report a speed ToC never sees (seen: 1,202 tok/s probed
@@ -303,18 +331,23 @@ def probe_prompts(n: int, tag: str, prompt_tokens: int = PROBE_PROMPT_TOKENS) ->
                      for k in range(lines)) + f"\nQuestion: where was festival {tag}{i} held?" for i in range(n)]
 
 
-def probe_speed(engine, *, prompt_tokens: int = PROBE_PROMPT_TOKENS, output_tokens: int = PROBE_OUTPUT_TOKENS,
-                batch: int = PROBE_BATCH, warmup: int = PROBE_WARMUP) -> float:
-    """Engine tokens/s (prompt + output) on a batch shaped like ToC's work (`batch` requests of
-    `prompt_tokens` and up to `output_tokens` each), after a warm-up batch of the same shape; nothing served
-    from the prefix cache. Not cached, ~5-30 s on a CPU."""
+def probe_speed(engine, *, grammar: str | None = None, prompt_tokens: int = TOC_PROMPT_TOKENS,
+                output_tokens: int = TOC_OUTPUT_TOKENS, batch: int = PROBE_BATCH,
+                warmup: int = PROBE_WARMUP) -> Probe:
+    """Time ToC-shaped calls on the engine (`prompt_tokens` of prompt, up to `output_tokens` decoded under
+    `grammar`, the run's clarification grammar): a warm-up batch of the shape, one call alone, then `batch`
+    at once; nothing served from the prefix cache. Not cached, ~5-40 s on a CPU."""
     from clarify.local_llm.engine import GenParams
 
-    params = [GenParams(temperature=0.7, seed=i, max_tokens=output_tokens) for i in range(batch)]
+    params = [GenParams(temperature=0.7, seed=i, max_tokens=output_tokens, grammar=grammar) for i in range(batch)]
     engine.generate(probe_prompts(warmup, "w", prompt_tokens), params[:warmup])  # one-off set-up of the shape
     t0 = time.perf_counter()
+    engine.generate(probe_prompts(1, "s", prompt_tokens), params[:1])
+    t1 = time.perf_counter()
     out = engine.generate(probe_prompts(batch, "p", prompt_tokens), params)
-    return sum(c.prompt_tokens + c.output_tokens for c in out) / (time.perf_counter() - t0)
+    t2 = time.perf_counter()
+    return Probe(single_s=t1 - t0, batch_s=t2 - t1, batch=batch,
+                 tokens_per_s=sum(c.prompt_tokens + c.output_tokens for c in out) / (t2 - t1))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -349,19 +382,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
               f"`clarify run` keeps the official free decoding unless --constrain-format/--constrain-quotes",
               flush=True)
     if not rd.summary_file.exists():
-        with console.step("starting the engine and measuring its speed"):
+        from clarify.batch.toc.constraints import clarify_grammar
+
+        with console.step("starting the engine and timing ToC's calls on it"):
             engine = engine_for(cfg)
-            probed = probe_speed(engine)
-        per_q = demo_tokens_per_question(constraints)
+            probe = probe_speed(engine, grammar=clarify_grammar(cfg))
+        constrained = any(constraints.values())
         if limit is None:
-            limit = demo_size(PROBE_TO_TOC * probed, per_q)
+            limit = demo_size(probe, constrained)
             cfg = config.load(None, {"dataset": "asqa", "limit": limit, "answer_style": args.answer_style,
                                      "index": str(index_dir), **constraints})
-        expected_s = toc_estimate_s(limit, per_q, probed)
+        expected_s = probe.toc_s(limit, constrained)
         cpu = f"CPU {engine.cpu['capability']}, " if engine.cpu else ""
-        print(f"engine: {engine.device}, {cpu}{engine.dtype}, ~{PROBE_TO_TOC * probed:,.0f} ToC tokens/s -> "
-              f"{limit} ASQA questions, expected ~{expected_s / 60:.1f} min of ToC (re-estimated once the first "
-              f"tree is done; more: clarify demo --limit 20 --out runs/demo20)", flush=True)
+        print(f"engine: {engine.device}, {cpu}{engine.dtype}, a ToC call {probe.single_s:.1f} s alone, "
+              f"{probe.batch} at once {probe.batch_s:.1f} s -> {limit} ASQA questions, expected "
+              f"~{expected_s / 60:.1f} min of ToC (re-estimated once the first tree is done; more: clarify demo "
+              f"--limit 20 --out runs/demo20)", flush=True)
     summary = run(cfg, args.out, estimate_s=expected_s)
     print_summary(summary)
     show(Path(args.out))

@@ -201,6 +201,7 @@ def test_progress_in_a_log_is_a_plain_line_at_most_every_10_s():
     assert 600 / 30 <= len(lines) <= 600 / 10 + 1  # at least every 30 s, at most one per 10 s (+ the last)
     assert "ETA ~" in lines[1] and "LLM calls" in lines[1] and "160 tok/s" in lines[1]
     assert lines[-1].startswith("ToC 20/20 questions (100%)") and "10.0 min elapsed" in lines[-1]
+    assert len(set(lines)) == len(lines)  # the last line is not said twice
     shares = [int(line.split("(")[1].split("%")[0]) for line in lines]
     assert shares == sorted(shares)
 
