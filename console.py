@@ -21,6 +21,7 @@ Warnings that matter to the user are recorded with `note()` and printed once at 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
@@ -331,6 +332,7 @@ monotonic = time.monotonic  # RunProgress's clock (a test of a whole run replace
 # A run's progress in a log (not a terminal): a line every LOG_EVERY_S seconds or each LOG_STEP of the
 # questions, never two within LOG_MIN_S seconds (trees of the continuous scheduler often finish in bursts).
 LOG_EVERY_S, LOG_STEP, LOG_MIN_S = 30.0, 0.05, 10.0
+RATE_WINDOW_S = 30.0  # the recent past an ETA from LLM calls is taken over
 
 
 class RunProgress:
@@ -339,9 +341,10 @@ class RunProgress:
 
     The engine reports finished requests and processed tokens (`engine_update`, called by
     VLLMEngine.on_progress while it steps); the scheduler reports each finished tree and the requests
-    it has in the engine (`tree_done`). The ETA is from tokens: `expected_tokens` (what the unfinished
-    questions are expected to cost) minus the tokens processed so far, at this session's speed — tree
-    counts alone give no ETA until the first trees finish.
+    it has in the engine (`tree_done`). The ETA is from LLM calls: `expected_calls` (what the unfinished
+    questions are expected to make) minus the calls made, at the recent call rate (`call_rate`); without
+    it, from tokens: `expected_tokens` minus the tokens processed, at this session's speed — tree counts
+    alone give no ETA until the first trees finish.
 
     On a terminal (`live`) it is a tqdm bar redrawn in place; in a log, one plain line per LOG_EVERY_S
     seconds or LOG_STEP of the questions (at most one per LOG_MIN_S) and one at the end. `estimate_s`: the
@@ -349,8 +352,8 @@ class RunProgress:
     re-estimates it from the speed this run really has. `clock` and `stream`: tests."""
 
     def __init__(self, total: int, *, finished: int = 0, expected_tokens: int | None = None, enabled: bool = True,
-                 estimate_s: float | None = None, stream: TextIO | None = None, clock=None,
-                 is_live: bool | None = None):
+                 expected_calls: int | None = None, estimate_s: float | None = None, stream: TextIO | None = None,
+                 clock=None, is_live: bool | None = None):
         self.stream = stream
         self.enabled = enabled
         self.live = enabled and (live(stream) if is_live is None else is_live)
@@ -358,11 +361,12 @@ class RunProgress:
                             bar_format="{desc} {n_fmt}/{total_fmt} questions |{bar:16}| {elapsed}{postfix}")
         self.total = total
         self.calls = self.tokens = self.running = 0
-        self.finished, self.expected = finished, expected_tokens
+        self.finished, self.expected, self.expected_calls = finished, expected_tokens, expected_calls
         self.started_with = finished
         self.estimate_s, self.reestimate_s, self.first_tree_s = estimate_s, None, None
         self.clock = clock or monotonic
         self.t0 = self.clock()
+        self.samples: collections.deque[tuple[float, int]] = collections.deque([(self.t0, 0)])  # (time, calls)
         self.last_line_t: float | None = None
         self.last_line_step = -1
         self.lines = 0  # plain lines written (log mode)
@@ -375,6 +379,11 @@ class RunProgress:
         self.tokens += tokens
         if running is not None:
             self.running = running
+        if requests:
+            now = self.clock()
+            self.samples.append((now, self.calls))
+            while len(self.samples) > 2 and self.samples[0][0] < now - RATE_WINDOW_S:
+                self.samples.popleft()
         self._show()
 
     def tree_done(self, running: int = 0) -> None:
@@ -395,10 +404,23 @@ class RunProgress:
         elapsed = self.elapsed()
         return self.tokens / elapsed if elapsed > 0 else 0.0
 
+    def call_rate(self) -> float:
+        """LLM calls finished per second over the last RATE_WINDOW_S: the run's start, when the engine
+        takes every tree's first prompt at once (and compiles their grammars) and no call finishes for a
+        while, does not hold the rate down for the rest of the run."""
+        (t_first, calls_first), (t_last, calls_last) = self.samples[0], self.samples[-1]
+        return (calls_last - calls_first) / (t_last - t_first) if t_last > t_first else 0.0
+
     def eta_s(self) -> float | None:
-        """Seconds left: the expected tokens not processed yet, at this session's speed."""
+        """Seconds left: the expected LLM calls not made yet at the recent call rate (`call_rate`), or
+        without a call count the expected tokens not processed yet at this session's speed."""
+        if self.finished >= self.total:
+            return None
+        rate = self.call_rate()
+        if self.expected_calls and rate > 0 and self.calls < self.expected_calls:
+            return (self.expected_calls - self.calls) / rate
         tps = self.speed()
-        if self.expected and tps > 0 and self.tokens < self.expected and self.finished < self.total:
+        if self.expected and tps > 0 and self.tokens < self.expected:
             return (self.expected - self.tokens) / tps
         return None
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from clarify.batch.config import (
     ANSWER_STYLES,
+    CALLS_PER_QUESTION,
+    CONSTRAINED_CALLS_PER_QUESTION,
     CONSTRAINED_TOKENS_PER_QUESTION,
     PART_TREES,
     SCHEDULERS,
@@ -271,18 +273,16 @@ DEMO_CONSTRAINED_TOKENS_PER_QUESTION = CONSTRAINED_TOKENS_PER_QUESTION
 # at once (decoded under the run's own clarification grammar, after a warm-up of that shape: the first batch
 # of a new shape pays one-off set-up), and ToC's time is its calls in waves of its concurrency.
 TOC_PROMPT_TOKENS, TOC_OUTPUT_TOKENS = 830, 31
-TOC_CALLS_PER_QUESTION = {True: 16, False: 7}  # computed calls per question, constrained or free decoding
+TOC_CALLS_PER_QUESTION = {True: CONSTRAINED_CALLS_PER_QUESTION, False: CALLS_PER_QUESTION}  # by `constrained`
 PROBE_BATCH, PROBE_WARMUP = 6, 2
 
 
 def toc_concurrency(questions: int) -> float:
     """Requests the continuous scheduler keeps in the engine on average for `questions` trees (the running
-    batch's mean, engine_usage_last_session.running_mean; bench/results/estimate.json): the trees start
-    together, then finish one by one, so a run's tail holds few."""
-    return max(1.0, TOC_CONCURRENCY_PER_TREE * questions ** 0.5)
-
-
-TOC_CONCURRENCY_PER_TREE = 1.2  # 3 questions: 2.05 in flight on average (bench/results/estimate.json)
+    batch's mean, engine_usage_last_session.running_mean): the trees start together, then finish one by one,
+    so a run's tail holds few. Fitted to the demo's runs (bench/results/estimate.json): 2.05 for 3 questions,
+    11.25 for 20."""
+    return max(1.0, 0.77 * questions ** 0.9)
 
 
 @dataclass(frozen=True)

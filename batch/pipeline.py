@@ -17,7 +17,7 @@ import polars as pl
 
 from clarify import console, faults, schemas, stops
 from clarify.batch import cluster
-from clarify.batch.config import PART_TREES, RESULT_FREE, RunConfig, tokens_per_question
+from clarify.batch.config import PART_TREES, RESULT_FREE, RunConfig, calls_per_question, tokens_per_question
 from clarify.batch.resources import PreparedRun, open_resources, passages_only, prepare, tables
 from clarify.batch.rundir import Run, RunDir
 from clarify.batch.scheduler import DRIVERS, SchedStats
@@ -139,6 +139,7 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
     if len(finished) < questions.height and cluster.wanted(cfg):  # the trees on Ray workers, as parts
         display = console.RunProgress(questions.height, finished=len(finished),
                                       expected_tokens=(questions.height - len(finished)) * tokens_per_question(cfg),
+                                      expected_calls=(questions.height - len(finished)) * calls_per_question(cfg),
                                       enabled=progress, estimate_s=estimate_s)
         try:
             outcome = cluster.run_chunks(rd, prep, set(finished), search_cache=search_cache, display=display,
@@ -172,7 +173,8 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
                  for q, text in zip(questions["qid"], questions["question"])]
         todo = [t for t in trees if t.qid not in finished]
         display = console.RunProgress(len(trees), finished=len(finished),
-                                      expected_tokens=len(todo) * tokens_per_question(cfg), enabled=progress,
+                                      expected_tokens=len(todo) * tokens_per_question(cfg),
+                                      expected_calls=len(todo) * calls_per_question(cfg), enabled=progress,
                                       estimate_s=estimate_s)
         res.engine.on_progress = lambda requests, tokens: display.engine_update(requests, tokens,
                                                                                 res.engine.pending())

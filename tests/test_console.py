@@ -294,3 +294,23 @@ def test_a_redirected_run_logs_at_most_one_progress_line_per_10_s(tmp_path, monk
     assert took > 60 and "\r" not in err
     assert 2 <= len(lines) <= took / 10 + 1
     assert lines[-1].startswith("ToC 6/6 questions (100%)") and f"{summary['llm_calls'] - summary['cached_calls']} LLM calls" in lines[-1]
+
+
+def test_the_eta_counts_calls_at_their_recent_rate():
+    """With an expected call count, the ETA is the calls left at the rate of the last 30 s: the start, when
+    the engine takes every tree's first prompt and no call finishes for half a minute, is not held against
+    the rest of the run."""
+    import io
+
+    clock, log = FakeClock(), io.StringIO()
+    display = console.RunProgress(4, expected_calls=400, expected_tokens=10**9, stream=log, clock=clock,
+                                  estimate_s=200.0)
+    clock.now += 30  # the start: nothing finishes
+    for _ in range(30):  # then 3 calls a second
+        clock.now += 1
+        display.engine_update(3, 100)
+    assert display.calls == 90 and display.call_rate() == 3.0
+    assert display.eta_s() == (400 - 90) / 3.0
+    display.tree_done()
+    assert display.reestimate_s == 60 + (400 - 90) / 3.0
+    assert "ETA ~" in display.status()

@@ -29,14 +29,14 @@ def test_demo_size_follows_engine_speed():
 
     assert demo_size(probe(60.0)) == DEMO_MIN_QUESTIONS  # too slow for more than the minimum
     assert demo_size(probe(0.1)) == DEMO_MAX_QUESTIONS
-    sizes = [demo_size(probe(s)) for s in (8.0, 4.0, 2.0, 1.0, 0.25)]
+    sizes = [demo_size(probe(s)) for s in (12.0, 8.0, 4.0, 2.0, 0.25)]
     assert sizes == sorted(sizes) and sizes[0] < sizes[-1]  # a faster engine gets more questions
-    for s in (4.0, 2.0):  # what it chose fits the budget, one more would not
+    for s in (6.0, 4.0):  # what it chose fits the budget, one more would not
         n = demo_size(probe(s))
         assert DEMO_MIN_QUESTIONS < n < DEMO_MAX_QUESTIONS
         assert probe(s).toc_s(n) <= DEMO_BUDGET_S < probe(s).toc_s(n + 1)
     # free decoding (a demo resumed from before the constraints) makes fewer calls: more questions fit
-    assert demo_size(probe(4.0), constrained=False) > demo_size(probe(4.0))
+    assert demo_size(probe(6.0), constrained=False) > demo_size(probe(6.0))
     per_q = demo_tokens_per_question(DEMO_CONSTRAINTS)
     assert per_q > DEMO_TOKENS_PER_QUESTION and demo_tokens_per_question({"toc.constrain_format": False}) == \
         DEMO_TOKENS_PER_QUESTION
