@@ -134,14 +134,14 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("show", help="one question of a run: its tree of clarifications and its quoted answer",
-                       description="One question of a run on the terminal: the tree of clarifications as an "
-                                   "outline (each disambiguated question with its answer, valid / pruned / "
-                                   "duplicate, the passage it came from), then the answer with its quotes "
+                       description="One question of a run on the terminal: the tree of clarifications as an\n"
+                                   "outline (each disambiguated question with its answer, valid / pruned /\n"
+                                   "duplicate, the passage it came from), then the answer with its quotes\n"
                                    "resolved to their passages.",
                        epilog="examples:\n"
-                              "  clarify show runs/demo                  the question the demo shows "
-                              f"({PICK_RULE})\n"
-                              "  clarify show runs/demo 1249012803       any question, by its qid\n")
+                              "  clarify show runs/demo                         the question the demo shows:\n"
+                              f"                                                 {PICK_RULE}\n"
+                              "  clarify show runs/demo -7013890438520559398    any question, by its qid\n")
     p.add_argument("run_dir", metavar="RUN", help="a run directory (clarify run / demo --out)")
     p.add_argument("qid", nargs="?", metavar="QID", help=f"the question's id (default: {PICK_RULE})")
     p.set_defaults(func=cmd_show)
