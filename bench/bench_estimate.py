@@ -33,7 +33,7 @@ def old_probe(engine) -> float:
     one-prompt warm-up."""
     from clarify.batch.commands import probe_speed
 
-    return probe_speed(engine, prompt_tokens=720, output_tokens=24, batch=4, warmup=1).tokens_per_s
+    return probe_speed(engine, prompt_tokens=720, output_tokens=24, batch=4, warmup=1, rounds=1).tokens_per_s
 
 
 def main() -> int:
