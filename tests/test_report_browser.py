@@ -342,7 +342,7 @@ def test_first_screen_shows_the_headline_and_the_first_tree(tmp_path, browser):
     assert 0 < box["headline"][0] < box["headline"][1] <= 800, box
     assert box["headline"][1] <= box["tree"][0] < 800 and box["root"][1] <= 800, box
     assert box["first_child"][1] <= 800, box  # the tree's first disambiguation is on the first screen too
-    na = browser.js("document.querySelector('#run-0 .metric[data-metric=d_f1]').innerText")
+    na = browser.js("document.querySelector('#run-0 .metric[data-metric~=d_f1]').innerText")
     assert "n/a" in na and "needs a reader" in na
     shot = browser.screenshot(tmp_path / "report_first_screen.png")
     assert shot.read_bytes()[:4] == b"\x89PNG"

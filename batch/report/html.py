@@ -62,11 +62,11 @@ SPAN_LABELS = {
     "unverified": "not verbatim",
 }
 # The headline metrics in words (eval/asqa.py, eval/quotesum.py, eval/reader.py name them); others keep their key.
-METRIC_WORDS = {
-    "rouge_l": "ROUGE-L", "rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "str_em": "STR-EM", "d_f1": "Disambig-F1",
-    "dr": "DR (sqrt Disambig-F1 x ROUGE-L)", "qa_em": "QA exact match", "qa_hit": "QA hit",
-    "answer_f1": "Answer-F1", "length": "answer length (words)", "missing_predictions": "questions without an answer",
-    "sem_f1": "Sem-F1", "sem_rec": "Sem-Rec", "semqa": "SEMQA (sqrt Sem-F1 x ROUGE-L)",
+METRIC_WORDS = {  # in the order the headline shows them
+    "rouge_l": "ROUGE-L", "str_em": "STR-EM", "answer_f1": "Answer-F1", "d_f1": "Disambig-F1",
+    "dr": "DR (sqrt Disambig-F1 x ROUGE-L)", "sem_f1": "Sem-F1", "sem_rec": "Sem-Rec",
+    "semqa": "SEMQA (sqrt Sem-F1 x ROUGE-L)", "rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "qa_em": "QA exact match",
+    "qa_hit": "QA hit", "length": "answer length (words)", "missing_predictions": "questions without an answer",
 }
 READER_NOTE = ("needs a reader: a SQuAD 2.0 extractive QA model, given to `clarify eval --reader DIR` "
                "(eval/reader.py)")
@@ -389,11 +389,21 @@ def _metric_note(name: str, value, notes: dict) -> str | None:
 
 
 def headline(run: Run) -> list[dict]:
-    """The run's metrics in words, each with its value (None: not computed) and note (`_metric_note`)."""
+    """The run's metrics in words, each with its value and note (`_metric_note`), in METRIC_WORDS' order;
+    the metrics not computed come last, one card per reason (four of ASQA's need a reader)."""
     metrics = run.summary.get("metrics") or {}
     notes = run.summary.get("metric_notes") or {}
-    return [{"key": name, "name": METRIC_WORDS.get(name, name), "value": value,
-             "note": _metric_note(name, value, notes)} for name, value in metrics.items()]
+    order = list(METRIC_WORDS)
+    names = sorted(metrics, key=lambda m: (order.index(m) if m in order else len(order), m))
+    cards = [{"ids": [m], "name": METRIC_WORDS.get(m, m), "value": metrics[m], "note": _metric_note(m, metrics[m], notes)}
+             for m in names if metrics[m] is not None]
+    missing: dict[str | None, list[str]] = {}
+    for m in names:
+        if metrics[m] is None:
+            missing.setdefault(_metric_note(m, None, notes), []).append(m)
+    cards += [{"ids": ms, "name": ", ".join(METRIC_WORDS.get(m, m) for m in ms), "value": None, "note": note}
+              for note, ms in missing.items()]
+    return cards
 
 
 def run_facts(run: Run) -> list[tuple[str, str]]:
