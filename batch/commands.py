@@ -275,9 +275,9 @@ DEMO_CONSTRAINED_TOKENS_PER_QUESTION = CONSTRAINED_TOKENS_PER_QUESTION
 TOC_PROMPT_TOKENS, TOC_OUTPUT_TOKENS = 830, 31
 TOC_CALLS_PER_QUESTION = {True: CONSTRAINED_CALLS_PER_QUESTION, False: CALLS_PER_QUESTION}  # by `constrained`
 PROBE_BATCH, PROBE_WARMUP = 6, 2
-# Each timing is the fastest of PROBE_ROUNDS: on shared cores another process can slow one round down (a demo
-# probed 6 calls at once in 5.7 s where two benches just before took 2.95 and 3.62: an estimate of 1.7x the
-# ToC time it then took; bench/results/estimate.json), never speed one up.
+# Each timing is the fastest of PROBE_ROUNDS: on shared cores another process can slow one round down, never
+# speed one up (a `make demo` once probed 6 calls at once in 5.7 s where the two benches just before it took
+# 2.95 and 3.62 s, bench/results/estimate.json, and estimated 1.7x the ToC time it then took).
 PROBE_ROUNDS = 2
 
 
