@@ -321,8 +321,9 @@ def demo_size(probe: Probe, constrained: bool = True) -> int:
     return max(fit, default=DEMO_MIN_QUESTIONS)
 
 
-# ~18 tokens per line of probe_prompts (SmolLM2's and Gemma's tokenizers; test_demo checks it)
-PROBE_TOKENS_PER_LINE = 18
+# ~28 tokens per line of probe_prompts with the embedded model's chat template (SmolLM2's tokenizer splits
+# numbers into digits; test_demo's real-engine test checks the prompts' length)
+PROBE_TOKENS_PER_LINE = 28
 
 
 def probe_prompts(n: int, tag: str, prompt_tokens: int = TOC_PROMPT_TOKENS) -> list[str]:

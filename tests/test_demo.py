@@ -103,7 +103,8 @@ def test_probe_times_toc_shaped_calls_after_a_warm_up_of_their_shape(monkeypatch
     assert PROBE_BATCH >= 4
     params = [p for _, _, ps in engine.batches for p in ps]
     assert {p.max_tokens for p in params} == {TOC_OUTPUT_TOKENS} and {p.grammar for p in params} == {"root ::= \"x\""}
-    assert min(w for _, words, _ in engine.batches for w in words) > TOC_PROMPT_TOKENS / 2  # prompt-heavy
+    # prompt-heavy: ~TOC_PROMPT_TOKENS tokens, a line of 14 words being ~28 tokens (the real-engine test counts them)
+    assert min(w for _, words, _ in engine.batches for w in words) > TOC_PROMPT_TOKENS / 2.2
     # the set-up is not timed, and a round slowed by another process does not count
     assert (probe.single_s, probe.batch_s, probe.batch) == (1.0, 2.5, PROBE_BATCH)
     assert probe.tokens_per_s == PROBE_BATCH * (TOC_PROMPT_TOKENS + TOC_OUTPUT_TOKENS) / 2.5
