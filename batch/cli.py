@@ -11,6 +11,7 @@ everyday commands:
   clarify run --dataset jsonl --questions my.jsonl --out runs/mine
   clarify eval --dataset asqa --predictions runs/asqa50       score a run or an official predictions file
   clarify report runs/asqa50 --out report.html                one self-contained HTML report
+  clarify show runs/asqa50 [QID]                              one question's tree and quoted answer
   clarify generate --prompts prompts.jsonl --out out.parquet  plain batch generation
   clarify index build --corpus passages.jsonl --out DIR       your own passage index
 
@@ -44,6 +45,7 @@ REGISTRARS = [
     ("clarify.index.cli", "register"),
     ("clarify.eval.cli", "register"),
     ("clarify.batch.commands", "register"),
+    ("clarify.batch.show", "register"),
 ]
 
 

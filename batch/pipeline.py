@@ -17,7 +17,7 @@ import polars as pl
 
 from clarify import console, faults, schemas, stops
 from clarify.batch import cluster
-from clarify.batch.config import PART_TREES, RESULT_FREE, TOKENS_PER_QUESTION, RunConfig
+from clarify.batch.config import PART_TREES, RESULT_FREE, RunConfig, calls_per_question, tokens_per_question
 from clarify.batch.resources import PreparedRun, open_resources, passages_only, prepare, tables
 from clarify.batch.rundir import Run, RunDir
 from clarify.batch.scheduler import DRIVERS, SchedStats
@@ -43,14 +43,15 @@ PART_S = 60.0  # seconds between parts while trees finish
 
 def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, progress: bool = True,
         stop_after_parts: int | None = None, part_trees: int = PART_TREES, search_cache: Path | None = None,
-        restart: bool = False, on_part=None) -> dict:
+        restart: bool = False, on_part=None, estimate_s: float | None = None) -> dict:
     """Run (or resume, or just report) the configured job in run directory `out`; returns the summary.
 
     Every input is checked before the run directory is touched, the directory is locked for this
     process, and checkpoints are verified before the model loads. restart: start over (the completion
     cache is kept). part_trees: finished trees per part; stop_after_parts: stop once that many parts
     exist (tests of resume). With `[cluster]` workers the trees run on Ray (batch/cluster.py; `on_part`:
-    called with its worker pool after each part, for tests of faults)."""
+    called with its worker pool after each part, for tests of faults). estimate_s: the ToC time the caller
+    expected (the demo's probe), re-estimated on the progress display once the first tree finishes."""
     from clarify.local_llm.cache import check_caches
 
     rd = RunDir(out)
@@ -70,7 +71,7 @@ def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, pro
         rd.freeze(json.loads(cfg.to_json()), inputs, ignore=RESULT_FREE)
         if rd.finished:
             return Run.open(rd.path).summary
-        return _run_locked(rd, prep, progress, stop_after_parts, part_trees, search_cache, on_part)
+        return _run_locked(rd, prep, progress, stop_after_parts, part_trees, search_cache, on_part, estimate_s)
 
 
 def _limit_words(cfg: RunConfig, pool, n: int) -> str:
@@ -123,7 +124,7 @@ class _Parts:
 
 
 def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts: int | None, part_trees: int,
-                search_cache: Path | None, on_part) -> dict:
+                search_cache: Path | None, on_part, estimate_s: float | None = None) -> dict:
     cfg, questions = prep.cfg, prep.questions
     t_start = time.perf_counter()
     state = rd.load_state()  # verified: a damaged checkpoint is reported before any model loads
@@ -138,8 +139,9 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
     stats, extra, engine = SchedStats(), {}, state.engine if state else None
     if len(finished) < questions.height and cluster.wanted(cfg):  # the trees on Ray workers, as parts
         display = console.RunProgress(questions.height, finished=len(finished),
-                                      expected_tokens=(questions.height - len(finished)) * TOKENS_PER_QUESTION,
-                                      enabled=progress)
+                                      expected_tokens=(questions.height - len(finished)) * tokens_per_question(cfg),
+                                      expected_calls=(questions.height - len(finished)) * calls_per_question(cfg),
+                                      enabled=progress, estimate_s=estimate_s)
         try:
             outcome = cluster.run_chunks(rd, prep, set(finished), search_cache=search_cache, display=display,
                                          run_s=run_s, stop_after_parts=stop_after_parts, on_part=on_part)
@@ -172,7 +174,9 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
                  for q, text in zip(questions["qid"], questions["question"])]
         todo = [t for t in trees if t.qid not in finished]
         display = console.RunProgress(len(trees), finished=len(finished),
-                                      expected_tokens=len(todo) * TOKENS_PER_QUESTION, enabled=progress)
+                                      expected_tokens=len(todo) * tokens_per_question(cfg),
+                                      expected_calls=len(todo) * calls_per_question(cfg), enabled=progress,
+                                      estimate_s=estimate_s)
         res.engine.on_progress = lambda requests, tokens: display.engine_update(requests, tokens,
                                                                                 res.engine.pending())
         before = engine_usage_start(res.engine)
@@ -183,6 +187,7 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
             if parts.add(tree, rows) and stop_after_parts is not None and parts.written >= stop_after_parts:
                 raise _Stop
 
+        t_toc = time.perf_counter()
         try:
             stats = DRIVERS[cfg.scheduler](todo, res, cfg, on_tree)
             parts.flush()
@@ -196,9 +201,12 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
         finally:
             display.close()
             res.engine.on_progress = None
+        toc_s = time.perf_counter() - t_toc
         with console.step("checking quotes and scoring", enabled=progress, timed=False):
             summary = finalize(rd, prep, trees, res, session_start=t_start, stats=stats,
-                               prior_s=prior_s, usage=engine_usage(res.engine, before, stats))
+                               prior_s=prior_s, usage=engine_usage(res.engine, before, stats),
+                               # the ToC part of the session (what the demo's estimate is of)
+                               extra={"toc_s_last_session": round(toc_s, 2)})
         note_run(summary, cfg)
         return summary
     finally:
@@ -312,7 +320,7 @@ def finalize(rd: RunDir, prep: PreparedRun, trees: list[Tree], res: Resources, *
         answers = answers.with_columns(answer_plain=pl.col("answer"))
     answers = schemas.conform(answers, "answers")
 
-    scores, metrics = score(prep.dataset, answers, nodes, prep.gold)
+    scores, metrics, notes = score(prep.dataset, answers, nodes, prep.gold)
     for name, df in (("nodes", nodes), ("hits", hits), ("llm_calls", calls), ("answers", answers),
                      ("spans", spans), ("passages", passages), ("scores", scores)):
         rd.write_table(name, df)
@@ -326,7 +334,7 @@ def finalize(rd: RunDir, prep: PreparedRun, trees: list[Tree], res: Resources, *
         "name": rd.path.name, "dataset": cfg.dataset, "model": cfg.model.model,
         "engine_model_id": calls["model"][0] if calls.height else None,
         "engine": res.engine.facts() if res.engine is not None else engine,
-        "answer_style": cfg.answer_style, "n_questions": n_q, "metrics": metrics,
+        "answer_style": cfg.answer_style, "n_questions": n_q, "metrics": metrics, "metric_notes": notes,
         # the decoding constraints of issue 29 (batch/toc/constraints.py), shown by the report and `clarify compare`
         "constraints": {"format": cfg.toc.constrain_format, "quotes": cfg.answer.constrain_quotes},
         "llm_calls": calls.height, "llm_calls_per_question": calls.height / n_q,
@@ -374,14 +382,16 @@ def _add_quote_notes(calls: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame
             .drop("quote_note"))
 
 
-def score(ds: Dataset, answers: pl.DataFrame, nodes: pl.DataFrame, gold) -> tuple[pl.DataFrame, dict]:
-    """Per-question long scores table + summary metrics, by the dataset's evaluator (eval/datasets/)."""
+def score(ds: Dataset, answers: pl.DataFrame, nodes: pl.DataFrame, gold) -> tuple[pl.DataFrame, dict, dict]:
+    """Per-question long scores table, summary metrics and each metric's note (how it was aggregated, or
+    why it is missing: eval/summary.py), by the dataset's evaluator (eval/datasets/)."""
     if gold is None:
-        return schemas.empty("scores"), {}
+        return schemas.empty("scores"), {}, {}
     per_q = ds.score(ds.predictions(answers), gold, nodes=nodes)
     summ = ds.summarize(per_q, gold)
     metrics = {r["metric"]: r["value"] for r in summ.iter_rows(named=True)}
+    notes = {r["metric"]: r["note"] for r in summ.iter_rows(named=True) if r["note"]}
     value_cols = [c for c, t in per_q.schema.items() if c != "qid" and t.is_numeric()]
     long = per_q.unpivot(index="qid", on=value_cols, variable_name="metric", value_name="value").with_columns(
         pl.col("value").cast(pl.Float64))
-    return schemas.conform(long, "scores"), metrics
+    return schemas.conform(long, "scores"), metrics, notes

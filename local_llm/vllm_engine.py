@@ -282,7 +282,7 @@ class VLLMEngine:
             raise RuntimeError("generate() while step-loop requests are in flight: use one way at a time")
         requests = [Request(str(i), p, gp) for i, (p, gp) in enumerate(zip(prompts, params))]
         bar = tqdm_std.tqdm(total=len(prompts), desc="Processed prompts",
-                            disable=not self.progress or self.on_progress is not None or len(prompts) < 2)
+                            disable=not self.progress or self.on_progress is not None or len(prompts) < 2 or None)
         got: dict[str, Completion] = {}
         with self._lock:
             self.submit(requests)

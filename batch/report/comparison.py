@@ -32,6 +32,7 @@ def split_summary(summary: dict) -> tuple[dict, dict]:
     """summary.json as (its metrics, everything else), each flattened with dots (`flatten`)."""
     rest = dict(summary)
     metrics = rest.pop("metrics", {}) or {}
+    rest.pop("metric_notes", None)  # words about the metrics (the run report shows them beside each)
     return flatten(metrics), flatten(rest)
 
 
