@@ -119,7 +119,7 @@ ADDED_SETTINGS = {("toc", "constrain_format"): False, ("answer", "constrain_quot
                   ("retrieval", "faiss_index"): "", ("retrieval", "encoder"): "", ("retrieval", "nprobe"): 0,
                   ("retrieval", "ef_search"): 0,
                   # the DQ/DA parser switch: the default reads every pair the official parser reads, which
-                  # the earlier line-start parser missed only for a label in mid-line (docs: fidelity)
+                  # the earlier line-start parser missed only for a label in mid-line (docs/fidelity.md#the-differences)
                   ("toc", "parsing"): "clarify"}
 
 

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from bench_constrained import cpu_model  # bench/ is on sys.path when a script here runs
+from provenance import provenance
 
 RESULTS = Path(__file__).resolve().parent / "results" / "estimate.json"
 
@@ -128,6 +129,7 @@ def measure(args: argparse.Namespace, work: Path, cpu: str) -> int:
           f"{row['mix']['prompt_tokens_per_call']} prompt + {row['mix']['output_tokens_per_call']} output tokens; "
           f"running batch mean {use.get('running_mean')} (toc_concurrency: {commands.toc_concurrency(args.questions):.2f})")
     old = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"runs": []}
+    old["provenance"] = provenance()  # the latest run's; each row keeps its own cpu and command
     old["runs"].append(row)
     RESULTS.write_text(json.dumps(old, indent=1) + "\n")
     print(f"written: {RESULTS}")
