@@ -7,8 +7,9 @@ questions, and a tree viewer per question: the ambiguous question, its tree of d
 (root / valid / pruned / duplicate / pending, colour + text label, collapsible `<details>`), each
 node's retrieved passages, and the final answer as the model wrote it with each quoted `[k span]`
 linked to the span's offsets highlighted inside source passage k. Spans that are not verbatim are
-marked. Several runs get one section each plus a comparison table (`batch/report/comparison.py`; and a
-metric-vs-size plot when parameter counts are known).
+marked. Several runs over the same questions get one section each plus a comparison table
+(`batch/report/comparison.py`: paired-bootstrap intervals, cost per run, and a metric-vs-size plot when
+parameter counts are known); runs over different questions are refused.
 
 The HTML comes from Jinja2 templates in `batch/report/templates/` (`report.html.j2`, its macros in
 `macros.html.j2`; `report.css` and `report.js` are inlined). The environment autoescapes: every value
@@ -584,7 +585,7 @@ def register(sub) -> None:
         "run_dirs",
         nargs="+",
         metavar="RUN_DIR",
-        help="run directories (several: one section each + a comparison)",
+        help="run directories (several, over the same questions: one section each, a comparison with paired 95%% intervals and cost per run)",
     )
     p.add_argument(
         "--out",
