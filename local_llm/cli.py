@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -107,20 +108,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from clarify.local_llm import backends
     from clarify.local_llm.vllm_engine import DEFAULT_MAX_MODEL_LEN
 
+    # [model]'s declared defaults (batch/config.py ModelConfig, handed in by batch/cli.py so this layer does not
+    # import the run machinery: tests/test_layout.py), then the command's flags
+    spec = SimpleNamespace(**dataclasses.asdict(args.model_defaults()))
     if args.base_url:
-        import dataclasses
-
-        from clarify.batch.config import ModelConfig
-
-        # [model]'s declared defaults (deadlines, retries, the reply cap), the flags, no context check
-        spec = SimpleNamespace(**{f.name: f.default for f in dataclasses.fields(ModelConfig)})
+        # deadlines, retries and the reply cap as declared; no context check
         spec.__dict__.update(base_url=args.base_url, model="" if args.model == DEFAULT_MODEL else args.model,
                              api_key_env=args.api_key_env, endpoint="chat", max_concurrency=args.batch_size,
                              max_model_len=None)
         engine = backends.get("openai").open(spec)
     else:
-        spec = SimpleNamespace(model=str(model_dir), max_model_len=DEFAULT_MAX_MODEL_LEN, gpu_memory_utilization=0.85,
-                               tensor_parallel_size=1, dtype="auto", max_num_seqs=0, batch_invariant=False)
+        spec.__dict__.update(model=str(model_dir), max_model_len=DEFAULT_MAX_MODEL_LEN)
         engine = backends.get("vllm").open(spec)
     runner = engine
     if args.cache:

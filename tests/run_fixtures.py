@@ -28,9 +28,20 @@ def small_toml(path: Path, head: str = "", toc: str = "") -> Path:
 
 
 def same_tables(a: Path, b: Path) -> None:
-    """The run directories `a` and `b` hold equal TABLES, and equal llm_calls but for `cached`."""
+    """The run directories `a` and `b` hold equal TABLES, and equal llm_calls but for `cached`.
+
+    One column is compared to its precision instead: `hits.score`, rounded to 5 decimals where it is
+    computed (batch/toc/program.py rank_by_scores). The encoder embeds a node's question in a batch with
+    whatever other questions are pending, and the batch's shape moves the float32 result by ~1e-7, so a
+    score that lies that close to a rounding boundary is recorded one unit apart (seen: 1 of 120 hits
+    between two Ray workers and one process). Passages, ranks and everything downstream stay equal."""
     for name in TABLES:
-        assert pl.read_parquet(a / f"{name}.parquet").equals(pl.read_parquet(b / f"{name}.parquet")), name
+        ta, tb = (pl.read_parquet(d / f"{name}.parquet") for d in (a, b))
+        if name == "hits":
+            assert ta.drop("score").equals(tb.drop("score")), name
+            assert ((ta["score"] - tb["score"]).abs() <= 1.5e-5).all(), name
+            continue
+        assert ta.equals(tb), name
     ca, cb = (pl.read_parquet(d / "llm_calls.parquet").drop("cached") for d in (a, b))
     assert ca.equals(cb)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -137,7 +138,7 @@ def test_asqa_refuses_a_slice_overlapping_the_demo_pool():
         load_questions(config.load(None, {"offset": 490, "limit": 20}))
 
 
-def test_limit_0_answers_every_asqa_question_outside_the_demo_pool():
+def test_limit_0_answers_every_asqa_question_outside_the_demo_pool(tmp_path):
     """issue 35: `--limit 0` on the shipped dev-only file is dev 0..499 (the default pool is dev 500..947);
     with a pool inside the file, the questions on both sides of it; from an offset inside the pool, none."""
     asqa = datasets.get("asqa")
@@ -149,5 +150,7 @@ def test_limit_0_answers_every_asqa_question_outside_the_demo_pool():
     with pytest.raises(InputError, match=r"field 'offset': every question from 600 on is in the demo pool"):
         _select(asqa, {"limit": 0, "offset": 600}, questions)
     # a pool from another file or split never overlaps the run's questions
-    other = {"limit": 0, "demo_pool": f"asqa:dev[0:]@{asqa.default_path()}x"}
+    copy = tmp_path / "other.json"
+    copy.write_bytes(Path(asqa.default_path()).read_bytes())
+    other = {"limit": 0, "demo_pool": f"asqa:dev[0:]@{copy}"}
     assert _select(asqa, other, questions).height == 948

@@ -145,7 +145,8 @@ def clarify_seed(cfg: RunConfig, t: Tree, n: Node, prompt: str) -> int:
 
 def rank_by_scores(ids: Sequence[str], scores: Sequence[float], k: int) -> list[tuple[str, float]]:
     """toc/retrieval/combine.py:3-8 rerank: best first, top k. Scores are rounded to 5 decimals and ties
-    keep the given order (stable), so a ranking never depends on float noise between batches."""
+    keep the given order (stable), so a ranking does not depend on float noise between batches (~1e-7),
+    unless a score lies that close to a rounding boundary."""
     r = np.round(np.asarray(scores, dtype=np.float64), 5)
     order = sorted(range(len(ids)), key=lambda i: (-r[i], i))[:k]
     return [(ids[i], float(scores[i])) for i in order]
