@@ -21,7 +21,7 @@ from clarify.batch.config import PART_TREES, RESULT_FREE, TOKENS_PER_QUESTION, R
 from clarify.batch.resources import PreparedRun, open_resources, passages_only, prepare, tables
 from clarify.batch.rundir import Run, RunDir
 from clarify.batch.scheduler import DRIVERS, SchedStats
-from clarify.batch.toc.program import Resources, TreeRows
+from clarify.batch.toc.program import Resources, Step, TreeRows
 from clarify.batch.toc.tree import Tree
 from clarify.errors import InputError
 from clarify.eval.datasets import Dataset
@@ -364,7 +364,7 @@ def _add_quote_notes(calls: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame
     notes = answers.filter(pl.col("quote_note").is_not_null()).select("qid", "quote_note")
     if not notes.height:
         return calls
-    return (calls.join(notes.with_columns(step=pl.lit("answer")), on=["qid", "step"], how="left",
+    return (calls.join(notes.with_columns(step=pl.lit(Step.ANSWER.value)), on=["qid", "step"], how="left",
                        maintain_order="left")
             .with_columns(parse_error=pl.when(pl.col("quote_note").is_null()).then("parse_error")
                           .otherwise(pl.concat_str(["parse_error", "quote_note"], separator="; ", ignore_nulls=True)))
