@@ -372,13 +372,11 @@ def _add_quote_notes(calls: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame
 
 
 def score(ds: Dataset, answers: pl.DataFrame, nodes: pl.DataFrame, gold) -> tuple[pl.DataFrame, dict]:
-    """Per-question long scores table + summary metrics, by the dataset's evaluator (eval/datasets/)."""
+    """The long scores table and the summary metrics, by the scorer `clarify eval` uses on the run
+    (eval/summary.py score_predictions): a run's answers in question order, one per question."""
+    from clarify.eval.summary import score_predictions
+
     if gold is None:
         return schemas.empty("scores"), {}
-    per_q = ds.score(ds.predictions(answers), gold, nodes=nodes)
-    summ = ds.summarize(per_q, gold)
-    metrics = {r["metric"]: r["value"] for r in summ.iter_rows(named=True)}
-    value_cols = [c for c, t in per_q.schema.items() if c != "qid" and t.is_numeric()]
-    long = per_q.unpivot(index="qid", on=value_cols, variable_name="metric", value_name="value").with_columns(
-        pl.col("value").cast(pl.Float64))
-    return schemas.conform(long, "scores"), metrics
+    scored = score_predictions(ds, ds.predictions(answers), gold, nodes=nodes)
+    return scored.scores, scored.metrics

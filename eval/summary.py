@@ -14,12 +14,17 @@ A metric that could not be computed has a null value and a note saying why — n
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from clarify import schemas
 from clarify.eval.asqa import NO_READER
 from clarify.eval.rouge import bootstrap_mid
+
+if TYPE_CHECKING:
+    from clarify.eval.datasets import Dataset
 
 ROUGE_COLUMNS = ("rouge_l", "rouge1", "rouge2")
 # Columns that are bookkeeping, not metrics.
@@ -86,6 +91,29 @@ def to_scores(per_question: pl.DataFrame) -> pl.DataFrame:
         .filter(pl.col("value").is_not_nan())
     )
     return schemas.conform(long, "scores")
+
+
+@dataclass(frozen=True)
+class Scored:
+    """Predictions scored (`score_predictions`)."""
+
+    per_question: pl.DataFrame  # qid + one column per metric (and bookkeeping such as n_pairs, missing)
+    scores: pl.DataFrame  # schemas.SCORES, `to_scores`
+    summary: pl.DataFrame  # schemas.METRICS, the dataset's `summarize`
+
+    @property
+    def metrics(self) -> dict[str, float | None]:
+        """The summary as {metric: value} (summary.json `metrics`)."""
+        return {r["metric"]: r["value"] for r in self.summary.iter_rows(named=True)}
+
+
+def score_predictions(ds: Dataset, predictions: pl.DataFrame, gold: pl.DataFrame, *,
+                      nodes: pl.DataFrame | None = None, reader: Any = None) -> Scored:
+    """The one way from predictions [qid, answer] (+ `missing`) to the per-question table, the long `scores`
+    table and the summary: `clarify run` (its scores.parquet and summary.json metrics) and `clarify eval`
+    (per_question, scores and summary.parquet) both call it, so the same answers give the same tables."""
+    per_q = ds.score(predictions, gold, nodes=nodes, reader=reader)
+    return Scored(per_q, to_scores(per_q), ds.summarize(per_q, gold))
 
 
 def format_table(summary: pl.DataFrame) -> str:
