@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
 from clarify import schemas
 from clarify.eval.asqa import NO_READER
 from clarify.eval.rouge import bootstrap_mid
-
-if TYPE_CHECKING:
-    from clarify.eval.datasets import Dataset
 
 ROUGE_COLUMNS = ("rouge_l", "rouge1", "rouge2")
 # Columns that are bookkeeping, not metrics.
@@ -107,9 +104,10 @@ class Scored:
         return {r["metric"]: r["value"] for r in self.summary.iter_rows(named=True)}
 
 
-def score_predictions(ds: Dataset, predictions: pl.DataFrame, gold: pl.DataFrame, *,
+def score_predictions(ds: Any, predictions: pl.DataFrame, gold: pl.DataFrame, *,
                       nodes: pl.DataFrame | None = None, reader: Any = None) -> Scored:
-    """The one way from predictions [qid, answer] (+ `missing`) to the per-question table, the long `scores`
+    """`ds`: the dataset (eval/datasets/ `Dataset`, which imports this module). The one way from predictions
+    [qid, answer] (+ `missing`) to the per-question table, the long `scores`
     table and the summary: `clarify run` (its scores.parquet and summary.json metrics) and `clarify eval`
     (per_question, scores and summary.parquet) both call it, so the same answers give the same tables."""
     per_q = ds.score(predictions, gold, nodes=nodes, reader=reader)
