@@ -216,8 +216,8 @@ class RunDir:
 
     def freeze(self, config: dict, inputs: RunInputs | dict, ignore: tuple[str, ...] = ()) -> None:
         """Pin config.json and inputs.json (`RunInputs`, or its pins alone). Once a checkpoint exists they are
-        binding: another config, a changed input or other prompts (batch/toc/fingerprint.py) are refused,
-        naming the difference. Before that (a failed start) they are simply rewritten. `ignore`: top-level
+        binding: another config, a changed input or, while trees remain to be made, other prompts
+        (batch/toc/fingerprint.py) are refused, naming the difference. Before that (a failed start) they are simply rewritten. `ignore`: top-level
         settings that never change results (the scheduler): a resumed run may change them, and config.json
         records the latest."""
         if not isinstance(inputs, RunInputs):
@@ -239,7 +239,8 @@ class RunDir:
             if changed:
                 raise InputError("the inputs of this run changed since it started: " + "; ".join(changed)
                                  + f"; restore them, or {restart}", path=str(self.path))
-            self._check_prompts(pinned, inputs)
+            if not self.finished:  # a finished run makes no tree: it is only read back
+                self._check_prompts(pinned, inputs)
             return
         inputs.write(in_path)
         faults.point("freeze")

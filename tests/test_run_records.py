@@ -39,6 +39,15 @@ def test_a_prompt_edit_between_start_and_resume_is_refused_and_restart_recompute
     assert clarify["prompt"].str.contains("Be brief.").all()
 
 
+def test_a_finished_run_is_read_back_whatever_the_prompts_now(tmp_path, monkeypatch):
+    """Nothing of a finished run is recomputed, so nothing can mix: a re-run returns its summary."""
+    cfg, out = _cfg(_questions(tmp_path, *QS)), tmp_path / "r"
+    summary = _run(cfg, out)
+    monkeypatch.setattr(prompts, "CLARIFY_INSTRUCTIONS", "Other instructions.")
+    factory = _Factory()
+    assert _run(cfg, out, factory=factory) == summary and factory.made == []
+
+
 def test_each_component_is_named_by_what_changed(monkeypatch):
     before = fingerprint.prompts_fingerprint()
     assert fingerprint.prompts_fingerprint() == before  # stable: computed from the code, nothing random
