@@ -217,9 +217,9 @@ class RunDir:
     def freeze(self, config: dict, inputs: RunInputs | dict, ignore: tuple[str, ...] = ()) -> None:
         """Pin config.json and inputs.json (`RunInputs`, or its pins alone). Once a checkpoint exists they are
         binding: another config, a changed input or, while trees remain to be made, other prompts
-        (batch/toc/fingerprint.py) are refused, naming the difference. Before that (a failed start) they are simply rewritten. `ignore`: top-level
-        settings that never change results (the scheduler): a resumed run may change them, and config.json
-        records the latest."""
+        (batch/toc/fingerprint.py) are refused, naming the difference. Before that (a failed start) they are
+        simply rewritten. `ignore`: top-level settings that never change results (the scheduler): a resumed
+        run may change them, and config.json records the latest."""
         if not isinstance(inputs, RunInputs):
             inputs = RunInputs(dict(inputs))
         cfg_path, in_path = self.config_file, self.inputs_file
@@ -385,7 +385,7 @@ class Run:
     """A run directory, read (`Run.open`): what the writer `RunDir` left there, checked on the way in.
 
     config: the frozen `RunConfig`; settings: config.json as written (for display); summary: summary.json
-    ({} while the run is unfinished); tables by name (`run.table("answers")` or `run.answers`), read on
+    as its reader `RunSummary` gives it ({} while the run is unfinished); tables by name (`run.table("answers")` or `run.answers`), read on
     first use and checked against `TABLE_SCHEMAS` — a file that is there but unreadable or lacks a column
     is an InputError naming the file and the column; a table not written (yet) is an empty frame with
     its schema, and its file is listed in `missing`."""
