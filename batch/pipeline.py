@@ -329,7 +329,7 @@ def finalize(rd: RunDir, prep: PreparedRun, trees: list[Tree], res: Resources, *
         engine_model_id=calls["model"][0] if calls.height else None,
         engine=res.engine.facts() if res.engine is not None else engine,
         answer_style=cfg.answer_style, n_questions=n_q, metrics=metrics,
-        # the decoding constraints of issue 29 (batch/toc/constraints.py), shown by the report and `clarify compare`
+        # the decoding constraints (batch/toc/constraints.py), shown by the report and `clarify compare`
         constraints={"format": cfg.toc.constrain_format, "quotes": cfg.answer.constrain_quotes},
         llm_calls=calls.height, llm_calls_per_question=calls.height / n_q,
         llm_calls_per_question_max=int(per_q["len"].max()) if per_q.height else 0,
