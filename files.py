@@ -8,7 +8,7 @@
   folder, fsync, rename (POSIX rename is atomic), fsync the folder so the rename survives a power cut.
   A reader never sees half a file; nothing is deleted to make room for its replacement.
 
-Private by default (README "Files and permissions"): what clarify creates — run directories, completion
+Private by default (docs/reproducibility.md#files-and-permissions): what clarify creates — run directories, completion
 caches, logs, `$CLARIFY_HOME` — is the user's alone, folders 0700 and files 0600, because a cache holds
 every prompt and completion. `$CLARIFY_FILE_MODE` relaxes it: `group` (0750/0640) or `umask` (the
 process umask decides, as for any program). A file clarify opens by a fixed name (a lock, a log) is

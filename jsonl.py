@@ -6,7 +6,8 @@ is dropped), blank lines are skipped, `.gz` files are read through gzip, as a st
 into memory only up to `max_line_bytes` (MAX_LINE_BYTES, 64 MiB, by default): a longer one is skipped
 in bounded chunks, so a small `.gz` that inflates to one huge line cannot take the machine's memory
 (a 407 KB one took the reader to 1.3 GB). A line that is too long, not UTF-8, not JSON (nested too
-deeply included), or not a JSON object is a *problem* of kind "too_long", "non_utf8", "bad_json" or
+deeply included), not a JSON object, or holding a lone surrogate (a `\\ud800` escape: no UTF-8 form,
+reported as "non_utf8" naming the field) is a *problem* of kind "too_long", "non_utf8", "bad_json" or
 "not_object". By default the
 first problem raises `InputError` naming file and line; a caller that reports every bad line or skips
 bad lines passes `on_error`, which gets each `JsonlProblem` and reading goes on. Field-level checks
@@ -17,13 +18,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from clarify.errors import InputError, need_file
+from clarify.errors import InputError, need_file, printable
 
 # The phrase that opens each problem's message; a caller may reword it (`wording=`), the details stay.
 DEFAULT_WORDING = {"too_long": "line too long", "non_utf8": "not UTF-8", "bad_json": "malformed JSON",
@@ -104,7 +106,37 @@ def iter_jsonl(
             if not isinstance(obj, dict):
                 problem(line_no, "not_object", f"got {type(obj).__name__}")
                 continue
+            if _SURROGATE_ESCAPE.search(raw) and (where := lone_surrogate(obj)):
+                problem(line_no, "non_utf8", where)
+                continue
             yield line_no, obj
+
+
+# A JSON `\\ud800`-`\\udfff` escape: the only way a line that is UTF-8 can give a lone surrogate, which has no
+# UTF-8 form (writing it to Parquet, Arrow or SQLite fails: UnicodeEncodeError); lines without one are not walked.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_LONE = re.compile("[\ud800-\udfff]")
+
+
+def lone_surrogate(obj: object) -> str | None:
+    """Where a decoded JSON value holds a lone surrogate (half of a UTF-16 pair, from a `\\ud800` escape),
+    as "field 'a.b[2]' holds \\ud800, half of a UTF-16 pair: no character" (the field's name shown through
+    errors.printable: it is the data's), or None. Keys are checked too."""
+    stack: list[tuple[str, object]] = [("", obj)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str):
+            if m := _LONE.search(value):
+                return f"field '{printable(where) or '(top)'}' holds {m.group().encode('unicode_escape').decode()}, half of " \
+                       f"a UTF-16 pair: no character"
+        elif isinstance(value, dict):
+            for key, v in reversed(list(value.items())):
+                if m := _LONE.search(key):
+                    return f"a key holds {m.group().encode('unicode_escape').decode()}, half of a UTF-16 pair: no character"
+                stack.append((f"{where}.{key}" if where else key, v))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(value))))
+    return None
 
 
 def _lines(fh: BinaryIO, limit: int, path: Path) -> Iterator[bytes | None]:

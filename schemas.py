@@ -1,4 +1,4 @@
-"""The tables that carry clarify's data from stage to stage (DESIGN §3).
+"""The tables that carry clarify's data from stage to stage (docs/architecture.md#tables-are-the-interface).
 
 Every stage takes and returns Polars DataFrames with one of the schemas below. Long tables, one row
 per thing, ids as strings spelled the same everywhere (`qid`, `node_id`, `passage_id`).

@@ -1,5 +1,5 @@
 """Stopping on a signal: SIGINT (Ctrl-C), SIGTERM (`kill`, a scheduler's time limit) and SIGHUP (a closed
-terminal) end `run`, `demo`, `compare` and `index build` the same way (README "Stopping and resuming").
+terminal) end `run`, `demo`, `compare` and `index build` the same way (docs/reproducibility.md#stopping-and-resuming).
 
 The command runs inside `handled()`. The first signal raises `Stopped` in the main thread — where Python
 runs signal handlers (https://docs.python.org/3/library/signal.html#signals-and-threads) — unless the

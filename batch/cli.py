@@ -106,7 +106,7 @@ def _log_dir(args: argparse.Namespace) -> Path | None:
 
 def _unmake(log_dir: Path) -> None:
     """A run refused before its directory was set up leaves no directory behind (nothing is written
-    before every input is checked, README "Command line"): when the only thing in it is the log folder
+    before every input is checked, docs/reproducibility.md#checked-before-anything-loads): when the only thing in it is the log folder
     this session made, the logs move to $CLARIFY_HOME/logs and the directory goes."""
     from clarify import console
 
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(args: argparse.Namespace) -> int:
     log_dir = _log_dir(args)
     try:
-        files.restrict_umask()  # what it and its libraries write is private (README "Files and permissions")
+        files.restrict_umask()  # what it and its libraries write is private (docs/reproducibility.md#files-and-permissions)
         if log_dir is None:
             return int(args.func(args) or 0)
         name = "-".join(filter(None, (args.command, getattr(args, "index_command", None),

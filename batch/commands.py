@@ -22,14 +22,14 @@ examples:
   clarify run --dataset asqa --limit 0 --workers 8 --out runs/asqa-all     8 engines on Ray (8 GPUs)
   clarify run --dataset asqa --limit 0 --ray-address auto --out runs/asqa-all   every GPU of a Ray cluster
 
-defaults: the paper's settings (batch/config.py; README "Differences from the official code"), the
+defaults: the paper's settings (batch/config.py; docs/fidelity.md), the
 embedded model smollm2-135m-instruct and the embedded Wikipedia index in $CLARIFY_HOME.
 
 scheduler: continuous (default: vLLM's step loop, every tree advances the moment its own request returns),
 waves (all trees in lockstep, one generate per wave) or sequential (one question at a time, as the official
 code); all three give identical tables, so a run may be resumed under another. With --workers or
 --ray-address, chunks of questions go to Ray workers (one engine each) and come back as parts; the tables
-are the same as one process's (README "Running on a cluster").
+are the same as one process's (docs/scale.md#running-on-a-cluster).
 
 writes into --out: config.json (frozen), questions.parquet, parts/NNNN/ (finished trees), cache/
 (completion cache), the final tables nodes, hits, llm_calls, answers, spans, passages, scores (.parquet),
@@ -73,6 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"every minute)")
     p.add_argument("--restart", action="store_true",
                    help="start this run directory over with the given config and inputs (the completion cache is kept)")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the effective settings (defaults, --config, flags) as TOML that --config reads back, "
+                        "and stop: nothing is loaded or written")
     p.set_defaults(func=cmd_run, log_dir=_run_logs)
 
     p = sub.add_parser("demo", help="the main job on the embedded defaults (index, model, ASQA questions)",
@@ -106,10 +109,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     register_report(sub)
 
 
-def _run_logs(args: argparse.Namespace) -> Path:
-    """A run's library logs go into its own directory (console.session)."""
+def _run_logs(args: argparse.Namespace) -> Path | None:
+    """A run's library logs go into its own directory (console.session); --print-config logs nothing."""
     from clarify.batch.rundir import RunDir
 
+    if getattr(args, "print_config", False):
+        return None
     return RunDir(args.out).logs_dir
 
 
@@ -159,7 +164,7 @@ def _run_args(p: argparse.ArgumentParser, *, with_model: bool = True) -> None:
                         "capability >= 8.0), float32 on CPU ([model] batch_invariant; default off)")
     p.add_argument("--scheduler", choices=SCHEDULERS,
                    help="how trees are driven; never changes results (default: continuous)")
-    g = p.add_argument_group("cluster (Ray; README \"Running on a cluster\"; never changes results)")
+    g = p.add_argument_group("cluster (Ray; docs/scale.md#running-on-a-cluster; never changes results)")
     g.add_argument("--workers", type=int, metavar="N",
                    help="run the trees on N Ray workers, one engine each (a GPU, a tensor-parallel group, or CPU "
                         "cores); default 0: in this process")
@@ -230,6 +235,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from clarify.batch.pipeline import run
 
     cfg = config.load(args.config, _overrides(args))
+    if args.print_config:
+        sys.stdout.write(cfg.to_toml())
+        return 0
     summary = run(cfg, args.out, progress=not args.no_progress, restart=args.restart,
                   search_cache=Path(args.search_cache) if args.search_cache else None, part_trees=args.part_trees)
     print_summary(summary)
@@ -237,7 +245,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-# The demo is sized to the machine (README "What `make demo` does"): a newcomer on an AVX2-only CPU
+# The demo is sized to the machine (docs/getting-started.md#what-make-demo-does): a newcomer on an AVX2-only CPU
 # (~250 tok/s) waits minutes, not hours, at TOKENS_PER_QUESTION (batch/config.py).
 DEMO_TOKENS_PER_QUESTION = TOKENS_PER_QUESTION
 DEMO_BUDGET_S = 210
@@ -248,7 +256,7 @@ DEMO_MIN_QUESTIONS, DEMO_MAX_QUESTIONS = 3, 20
 PROBE_TO_TOC = 0.9
 # The demo decodes under both of issue 29's constraints (the DQ/DA format, quotes copied verbatim), which the
 # embedded model needs for ToC to have a tree and checkable quotes at all: on ASQA dev 0-49 (bench/
-# bench_constrained.py, README "Constrained decoding") they took SmolLM2's parse errors from 100 % to 1.5 %,
+# bench_constrained.py, docs/running-toc.md#constrained-decoding) they took SmolLM2's parse errors from 100 % to 1.5 %,
 # valid nodes from 0.1 to 11.3 per question, answers quoting from 28 % to 100 % and verbatim spans from 0 of
 # 204 to all, Answer-F1 from 0 to 1.1, while ROUGE-L (21.9 -> 19.6) and STR-EM (16.7 -> 12.7) moved by less
 # than the 50 questions can show (paired 95 % bootstrap intervals hold 0). `clarify run` keeps the official
@@ -321,7 +329,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if any(constraints.values()):
         on = [w for k, w in (("toc.constrain_format", "the DQ/DA format"), ("answer.constrain_quotes", "verbatim quotes"))
               if constraints[k]]
-        print(f"demo: decoding constrained to {' and '.join(on)} (README \"Constrained decoding\"); "
+        print(f"demo: decoding constrained to {' and '.join(on)} (docs/running-toc.md#constrained-decoding); "
               f"`clarify run` keeps the official free decoding unless --constrain-format/--constrain-quotes",
               flush=True)
     if not rd.summary_file.exists():

@@ -4,8 +4,8 @@ written once into the run directory (`config.json`).
 Defaults are the Tree of Clarifications paper's (Kim et al., EMNLP 2023, §3 and appendix A) and its
 official code (gankim/tree-of-clarifications `run_toc.py` argparse defaults). Where clarify can do
 something differently from the official code, a named switch chooses, and its default is the official
-behaviour (README "Differences from the official code"); `batch/previous.toml` restores the
-choices clarify made before issue 12.
+behaviour (docs/fidelity.md); `batch/previous.toml` restores the choices clarify made before these
+switches existed.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from clarify.batch.toc.match import MATCHING
+from clarify.batch.toc.parse import PARSINGS
 from clarify.errors import InputError
 from clarify.eval import datasets
 from clarify.eval.datasets.asqa import pool_spec_problem
@@ -63,13 +64,13 @@ class RetrievalConfig:
     searcher: str = "rerank"  # bm25 | dense | hybrid | rerank
     # "pool": the question is searched once and every node reranks that pool (minus exhausted passages)
     # by its own question (run_toc.py:198-199, :219 get_example → rerank); "search": every node searches
-    # the index again with its own question (clarify before issue 12).
+    # the index again with its own question (clarify before this switch existed).
     node_passages: str = "pool"
     # A local sentence-transformers CrossEncoder directory reranking the fused candidates and every node's
-    # pool (run_toc.py:164 dsp's cross-encoder); empty: the dense encoder's cosine (README "Retrieval,
-    # honestly"). It changes every ranking, so it is part of the frozen config.
+    # pool (run_toc.py:164 dsp's cross-encoder); empty: the dense encoder's cosine
+    # (docs/retrieval.md#searchers-and-the-reranker). It changes every ranking, so it is part of the frozen config.
     cross_encoder: str = ""
-    # Attached to `index` (a clarify index or a prebuilt Pyserini Lucene index) from elsewhere (issue 27):
+    # Attached to `index` (a clarify index or a prebuilt Pyserini Lucene index) from elsewhere (docs/retrieval.md):
     # a Pyserini FAISS directory (`index` + `docid`) and the query encoder that goes with it (a
     # sentence-transformers folder, or a Hugging Face DPRQuestionEncoder folder as for Pyserini's DPR
     # indexes). Empty: the index's own dense part and encoder (none for a prebuilt Lucene index: BM25 only).
@@ -115,18 +116,21 @@ class TocConfig:
     # "filter": the intended get_evidence (toc/pruning.py:17-25): shown passages containing the answer,
     # top-1 by the reranker; "official": as published, the DA string's single characters are the answers
     # (a no-op for most answers, not for e.g. "16"); "filter-embed": the filter, scored by the dense
-    # encoder's cosine (before issue 12).
+    # encoder's cosine (clarify's earlier behaviour).
     evidence: str = "filter"
     # "dsp": the tree's answer matching (a passage holds an answer, F1 of two answers) as the official code's
     # dsp has it (batch/toc/match.py); "squad": the metrics' ASQA/SQuAD normalisation, whitespace tokens, an
-    # empty answer matches nothing and two empty answers have F1 1 (before issue 26).
+    # empty answer matches nothing and two empty answers have F1 1 (clarify's earlier behaviour).
     matching: str = "dsp"
     # "open": a free-style answer prompt of a tree without valid nodes ends open at `Disambiguations:`, as
     # the official template renders an empty DQ/DA field (toc/tree.py:32-40, dsp/templates/template_v2.py:73-83);
-    # "closed": it asks for the answer directly (before issue 26).
+    # "closed": it asks for the answer directly (clarify's earlier behaviour).
     empty_tree_answer: str = "open"
+    # "clarify": every DQ/DA pair the official parser finds (toc/utils.py:25-46), with its text, plus pairs
+    # from the lines it drops (batch/toc/parse.py); "official": exactly the official parser's pairs.
+    parsing: str = "clarify"
     # True: each clarification is decoded under a grammar of the official DQ/DA format, so it parses
-    # (batch/toc/constraints.py format_grammar; issue 29). False: free decoding, as the official code.
+    # (batch/toc/constraints.py format_grammar; docs/running-toc.md). False: free decoding, as the official code.
     constrain_format: bool = False
 
     def __post_init__(self) -> None:
@@ -139,7 +143,7 @@ class AnswerConfig:
 
     # True: in the quoted style, the text of each `[k ...]` marker is decoded under a grammar that only
     # allows runs of source k's words, so every quote is verbatim by construction
-    # (batch/toc/constraints.py quotes_grammar; issue 29). False: free decoding, the checker repairs or unmarks.
+    # (batch/toc/constraints.py quotes_grammar; docs/running-toc.md). False: free decoding, the checker repairs or unmarks.
     constrain_quotes: bool = False
 
     def __post_init__(self) -> None:
@@ -156,7 +160,7 @@ class ModelConfig:
     # "auto": bfloat16 where the CPU computes it natively, float32 otherwise, the model's own on CUDA
     # (local_llm/hardware.py). The dtype really run is recorded in summary.json and every cache key.
     dtype: str = "auto"
-    # Results that do not depend on the batch (README "Reproducible on GPU"): vLLM's batch-invariant mode on
+    # Results that do not depend on the batch (docs/engines.md#batch-invariance): vLLM's batch-invariant mode on
     # CUDA (compute capability >= 8.0), float32 on CPU. Part of the model identity, hence every cache key.
     batch_invariant: bool = False
     # Sequences the engine runs at once; 0: the settings table's value for the device (local_llm/settings.py:
@@ -180,7 +184,7 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    """Ray scale-out (batch/cluster.py, README "Running on a cluster"); never changes results."""
+    """Ray scale-out (batch/cluster.py, docs/scale.md#running-on-a-cluster); never changes results."""
 
     workers: int = 0  # 0: trees run in this process; N: N Ray workers, one engine each
     ray_address: str = ""  # "": a local Ray cluster for this run; "auto" or HOST:PORT: join a running one
@@ -221,10 +225,29 @@ class RunConfig:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
+    def to_toml(self) -> str:
+        """The whole config as TOML that `load` reads back to an equal config (`clarify run --print-config`)."""
+        data = self.to_dict()
+        lines = [f"{k} = {toml_value(v)}" for k, v in data.items() if k not in _SECTIONS]
+        for name in _SECTIONS:
+            lines += ["", f"[{name}]", *(f"{k} = {toml_value(v)}" for k, v in data[name].items())]
+        return "\n".join(lines) + "\n"
+
     def questions_file(self) -> Path:
         """The file the run's questions come from: `questions`, else the dataset's shipped file (a dataset
         without one needs `questions`: `_cross_problems` refuses the config otherwise)."""
         return Path(self.questions) if self.questions else datasets.get(self.dataset).default_path()
+
+
+def toml_value(value: Any) -> str:
+    """One value in TOML: a JSON string is a TOML basic string, and lists hold strings only (the schema)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, str):  # JSON's escapes are TOML's; DEL is the one character TOML wants escaped too
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+    return repr(value)
 
 
 _SECTIONS = {"retrieval": RetrievalConfig, "toc": TocConfig, "answer": AnswerConfig, "model": ModelConfig,
@@ -234,7 +257,7 @@ _SECTIONS = {"retrieval": RetrievalConfig, "toc": TocConfig, "answer": AnswerCon
 # --- the declared schema ---------------------------------------------------------------------------
 # Every field's type is its dataclass annotation (int, float, bool, str, tuple[str, ...]); ranges and
 # allowed values are declared here, once. `validate` checks a whole raw config against both and raises
-# ONE InputError naming every bad field, before anything heavy is loaded (issue 16).
+# ONE InputError naming every bad field, before anything heavy is loaded.
 
 
 @dataclass(frozen=True)
@@ -289,6 +312,7 @@ RULES: dict[str, Rule] = {
     "toc.evidence": Rule(choices=("filter", "official", "filter-embed")),
     "toc.matching": Rule(choices=tuple(MATCHING)),
     "toc.empty_tree_answer": Rule(choices=("open", "closed")),
+    "toc.parsing": Rule(choices=PARSINGS),
     "model.model": Rule(nonempty=True),
     "model.max_model_len": POSITIVE,
     # vLLM EngineArgs: the fraction of GPU memory the engine may use, in (0, 1]

@@ -174,6 +174,8 @@ def open_run_index(cfg: RunConfig, pins: dict | None = None):
     else:
         path, faiss_dir, encoder = cfg.index or ensure_default_index(), r.faiss_index or None, r.encoder or None
     index = open_index(path, faiss_dir=faiss_dir, encoder=encoder, dense_options=dense_options(cfg))
+    if faiss_dir:  # its docids among the index's passages: refused before the run directory is made
+        index.check_attached()
     if pins is not None and pins["index"].get("fingerprint"):
         mine = {"index": index_identity(index)} | index_pins(index)
         for what in ("index", "faiss_index", "encoder"):

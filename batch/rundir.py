@@ -106,7 +106,10 @@ ADDED_SETTINGS = {("toc", "constrain_format"): False, ("answer", "constrain_quot
                   ("model", "request_timeout_s"): 600.0, ("model", "max_retries"): 6,
                   # issue 27: an index attached from elsewhere (none: the index folder's own parts)
                   ("retrieval", "faiss_index"): "", ("retrieval", "encoder"): "", ("retrieval", "nprobe"): 0,
-                  ("retrieval", "ef_search"): 0}
+                  ("retrieval", "ef_search"): 0,
+                  # the DQ/DA parser switch: the default reads every pair the official parser reads, which
+                  # the earlier line-start parser missed only for a label in mid-line (docs: fidelity)
+                  ("toc", "parsing"): "clarify"}
 
 
 def _with_added_settings(old: dict) -> dict:

@@ -1,6 +1,6 @@
 """The two engine backends (local_llm/backends.py) on the same questions: ToC through a running vLLM
 OpenAI-compatible server (`backend = "openai"`) vs vLLM in this process, both float32 so their texts
-are comparable (README "An engine that already runs").
+are comparable (docs/engines.md#a-running-server-the-openai-backend).
 
     .venv/bin/python bench/bench_backends.py [--questions 6] [--out bench/results/backends.json]
 

@@ -1,6 +1,6 @@
 """Cold-start encoding of the embedded corpus: the previous chunked encoding vs batches cut by token count.
 
-The embedded index's build is dominated by MiniLM encoding ~10k passages (README "Measured"). On a
+The embedded index's build is dominated by MiniLM encoding ~10k passages (docs/results.md). On a
 random subset of the shipped corpus, in one process and with one loaded encoder (so the numbers are a
 ratio on this machine, whatever else runs on it), each arm encodes the same passages; the arms run in
 alternating order, `--repeats` times each, and the best time of each counts: wall seconds, and this

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # this process never runs vLLM (FACTS.md)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # never runs vLLM: docs/architecture.md#omp_wait_policypassive-outside-vllm
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import json  # noqa: E402

@@ -17,7 +17,7 @@ Steps, each in its own process (one engine each, as a user would run them):
 Then bench/results/gpu_check.json: every step's numbers, the device and the targets:
   continuous >= 0.8 x the engine ceiling, >= 20 x the per-question loop (tokens/s), batch-invariant mode
   <= 1.5 x the wall time and identical tables across schedulers.
-Until it has run on a GPU those figures are not measured (README "GPU servers, air-gapped").
+Until it has run on a GPU those figures are not measured (docs/getting-started.md#installing-on-an-air-gapped-server).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""clarify.eval — ASQA and QuoteSum/SEMQA metrics on Polars tables (DESIGN §7; see eval/README.md).
+"""clarify.eval — ASQA and QuoteSum/SEMQA metrics on Polars tables (docs/evaluation.md).
 
 Modules: `normalize` (answer normalisation, token F1), `rouge` (ROUGE as each official scorer runs it,
 offline punkt), `asqa`, `quotesum`, `reader` (SQuAD 2.0 reader for Disambig-F1), `summary`, `io`, `cli`;

@@ -112,14 +112,19 @@ def evaluate(args: argparse.Namespace, *, before_scoring: Callable[[], object] |
     return per_q, summary, report
 
 
+def _out_path(args: argparse.Namespace) -> Path:
+    """--out, default <run>/eval for a run directory, <file stem>_eval beside a file."""
+    if args.out is not None:
+        return args.out
+    p = args.predictions
+    return p / "eval" if p.is_dir() else p.with_name(p.stem + "_eval")
+
+
 def _out_dir(args: argparse.Namespace) -> Path:
-    """--out (default: <run>/eval for a run directory, <file stem>_eval beside a file), made and checked
+    """--out (`_out_path`), made and checked
     writable: a write failure (read-only, full, not ours) is the OSError batch/cli.py reports as every
     write failure (errors.write_failure, exit 1); --out under a file is an InputError naming --out."""
-    out = args.out
-    if out is None:
-        p = args.predictions
-        out = p / "eval" if p.is_dir() else p.with_name(p.stem + "_eval")
+    out = _out_path(args)
     try:
         make_dirs(out)
     except OSError as exc:
@@ -134,13 +139,25 @@ def _out_dir(args: argparse.Namespace) -> Path:
 def cmd_eval(args: argparse.Namespace) -> int:
     from clarify.eval.summary import format_table, to_scores
 
-    out = None
+    out, made = None, []
 
     def make_out() -> None:  # once the inputs are good, before scoring: an unwritable --out fails early
         nonlocal out
+        p = Path(os.path.abspath(_out_path(args)))
+        while not os.path.lexists(p) and p != p.parent:  # the folders this command makes, innermost first
+            made.append(p)
+            p = p.parent
         out = _out_dir(args)
 
-    per_q, summary, report = evaluate(args, before_scoring=make_out)
+    try:
+        per_q, summary, report = evaluate(args, before_scoring=make_out)
+    except BaseException:  # a stop signal (stops.Stopped) or a failure while scoring: nothing is written,
+        for d in made:     # so the folders made for the output go again (only while empty)
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        raise
     write_parquet(per_q, out / "per_question.parquet")
     write_parquet(to_scores(per_q), out / "scores.parquet")
     write_parquet(summary, out / "summary.parquet")

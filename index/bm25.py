@@ -11,7 +11,8 @@ Pyserini's prebuilt indexes store it, so `doc(id).raw()` gives the passage back.
 process whose JVM gets the build's heap (a heap is fixed when a JVM starts: index/jvm.py) and as many
 indexing threads as the machine has CPUs; each thread indexes whole files, so there are at least as
 many files as threads. Lucene's RAM buffer (`-memoryBuffer`, Anserini's default 4 GB) is set to half the
-heap. Pyserini's indexers report success even when they indexed 0 documents (FACTS.md): afterwards we
+heap. Pyserini's indexers report success even when they indexed 0 documents
+(docs/architecture.md#pyserini-indexes-nothing-without-contents): afterwards we
 count the documents in the index and fail if they differ.
 
 `build_lucene_inprocess` is the former path (pyjnius, Anserini's SimpleIndexer in this process, one

@@ -1,14 +1,13 @@
 """`clarify index build | search | coverage` (registered by clarify.batch.cli).
 
 Only argparse at import; heavy libraries load inside the handlers. These commands never run vLLM,
-so they set OMP_WAIT_POLICY=PASSIVE before torch loads (FACTS.md: MiniLM encoding on shared cores
-collapses 3-10x without it).
+so they set OMP_WAIT_POLICY=PASSIVE before torch loads: MiniLM encoding on shared cores collapses 3-10x
+without it (docs/architecture.md#omp_wait_policypassive-outside-vllm).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -94,7 +93,7 @@ def register(sub) -> None:
     b.add_argument("--faiss", default="flat", metavar="KIND",
                    help="FAISS index: flat | ivf | hnsw, or a faiss.index_factory string such as 'IVF{nlist},PQ48', "
                         "'IVF{nlist},SQ8', 'SQ8', 'HNSW32' ({nlist}: the default list count); compressed types "
-                        "are what fits a full-Wikipedia index in RAM (README \"Full English Wikipedia\")")
+                        "are what fits a full-Wikipedia index in RAM (docs/retrieval.md#full-english-wikipedia-with-pyserinis-prebuilt-indexes)")
     b.add_argument("--train-size", type=int, default=None,
                    help="vectors the index is trained on (default: 256 per IVF list, at least 16,384 for PQ/SQ)")
     b.add_argument("--ef-search", type=int, default=None, help="HNSW efSearch stored in the index (default 128)")
@@ -194,42 +193,92 @@ def cmd_merge_shards(args) -> int:
     return 0
 
 
+QID_COLUMNS = ("qid", "id", "sample_id")
+QUERY_COLUMNS = ("query", "question", "ambiguous_question")
+
+
 def read_queries(path: Path):
-    """Queries file -> [qid, query]. JSONL / Parquet / TSV; columns qid|id and query|question."""
+    """Queries file -> [qid, query]. JSONL / Parquet / TSV; columns qid|id and query|question. A file that
+    cannot be read (a broken Parquet file, a TSV line with another number of fields than its header, a
+    JSONL line that is no object) is one InputError naming the file, and the line where there is one."""
     import polars as pl
 
     path = Path(path)
     need_file(path, "queries file")
     name = path.name.lower()
     if name.endswith(".parquet"):
-        df = pl.read_parquet(path)
+        try:
+            df = pl.read_parquet(path)
+        except Exception as exc:  # polars and pyarrow raise several types for a damaged or foreign file
+            raise InputError(f"cannot read Parquet: {str(exc).splitlines()[0][:200]}", path=str(path)) from None
     elif name.endswith(".tsv"):
-        df = pl.read_csv(path, separator="\t", infer_schema=False, quote_char=None)
+        df = _read_tsv_queries(path)
     elif name.endswith((".jsonl", ".json")):
-        rows = []
-        with open(path, "rb") as fh:
-            for lineno, raw in enumerate(fh, start=1):
-                if not raw.strip():
-                    continue
-                try:
-                    rows.append(json.loads(raw.decode("utf-8")))
-                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                    raise InputError(f"broken JSON line: {exc}", path=str(path), line=lineno) from exc
-        df = pl.DataFrame(rows, infer_schema_length=None)
+        return _read_jsonl_queries(path)
     else:
         raise InputError("unknown queries format (use .jsonl, .parquet or .tsv)", path=str(path))
-    qid = next((c for c in ("qid", "id", "sample_id") if c in df.columns), None)
-    query = next((c for c in ("query", "question", "ambiguous_question") if c in df.columns), None)
+    qid = next((c for c in QID_COLUMNS if c in df.columns), None)
+    query = next((c for c in QUERY_COLUMNS if c in df.columns), None)
     if qid is None or query is None:
         raise InputError(f"queries need a qid (or id) and a query (or question) column; got {df.columns}", path=str(path))
     return df.select(pl.col(qid).cast(pl.String).alias("qid"), pl.col(query).cast(pl.String).alias("query"))
+
+
+def _read_tsv_queries(path: Path):
+    """A TSV of queries, every field a string; a line with another field count than the header names it."""
+    import polars as pl
+
+    try:
+        return pl.read_csv(path, separator="\t", infer_schema=False, quote_char=None)
+    except (pl.exceptions.PolarsError, UnicodeDecodeError) as exc:
+        with open(path, "rb") as fh:
+            width = None
+            for line_no, raw in enumerate(fh, start=1):
+                try:
+                    fields = raw.decode("utf-8").rstrip("\r\n").split("\t")
+                except UnicodeDecodeError as bad:
+                    raise InputError(f"not UTF-8 ({bad.reason} at byte {bad.start} of the line)", path=str(path),
+                                     line=line_no) from None
+                if width is None:
+                    width = len(fields)
+                    if len(set(fields)) < width:
+                        raise InputError("the header names a column more than once", path=str(path),
+                                         line=1) from None
+                elif len(fields) != width and raw.strip():
+                    raise InputError(f"expected {width} tab-separated fields (as the header), got {len(fields)}",
+                                     path=str(path), line=line_no) from None
+        raise InputError(f"cannot read TSV: {str(exc).splitlines()[0][:200]}", path=str(path)) from None
+
+
+def _read_jsonl_queries(path: Path):
+    """JSONL queries through the one JSONL reader (jsonl.py): each line an object with an id and a string query."""
+    import polars as pl
+
+    from clarify.jsonl import iter_jsonl, record_id
+
+    qids, queries = [], []
+    for line_no, obj in iter_jsonl(path, wording={"bad_json": "broken JSON line"}):
+        key = next((c for c in QUERY_COLUMNS if c in obj), None)
+        qid = record_id(obj, path, line_no, QID_COLUMNS)
+        if qid is None or key is None:
+            raise InputError(f"queries need a qid (or id) and a query (or question) field; got {sorted(obj)[:6]}",
+                             path=str(path), line=line_no)
+        if not isinstance(obj[key], str):
+            raise InputError(f"a query must be a string, got {type(obj[key]).__name__}", path=str(path),
+                             line=line_no, field=key)
+        qids.append(qid)
+        queries.append(obj[key])
+    return pl.DataFrame({"qid": qids, "query": queries}, schema={"qid": pl.String, "query": pl.String})
 
 
 def _open(args):
     from clarify.index.store import ensure_default_index, open_index
 
     path = args.index if args.index is not None else ensure_default_index()
-    return open_index(path, faiss_dir=getattr(args, "faiss_index", None), encoder=getattr(args, "encoder", None))
+    index = open_index(path, faiss_dir=getattr(args, "faiss_index", None), encoder=getattr(args, "encoder", None))
+    if getattr(args, "faiss_index", None):
+        index.check_attached()  # its docids are passages of this index (LocalIndex.check_attached)
+    return index
 
 
 def cmd_search(args) -> int:

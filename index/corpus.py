@@ -233,7 +233,10 @@ def _read_parquet(path: Path, problems: _Problems) -> Iterator[pl.DataFrame]:
         df = pl.from_arrow(batch)
         for col, want in ((id_col, "id"), (text_col, "text"), ("title", "title")):
             dtype = df.schema.get(col)
-            if dtype is None or dtype in (pl.String, pl.Null) or (col == id_col and dtype.is_integer()):
+            # a dictionary-encoded string column (what pandas writes for a `category`, or Arrow's
+            # dictionary_encode) reads as Categorical: strings all the same
+            if dtype is None or dtype in (pl.String, pl.Null, pl.Categorical, pl.Enum) or (
+                    col == id_col and dtype.is_integer()):
                 continue
             for line in range(start, start + df.height):  # every row of a wrongly typed column is bad
                 problems.bad(f"bad_{want}", f"{want} must be a string, got {dtype}", path, line, want)
@@ -327,12 +330,41 @@ def _tsv_slow(header: list[str], chunk: bytes, first_line: int, path: Path, prob
             problems.bad("non_utf8", f"bytes that are not UTF-8: {exc.reason} at byte {exc.start} of the line",
                          path, lineno)
             continue
-        row = next(csv.reader([text.removesuffix("\r")], delimiter="\t"), [])
+        try:
+            row = next(csv.reader([text.removesuffix("\r")], delimiter="\t"), [])
+        except csv.Error as exc:  # a bare carriage return inside an unquoted field
+            problems.bad("bad_row", f"cannot split the line into fields: {_csv_reason(exc)}", path, lineno)
+            continue
         if len(row) != len(header):
             problems.bad("bad_row", f"expected {len(header)} tab-separated fields, got {len(row)}", path, lineno)
             continue
         rows.add(row[pos["id"]], row[pos["title"]] if "title" in pos else None, row[pos["text"]], path, lineno)
     return rows.take()
+
+
+def _csv_reason(exc: csv.Error) -> str:
+    why = str(exc).split(" - ")[0]  # the csv module's hint about universal-newline mode is no help here
+    return "a carriage return (\\r) inside a field" if "new-line" in why else why
+
+
+def _tsv_header(first: bytes, path: Path) -> list[str]:
+    """The header line's column names: UTF-8, splittable, each named once, with `id` and `text`."""
+    try:
+        text = first.decode("utf-8").removeprefix("\ufeff").rstrip("\r\n")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"bytes that are not UTF-8 in the header: {exc}", path=str(path), line=1) from exc
+    try:
+        header = next(csv.reader([text], delimiter="\t"), [])
+    except csv.Error as exc:
+        raise InputError(f"cannot split the header into fields: {_csv_reason(exc)}", path=str(path), line=1) from None
+    twice = sorted({name for name in header if header.count(name) > 1})
+    if twice:
+        raise InputError(f"the header names {', '.join(repr(n) for n in twice)} more than once; each column once",
+                         path=str(path), line=1, field=twice[0])
+    if not {"id", "text"} <= set(header):
+        raise InputError(f"TSV needs a header naming 'id' and 'text' (and 'title'); got {header}",
+                         path=str(path), line=1)
+    return header
 
 
 def _read_tsv(path: Path, problems: _Problems) -> Iterator[pl.DataFrame]:
@@ -341,13 +373,7 @@ def _read_tsv(path: Path, problems: _Problems) -> Iterator[pl.DataFrame]:
             first = fh.readline()
         except STREAM_ERRORS as exc:
             raise stream_error(exc, path, 1) from None
-        try:
-            header = next(csv.reader([first.decode("utf-8").removeprefix("\ufeff").rstrip("\r\n")], delimiter="\t"), [])
-        except UnicodeDecodeError as exc:
-            raise InputError(f"bytes that are not UTF-8 in the header: {exc}", path=str(path), line=1) from exc
-        if not {"id", "text"} <= set(header):
-            raise InputError(f"TSV needs a header naming 'id' and 'text' (and 'title'); got {header}",
-                             path=str(path), line=1)
+        header = _tsv_header(first, path)
         for first_line, chunk in _line_chunks(fh, 2, CHUNK_BYTES, path):
             df = _tsv_fast(header, chunk, first_line)
             if df is None:

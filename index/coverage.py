@@ -7,7 +7,7 @@ Matching: answers and passages ("title text", the title counts too) are normalis
 a/an/the dropped, whitespace collapsed; google-research/language `language/asqa/scoring.py`), then an
 answer counts when its token sequence occurs as whole tokens in the passage (" ans " in " passage ").
 AC@k = (pairs covered within top-k) / (all pairs), pooled over questions.
-This is clarify's only AC@k; clarify.eval reports it from here (DESIGN: "AC@k may live in index/").
+This is clarify's only AC@k; clarify.eval reports it from here (docs/architecture.md#the-index).
 """
 
 from __future__ import annotations

@@ -215,7 +215,7 @@ def encode_to_memmap(encoder: Encoder, passages: pl.DataFrame, path: Path, *, pr
     here: on the embedded corpus, batches of 64 cut that way from corpus-order chunks of 512 (the
     previous build) computed 34% more tokens than the passages hold; batches of 16 cut by token count
     0.2%. Measured on 1,000 passages: 1.6x faster, the same vectors (padding is masked out) and the
-    same top-10 (bench/bench_encode.py, bench/results/encode.json; README "Measured")."""
+    same top-10 (bench/bench_encode.py, bench/results/encode.json; docs/results.md)."""
     n = passages.height
     emb = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, encoder.dim))
     texts = passage_texts(passages)

@@ -100,23 +100,40 @@ def texts_of(store, rows: np.ndarray) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------- checkpoints
+def read_job(meta: Path) -> dict | None:
+    """An encoding folder's job.json, or None when it is missing; a file that is not a JSON object is an
+    InputError naming it (it is only ever written whole: something else wrote or damaged it)."""
+    if not meta.is_file():
+        return None
+    try:
+        job = json.loads(meta.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"not a JSON job record ({str(exc)[:120]}): remove the encoding folder and encode "
+                         f"again", path=str(meta)) from None
+    if not isinstance(job, dict):
+        raise InputError(f"not a job record (a JSON {type(job).__name__}, not an object): remove the encoding "
+                         f"folder and encode again", path=str(meta))
+    return job
+
+
 class Checkpoints:
-    """The encoding folder: job.json plus one `chunk-NNNNNN.npy` per finished chunk (module docstring)."""
+    """The encoding folder: job.json plus one `chunk-NNNNNN.npy` per finished chunk (module docstring), each
+    with its record `chunk-NNNNNN.json` (shape, dtype and sha256 of the .npy, written after it), which a
+    merge and the assembly check every chunk against (`check`)."""
 
     def __init__(self, folder: Path, job: dict):
         self.folder, self.job = Path(folder), job
         self.folder.mkdir(parents=True, exist_ok=True)
         meta = self.folder / JOB
-        old = None
-        if meta.is_file():
-            try:
-                old = json.loads(meta.read_text(encoding="utf-8"))
-            except (ValueError, UnicodeDecodeError):
-                old = None
+        try:
+            old = read_job(meta)
+        except InputError:  # a damaged record of this folder: its chunks cannot be trusted, encode again
+            old = None
         if old != job:
             stale = self.done()
             for k in stale:
                 self.path(k).unlink(missing_ok=True)
+                self.record(k).unlink(missing_ok=True)
             if stale:
                 print(f"[clarify index] {self.folder}: {len(stale)} encoded chunks were for another corpus or "
                       f"settings; removed", file=sys.stderr, flush=True)
@@ -125,14 +142,79 @@ class Checkpoints:
     def path(self, k: int) -> Path:
         return self.folder / f"chunk-{k:06d}.npy"
 
+    def record(self, k: int) -> Path:
+        return self.folder / f"chunk-{k:06d}.json"
+
     def done(self) -> set[int]:
         return {int(p.stem.split("-")[1]) for p in self.folder.glob("chunk-*.npy")}
 
+    def rows(self, k: int) -> int:
+        return chunk_rows_of(self.job, k)
+
     def save(self, k: int, vectors: np.ndarray) -> None:
         write_npy(np.ascontiguousarray(vectors, dtype=np.float32), self.path(k))  # temp file, fsync, rename
+        self._write_record(k, self.path(k))
+
+    def _write_record(self, k: int, npy: Path) -> None:
+        from clarify.files import sha256
+
+        shape, dtype = _npy_header(npy)
+        write_json({"shape": list(shape), "dtype": dtype, "sha256": sha256(npy)}, self.record(k))
+
+    def check(self, k: int, npy: Path | None = None) -> None:
+        check_chunk(self.job, k, npy or self.path(k))
 
     def load(self, k: int) -> np.ndarray:
+        self.check(k)
         return np.load(self.path(k))
+
+
+def chunk_rows_of(job: dict, k: int) -> int:
+    """Rows of chunk k of `job`: its chunk size, the last chunk the rest."""
+    return max(0, min(int(job["chunk"]), int(job["count"]) - k * int(job["chunk"])))
+
+
+def check_chunk(job: dict, k: int, npy: Path) -> None:
+    """InputError naming the file unless chunk k of `job` (its file `npy`) is a float32 array of
+    (rows of chunk k, the job's dim) whose bytes are those its record holds (a chunk written before
+    records existed is checked by its header and size alone)."""
+    fix = "remove it and encode again (a build, or the shard that made it, resumes from the others)"
+    if not 0 <= k < -(-int(job["count"]) // int(job["chunk"])):
+        raise InputError(f"chunk number {k} is past the job's last chunk: {fix}", path=str(npy))
+    try:
+        shape, dtype = _npy_header(npy)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"not a chunk of vectors ({str(exc)[:120]}): {fix}", path=str(npy)) from None
+    want = (chunk_rows_of(job, k), int(job["dim"]))
+    if dtype != "<f4" or tuple(shape) != want:
+        raise InputError(f"holds {dtype} {tuple(shape)}, expected float32 {want}: {fix}", path=str(npy))
+    record = npy.with_suffix(".json")
+    if record.is_file():
+        from clarify.files import sha256
+
+        try:
+            digest = json.loads(record.read_text(encoding="utf-8")).get("sha256")
+        except (ValueError, UnicodeDecodeError, AttributeError):
+            digest = None
+        if digest != sha256(npy):
+            raise InputError(f"its bytes differ from those recorded when it was written ({record.name}): {fix}",
+                             path=str(npy))
+
+
+def _npy_header(npy: Path) -> tuple[tuple[int, ...], str]:
+    """(shape, dtype string) of an .npy file from its header, ValueError when the file's size is not the
+    one the header implies (cut short, or bytes added)."""
+    with open(npy, "rb") as fh:
+        version = np.lib.format.read_magic(fh)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read(fh)
+        start = fh.tell()
+    if fortran:
+        raise ValueError("Fortran order")
+    size = start + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if npy.stat().st_size != size:
+        raise ValueError(f"{npy.stat().st_size} bytes, the header says {size}")
+    return tuple(int(x) for x in shape), dtype.str
 
 
 def encode_chunk(encoder, texts: list[str]) -> np.ndarray:
@@ -170,7 +252,7 @@ def assemble(ckpt: Checkpoints, order: np.ndarray, chunk: int, dim: int, path: P
     n = len(order)
     emb = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, dim))
     for k in range(-(-n // chunk)):
-        vec = ckpt.load(k)
+        vec = ckpt.load(k)  # checked: shape, dtype, the checksum recorded when it was written
         rows = order[k * chunk : (k + 1) * chunk]
         if vec.shape != (len(rows), dim):
             raise InputError(f"encoded chunk {k} holds {vec.shape}, expected ({len(rows)}, {dim}): remove it and "
@@ -237,7 +319,7 @@ def _worker(argv: list[str]) -> int:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--job", required=True, help="JSON: store, files, ckpt, job, encoder, batch_size, chunk")
     a = ap.parse_args(argv)
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # FACTS.md: encoding on shared cores
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # docs/architecture.md#omp_wait_policypassive-outside-vllm
     spec = json.loads(a.job)
     if a.threads:
         import torch
@@ -258,24 +340,39 @@ def _worker(argv: list[str]) -> int:
 
 def merge_shards(target: Path, sources: list[Path]) -> int:
     """Copy the chunks of shard encoding folders `sources` into `target` (an index's encoding folder); all
-    must hold the same job.json (same corpus, encoder and settings). Returns the chunks now in `target`."""
+    must hold the same job.json (same corpus, encoder and settings), and every chunk is checked (shape,
+    dtype, the checksum recorded when it was written: `Checkpoints.check`) before anything is copied.
+    Returns the chunks now in `target`."""
     target = Path(target)
     jobs = []
     for src in map(Path, sources):
-        meta = src / JOB
-        if not meta.is_file():
+        job = read_job(src / JOB)
+        if job is None:
             raise InputError("not an encoding folder (no job.json)", path=str(src))
-        jobs.append(json.loads(meta.read_text(encoding="utf-8")))
+        jobs.append(job)
     if any(j != jobs[0] for j in jobs):
         raise InputError("the shard folders were encoded from different corpora or settings (job.json differ)",
                          path=str(sources[0]))
-    ckpt = Checkpoints(target, jobs[0])
+    if not all(isinstance(jobs[0].get(key), int) and jobs[0][key] > 0 for key in ("count", "chunk", "dim")):
+        raise InputError("not a job record of clarify (count, chunk and dim must be positive integers)",
+                         path=str(Path(sources[0]) / JOB))
+    copies = []
     for src in map(Path, sources):
         if src.resolve() == target.resolve():
             continue
         for f in sorted(src.glob("chunk-*.npy")):
-            if not (target / f.name).exists():
-                write_atomic(target / f.name, lambda tmp, f=f: shutil.copyfile(f, tmp))
+            try:
+                k = int(f.stem.split("-")[1])
+            except (IndexError, ValueError):
+                raise InputError("not a chunk name (chunk-NNNNNN.npy)", path=str(f)) from None
+            check_chunk(jobs[0], k, f)
+            copies.append((k, f))
+    ckpt = Checkpoints(target, jobs[0])  # every chunk is good: now the target is made
+    for k, f in copies:
+        if ckpt.path(k).exists():
+            continue
+        write_atomic(ckpt.path(k), lambda tmp, f=f: shutil.copyfile(f, tmp))
+        ckpt._write_record(k, ckpt.path(k))
     return len(ckpt.done())
 
 

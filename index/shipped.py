@@ -1,4 +1,4 @@
-"""Embeddings shipped beside a corpus, so an index build need not encode it (issue 17, README "Measured").
+"""Embeddings shipped beside a corpus, so an index build need not encode it (docs/results.md).
 
 Encoding the embedded corpus (10,116 passages, all-MiniLM-L6-v2) takes ~4 minutes on 2 CPU cores: most
 of a newcomer's wait before the first answer. `write` encodes a corpus once and stores the vectors beside
@@ -18,7 +18,7 @@ and on the batch a passage is encoded with (AVX2 and AVX-512 machines differ in 
 honest rebuilds differ bit-wise; a wrong file (another model, another corpus order) differs at 1e-1.
 Shipping the vectors makes every machine's index the same bits. `python -m clarify.index.shipped check
 --full DIR` re-encodes every row and reports the largest difference and the top-10 agreement of the
-ASQA dev questions' dense search (README "Measured").
+ASQA dev questions' dense search (docs/results.md).
 """
 
 from __future__ import annotations

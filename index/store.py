@@ -1,4 +1,4 @@
-"""Build, open and cache local indexes (DESIGN §4).
+"""Build, open and cache local indexes (docs/architecture.md#the-index).
 
 An index directory built by clarify:
     manifest.json        format, counts, encoder, dimensions, build settings, timings, checksums
@@ -132,9 +132,19 @@ def read_manifest(path: Path) -> dict | None:
         raise InputError(f"broken index manifest: {exc}", path=str(mf)) from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise InputError(f"not a clarify index manifest (format is not '{FORMAT}')", path=str(mf))
-    if manifest.get("version") != VERSION:
-        raise InputError(f"index format version {manifest.get('version')} is not supported (want {VERSION}); rebuild it",
+    version = manifest.get("version")
+    if isinstance(version, bool) or not isinstance(version, int):  # "1" would print as 1 in the line below
+        raise InputError(f"broken index manifest: 'version' is a JSON {type(version).__name__} ({version!r}), "
+                         f"not an integer; rebuild it", path=str(mf), field="version")
+    if version != VERSION:
+        raise InputError(f"index format version {version} is not supported (want {VERSION}); rebuild it",
                          path=str(mf))
+    for part in ("passages", "bm25", "dense", "build"):  # each an object, or absent/null for a part not built
+        if manifest.get(part) is not None and not isinstance(manifest[part], dict):
+            raise InputError(f"broken index manifest: '{part}' is a JSON {type(manifest[part]).__name__}, not an "
+                             f"object; rebuild it", path=str(mf), field=part)
+    if not isinstance(manifest.get("corpus", []), list):
+        raise InputError("broken index manifest: 'corpus' is not a list; rebuild it", path=str(mf), field="corpus")
     return manifest
 
 
@@ -652,8 +662,27 @@ class LocalIndex:
                                          "configured); set "
                                          "[retrieval] cross_encoder (clarify run --cross-encoder DIR) to a local "
                                          "sentence-transformers CrossEncoder directory for a real reranker "
-                                         "(README \"Retrieval, honestly\").")
+                                         "(docs/retrieval.md#searchers-and-the-reranker).")
         return self._searchers[key]
+
+    def check_attached(self) -> None:
+        """A FAISS folder attached from elsewhere (`faiss_dir`) must index these passages: a sample of its
+        docid lines (`docid_sample`) is looked up in them; InputError naming the docid file and a line whose
+        id is not a passage here (its vectors would come back as passages this index cannot show). Opens
+        the passages (for a prebuilt Lucene index, the JVM): a run calls it before its directory is made."""
+        own = (self.manifest.get("dense") or {}).get("dir")
+        if self._dense_dir is None or (self.manifest.get("format") != "pyserini-prebuilt" and own and
+                                       Path(self._dense_dir).resolve() == (self.path / str(own)).resolve()):
+            return
+        docid = Path(self._dense_dir) / "docid"
+        _, sample = docid_sample(docid)
+        for line, pid in sample:
+            try:
+                self.passage_lookup([pid])
+            except InputError:
+                raise InputError(f"id {pid!r} is not a passage of the index {self.path}: this FAISS index was built "
+                                 f"from another corpus (attach the one built from the index's passages)",
+                                 path=str(docid), line=line, field="faiss_index") from None
 
     def verify(self) -> list[str]:
         """Recompute the manifest checksums (the full read of every file, on request); return the list of
@@ -716,7 +745,34 @@ def check_dense(dense_dir: Path, encoder_spec: str | None) -> tuple[int, int]:
         raise InputError(f"the query encoder gives {enc_dim}-d vectors but the FAISS index holds {dim}-d vectors: "
                          f"name the encoder the index was built with (--encoder DIR, [retrieval] encoder)",
                          path=str(dense_dir / "index"), field="encoder")
+    lines, _ = docid_sample(dense_dir / "docid", 0)
+    if lines != count:
+        raise InputError(f"'docid' has {lines} lines but the index holds {count} vectors: row i of the index is "
+                         f"line i of docid, so both must come from one FAISS build", path=str(dense_dir / "docid"),
+                         field="faiss_index")
     return dim, count
+
+
+DOCID_SAMPLES = 16  # docid lines looked up in the passages when a FAISS folder is attached (first, last, between)
+
+
+def docid_sample(docid: Path, n: int = DOCID_SAMPLES) -> tuple[int, list[tuple[int, str]]]:
+    """(lines of a Pyserini `docid` file, up to `n` of its (line number, id) spread over it: first, last and
+    evenly between), from a memory map (a 21M-line file: a fraction of a second)."""
+    size = docid.stat().st_size
+    if size == 0:
+        return 0, []
+    data = np.memmap(docid, dtype=np.uint8, mode="r")
+    ends = np.flatnonzero(data == 10)
+    if data[-1] != 10:
+        ends = np.append(ends, size)
+    count = len(ends)
+    picks = sorted({int((count - 1) * i / max(1, n - 1)) for i in range(n)}) if n else []
+    out = []
+    for i in picks:
+        start = int(ends[i - 1]) + 1 if i else 0
+        out.append((i + 1, bytes(data[start:int(ends[i])]).decode("utf-8", "replace")))
+    return count, out
 
 
 def _check_search_options(dense_dir: Path | None, options: DenseOptions | None) -> None:

@@ -1,4 +1,5 @@
-"""`CachedEngine`: a content-addressed, durable completion cache in front of any Engine (DESIGN §5).
+"""`CachedEngine`: a content-addressed, durable completion cache in front of any Engine
+(docs/architecture.md#engines-and-the-completion-cache).
 
 Key: `request_key(model_id, prompt, params)` (sha256). Only misses reach the inner engine, all of
 them in ONE `generate` call; a second identical run makes zero engine calls.

@@ -1,4 +1,4 @@
-"""The engine contract (DESIGN §5): what every stage that generates text depends on.
+"""The engine contract (docs/architecture.md#engines-and-the-completion-cache): what every stage that generates text depends on.
 
 Pure module: no vllm/torch import, so `batch/` and tests import it in milliseconds.
 """

@@ -1,6 +1,6 @@
 """What the machine computes fast, and the engine dtype that follows from it.
 
-Machines of one kind differ (README "Measured on the development machine"): some x86 CPUs compute
+Machines of one kind differ (docs/results.md): some x86 CPUs compute
 bfloat16 natively (AVX512-BF16 or AMX tiles), others are AVX2-only and emulate it. vLLM-CPU keeps the
 model's bfloat16 under `dtype="auto"`, and on an AVX2-only CPU that is ~3.7x slower than float32
 (measured: 69 vs 256 tok/s, SmolLM2, 16 prompts x 64 tokens) and not batch-invariant. So clarify

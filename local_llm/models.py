@@ -120,7 +120,7 @@ def _convert_gguf(gguf: Path, out_dir: Path) -> None:
     """Dequantize a GGUF checkpoint with transformers and save it as an HF safetensors folder.
 
     vLLM 0.32 cannot load GGUF; transformers can read it, but only a *dequantized* model can be
-    saved (FACTS.md: without `dequantize=True`, save_pretrained raises "not serializable")."""
+    saved (docs/architecture.md#converting-a-gguf-model: without `dequantize=True`, save_pretrained raises "not serializable")."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 

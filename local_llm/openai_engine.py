@@ -1,5 +1,5 @@
 """`OpenAIEngine`: a model that already runs as a server speaking the OpenAI-compatible API (`vllm serve`,
-SGLang, TGI, llama.cpp's server), as a clarify engine (issue 31; README "An engine that already runs").
+SGLang, TGI, llama.cpp's server), as a clarify engine (docs/engines.md#a-running-server-the-openai-backend).
 
 Many requests are in flight at once — async HTTP on one background event loop, at most
 `max_concurrency` — so the continuous scheduler keeps the server's batch full: `submit` starts requests,

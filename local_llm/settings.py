@@ -3,7 +3,7 @@
 `engine_settings(device, ask)` evaluates the table for one device and returns what an engine is started
 with: the keywords of `vllm.LLM(...)`, the environment set before vLLM is imported, and notes that say
 what was chosen for the user (a dtype fallback). `render(device, ask)` prints the same rows as a
-Markdown table (`clarify doctor --settings`, README "GPU servers, air-gapped"). Nothing here imports torch or vLLM: the device
+Markdown table (`clarify doctor --settings`, docs/engines.md#the-cpucuda-settings-table). Nothing here imports torch or vLLM: the device
 facts are passed in, so faked devices (CUDA capability 7.0, 8.0, 9.0) are tested on a CPU machine
 (tests/test_engine_settings.py), and every keyword is checked against the pinned vLLM's own argument
 names (tests/test_vllm_api.py).
@@ -15,7 +15,7 @@ Sources for the rules (vLLM 0.32.0, the pinned version):
 - `VLLM_BATCH_INVARIANT=1` (vllm/envs.py; vllm/model_executor/determinism/batch_invariant.py): on SM80
   (Ampere) Triton matmul overrides, on SM89/90/100/120 (Ada, Hopper, Blackwell) cuBLAS without split-k;
   clarify refuses it below 8.0. On CPU clarify uses float32 instead, whose results do not depend on the
-  batch (README "Measured").
+  batch (docs/results.md).
 - Batch defaults: vllm/engine/arg_utils.py `get_batch_defaults` (CPU: 256 sequences, 4096 tokens per
   step for the offline `LLM`; GPUs: 256-1024 and 8192-16384 by memory).
 """

@@ -1,4 +1,5 @@
-"""`VLLMEngine`: the real engine, vLLM's offline `LLM` running in this process (DESIGN §5).
+"""`VLLMEngine`: the real engine, vLLM's offline `LLM` running in this process
+(docs/architecture.md#engines-and-the-completion-cache).
 
 One `generate` call per batch with one `SamplingParams` per request (temperature, top_p, max_tokens,
 stop, seed, n, and a structured-output `choice` or `grammar` constraint). Chat models get their chat template

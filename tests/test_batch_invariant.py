@@ -64,7 +64,7 @@ def test_batch_invariant_runs_are_identical_fresh_under_every_scheduler_and_two_
     for name, summary in runs.items():
         assert summary["n_questions"] == 2, name
         # computed here: each run starts with an empty completion cache; the cached calls are repeats of a
-        # byte-identical request inside the run (the seed is a function of the prompt, README "Differences")
+        # byte-identical request inside the run (the seed is a function of the prompt, docs/fidelity.md)
         assert summary["llm_calls"] > summary["cached_calls"], name
         engine = summary["engine"]
         assert engine["dtype"] == "float32" and engine["batch_invariant"] is True, name

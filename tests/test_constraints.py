@@ -209,6 +209,56 @@ def test_every_word_run_of_every_quotesum_source_is_verbatim_for_the_checker():
 
 
 # -- switches, params, cache key ------------------------------------------------------------------------
+def test_an_invisible_word_is_no_word_the_grammar_can_quote():
+    """A source "word" of zero-width or other invisible characters only is what the checker's `normalise`
+    drops: the grammar never quotes it alone (`[1 \u200b]` would be an empty span), and the words around it
+    join with the space the checker sees."""
+    src = Passage("p", "", "Paris \u200b is\u00ad big \u2060\u200d today")
+    g = quotes_grammar([src])
+    for bad in ("[1 \u200b]", "[1 \u00ad]", "[1 \u2060]", "[1 Paris \u200b is]"):
+        assert not accepts(g, bad), bad
+    runs = ["Paris is", "Paris is big today", "is", "big today"]
+    for run in runs:
+        assert accepts(g, f"[1 {run}]"), run
+    answers = pl.DataFrame({"qid": [str(i) for i in range(len(runs))], "answer": [f"[1 {r}]" for r in runs],
+                            "passage_ids": [["p"]] * len(runs)})
+    _, spans = check_answers(answers, pl.DataFrame([{"passage_id": "p", "title": "", "text": src.text}]),
+                             repair_threshold=1.0, progress=False)
+    assert (spans["status"] == "verbatim").all(), spans
+
+
+def test_a_lone_surrogate_in_a_source_breaks_the_chain_and_the_grammar_compiles():
+    g = quotes_grammar([Passage("p", "T\udc80", "alpha \ud800 beta gamma")])
+    g.encode("utf-8")  # a grammar vLLM can send on
+    assert accepts(g, "[1 beta gamma]") and accepts(g, "[1 alpha]") and accepts(g, "[1 T]")
+    assert not accepts(g, "[1 alpha beta]")
+
+
+def test_the_grammar_quotes_at_most_its_cap_of_words_shared_over_the_sources(monkeypatch):
+    """20,000 source words (8 sources of 2,500): each source's first words up to an equal share of
+    GRAMMAR_MAX_UNITS are quotable, the rest is not; below the cap the grammar is the uncapped one (the
+    largest QuoteSum dev source set, 934 words)."""
+    from clarify.batch.toc import constraints
+
+    sources = [Passage(f"p{k}", f"Title {k}", " ".join(f"w{k}x{i}" for i in range(2500))) for k in range(1, 9)]
+    g = quotes_grammar(sources)
+    lines = g.splitlines()
+    assert sum(line.startswith("s") for line in lines) == constraints.GRAMMAR_MAX_UNITS  # a word of <= 8 bytes: 1 unit
+    share = (constraints.GRAMMAR_MAX_UNITS - 2 * 8) / 8  # the titles' two words each, then equal shares
+    for k in range(1, 9):
+        n = sum(line.startswith(f"s{k}t_") for line in lines)
+        assert int(share) <= n <= int(share) + 1 and f"s{k}h_1 ::=" in g and f'"[{k} " q{k} "]"' in g
+        assert f's{k}t_{n - 1} ::= "w{k}x{n - 1}"\n' in g + "\n"  # its first n words, the last one ends the chain
+    assert g.count(" ::= ") < 3 * constraints.GRAMMAR_MAX_UNITS
+    rows = [json.loads(line) for line in (data_dir() / "quotesum" / "dev.jsonl").read_text(encoding="utf-8").splitlines()]
+    biggest = max(rows, key=lambda o: sum(len(quote_words(o.get(f"source{k}") or "")) for k in range(1, 9)))
+    srcs = [Passage(f"p{k}", biggest.get(f"title{k}") or "", biggest.get(f"source{k}") or "") for k in range(1, 9)]
+    capped = quotes_grammar(srcs)
+    monkeypatch.setattr(constraints, "GRAMMAR_MAX_UNITS", 10**9)
+    assert quotes_grammar(srcs) == capped
+    assert quotes_grammar(sources).count(" ::= ") > 20_000
+
+
 def test_switches_are_off_by_default_and_recorded_in_the_frozen_config():
     cfg = config.load(None)
     assert (cfg.toc.constrain_format, cfg.answer.constrain_quotes) == (False, False)
@@ -345,9 +395,9 @@ def test_command_line_flags_set_the_switches():
 
 
 def test_demo_decodes_constrained_and_says_so_and_an_unconstrained_demo_resumes_so(tmp_path, monkeypatch, capsys):
-    """`clarify demo` decodes under both constraints (better on the embedded model: README "Constrained
-    decoding") and says so, with `clarify run` keeping the official default; a demo started without them
-    resumes without them."""
+    """`clarify demo` decodes under both constraints (better on the embedded model:
+    docs/running-toc.md#constrained-decoding) and says so, with `clarify run` keeping the official default; a
+    demo started without them resumes without them."""
     import types
 
     from clarify.batch import commands, pipeline, resources

@@ -1,6 +1,6 @@
-"""Every command line the README's code blocks and the commands' `--help` examples print goes through
-argument parsing and, for the commands that run ToC, the config and the dataset's own checks (issue 34):
-a documented command that cannot work fails here, not in a user's hands. Fast: nothing runs."""
+"""Every command line of the README's and docs/'s shell code blocks and every example the commands' `--help`
+prints goes through argument parsing and, for the commands that run ToC, the config and the dataset's own
+checks: a documented command that cannot work fails here, not in a user's hands. Fast: nothing runs."""
 
 from __future__ import annotations
 
@@ -25,11 +25,15 @@ def _leaves(parser: argparse.ArgumentParser):
         yield from _leaves(child)
 
 
-def _readme_commands() -> list[str]:
-    """Lines of the README's shell code blocks (```sh) that start with `clarify ` (a `\\` continues a
-    line); `# ...` comments dropped, `[optional]` parts kept without their brackets."""
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def _page_commands(page: Path) -> list[str]:
+    """Lines of a page's shell code blocks (```sh) that start with `clarify ` or `.venv/bin/clarify ` (a `\\`
+    continues a line); `# ...` comments and shell redirections dropped, `[optional]` parts kept without
+    their brackets."""
     out, block, pending = [], False, ""
-    for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines():
+    for line in page.read_text(encoding="utf-8").splitlines():
         if line.strip().startswith("```"):
             block = not block and line.strip() in ("```sh", "```bash")
             continue
@@ -40,9 +44,15 @@ def _readme_commands() -> list[str]:
             pending = text[:-1] + " "
             continue
         pending = ""
+        text = text.removeprefix(".venv/bin/")
         if text.startswith("clarify "):
-            out.append(re.sub(r"\[([^\]]*)\]", r"\1", text.split(" #")[0]).replace(" ...", "").strip())
+            text = re.split(r"\s(?:>|\||2>|&&)\s", text.split(" #")[0])[0]
+            out.append(re.sub(r"\[([^\]]*)\]", r"\1", text).replace(" ...", "").strip())
     return out
+
+
+def _readme_commands() -> list[str]:
+    return [c for page in PAGES for c in _page_commands(page)]
 
 
 def _help_commands() -> list[str]:
@@ -84,7 +94,10 @@ def _validate(line: str) -> None:
 
 
 def test_the_documented_commands_are_found():
-    assert len(README) >= 10 and len(HELP) >= 20
+    assert len(README) >= 40 and len(HELP) >= 20
+    for page in ("README.md", "docs/getting-started.md", "docs/running-toc.md", "docs/retrieval.md", "docs/scale.md",
+                 "docs/evaluation.md"):
+        assert _page_commands(ROOT / page), f"{page}: no command found"
     for words in ("clarify run --dataset asqa --limit 50", "clarify compare --models", "clarify index build"):
         assert any(c.startswith(words) for c in README), words
         assert any(c.startswith(words) for c in HELP), words

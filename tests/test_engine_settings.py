@@ -88,9 +88,9 @@ def test_the_rendered_table_has_a_column_per_device_and_every_difference():
     assert row["env VLLM_CPU_KVCACHE_SPACE"][1:] == ["not set"] * 3
 
 
-def test_the_readme_shows_the_table_the_code_applies():
-    """README "GPU servers, air-gapped" carries the table rendered for the default [model] and a bfloat16
-    model: regenerate it with this test's `render(...)` call when a row changes."""
+def test_the_docs_show_the_table_the_code_applies():
+    """docs/engines.md#the-cpucuda-settings-table carries the table rendered for the default [model] and a
+    bfloat16 model: regenerate it with this test's `render(...)` call when a row changes."""
     from pathlib import Path
 
     from clarify.batch.config import ModelConfig
@@ -102,7 +102,8 @@ def test_the_readme_shows_the_table_the_code_applies():
                Device("cuda", capability=(8, 0), name="A100", count=8),
                Device("cuda", capability=(9, 0), name="H100", count=8)]
     table = render(devices, ask)
-    assert table in (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8"), table
+    page = Path(__file__).resolve().parents[1] / "docs" / "engines.md"
+    assert table in page.read_text(encoding="utf-8"), table
 
 
 def test_dense_search_goes_to_the_gpu_only_where_faiss_sees_one():

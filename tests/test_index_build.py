@@ -183,7 +183,7 @@ def test_build_with_hnsw_option(tmp_path):
 
 def test_cross_encoder_rerank_path(small_index, tmp_path):
     """The cross-encoder branch with a real sentence-transformers CrossEncoder. No PyPI package ships a
-    trained cross-encoder (FACTS.md), so this one is MiniLM with a freshly initialised scoring head: the
+    trained cross-encoder (docs/architecture.md#no-cross-encoder-or-squad-reader-on-pypi), so this one is MiniLM with a freshly initialised scoring head: the
     test checks the plumbing (which pairs are scored, ordering, naming), not ranking quality."""
     import torch
     from sentence_transformers import CrossEncoder

@@ -7,6 +7,8 @@ where the other real-engine tests load it)."""
 
 from __future__ import annotations
 
+import os
+
 import polars as pl
 import pytest
 
@@ -115,8 +117,8 @@ def test_a_worker_opens_exactly_what_the_driver_pinned(layouts, tmp_path):
     assert idx.dense_dir == layouts["faiss"] and idx.encoder_spec == str(layouts["query_encoder"])
     other = tmp_path / "faiss"
     shutil.copytree(layouts["faiss"], other)
-    with open(other / "docid", "a") as fh:  # another node's copy that is not the same
-        fh.write("extra\n")
+    st = (other / "docid").stat()  # another node's copy that is not the same file (its count still agrees)
+    os.utime(other / "docid", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     moved = {**pins, "faiss_index": {**pins["faiss_index"], "path": str(other)}}
     with pytest.raises(InputError, match="faiss index differs from the one the driver pinned"):
         open_run_index(bare, moved)

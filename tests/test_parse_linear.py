@@ -144,6 +144,15 @@ def test_dq_da_answer_patterns_match_the_old_ones():
             assert _groups(new.match(line)) == _groups(old.match(line)), (old.pattern, line)
 
 
+def test_official_split_patterns_match_the_official_ones():
+    # toc/utils.py:37-38 splits on `DQ\s*\d*:` / `DA\s*\d*:`; parse.py's possessive forms split the same
+    lines = _random_strings(LINE_ALPHABET, 20_000, 10, seed=2)
+    lines += ["[1] DQ 2: a", "DQ12  : q DQ 3: r", "xDA:y", "DA 1 1: z"]
+    for line in lines:
+        for plain, new in ((r"DQ\s*\d*:", parse._OFFICIAL_DQ), (r"DA\s*\d*:", parse._OFFICIAL_DA)):
+            assert new.split(line) == re.split(plain, line), (plain, line)
+
+
 def test_clean_long_answer_matches_the_old_one():
     texts = _random_strings([" ", "\n", "\t", "---", "--", "Question", "Context", "Answer", ":", "x", "y z", "\r"],
                             20_000, 12, seed=2)
@@ -353,6 +362,10 @@ SHAPES = {  # 40k-character inputs built from the pieces that the patterns above
     "newlines": "\n" * 40_000,
     "blank lines": "\n \t" * 13_333,
     "label then spaces": "DQ" + " " * 40_000,
+    "mid-line labels": "[1] DQ " * 6_000,
+    "label soup": "DQ DA 1 " * 5_000,
+    "label lines": "DQ 1 x\nDA 1 y\n" * 3_000,
+    "label digits": "DQ" + "1" * 40_000,
     "bullet stars digits": "- " + "*" * 13_000 + "DQ" + "1" * 13_000 + " " * 13_000,
     "open markers": "[ 1 " * 10_000,
     "marker then spaces": "[ 1" + " " * 40_000,
@@ -365,6 +378,7 @@ SHAPES = {  # 40k-character inputs built from the pieces that the patterns above
 }
 READERS = {
     "parse_disambiguations": lambda s: parse.parse_disambiguations(s, "length"),
+    "parse_disambiguations official": lambda s: parse.parse_disambiguations(s, "length", "official"),
     "parse_verdict": parse.parse_verdict,
     "clean_long_answer": parse.clean_long_answer,
     "parse_quoted": quotes.parse_quoted,

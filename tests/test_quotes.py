@@ -29,7 +29,8 @@ from clarify.batch.toc.quotes import (
 from clarify.errors import InputError
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-# google-research-datasets/QuoteSum evals/scorers.py (strict form) and the form quoted in DESIGN §7.
+# google-research-datasets/QuoteSum evals/scorers.py (strict form) and the looser form
+# docs/architecture.md#quoted-answers gives.
 OFFICIAL_STRICT = re.compile(r"\[ ([1-9]) ([^\[\]]*) \]")
 OFFICIAL_LOOSE = re.compile(r"\[ ?(\d) ([^\[\]]*) ?\]")
 

@@ -36,12 +36,18 @@ def test_parse_pairs_official_layout_and_variants():
 def test_parse_garbage_is_recorded_not_raised():
     assert parse_disambiguations("I don't know.").error == "no DQ/DA lines"
     p = parse_disambiguations("DQ 1: a?\nDQ 2: b?\nDA 2: x\nDA 3: y\nDQ 4:\nDA 4: z")
-    assert [d.question for d in p.pairs] == ["b?"]
+    # lines 5-6 are the official parser's pair (toc/utils.py:37-41 keeps an empty question); lines 2-3
+    # are recovered (the official i / i+1 pairing drops them)
+    assert [(d.question, d.da) for d in p.pairs] == [("b?", "x"), ("", "z")]
     assert "DQ without DA: 'a?'" in p.error and "DA without DQ on line 4" in p.error
     # half a line at max_tokens: the last pair is dropped and noted
     p = parse_disambiguations("DQ 1: a?\nDA 1: x\nDQ 2: b?\nDA 2: Jo", finish_reason="length")
     assert [d.question for d in p.pairs] == ["a?"] and "cut at max_tokens" in p.error
-    assert parse_disambiguations("DQ 1: a?\nDA 1: ;  ;").pairs == []
+    # an official pair whose DA holds no answer is kept as the official code keeps it, and noted
+    p = parse_disambiguations("DQ 1: a?\nDA 1: ;  ;")
+    assert [(d.question, d.answers, d.da) for d in p.pairs] == [("a?", (), ";  ;")] and "empty DA" in p.error
+    # a recovered pair (not the official one's) with no answer is dropped
+    assert parse_disambiguations("x\nDQ 1: a?\nDA 1: ;  ;").pairs == []
 
 
 def test_parse_verdict():
@@ -427,3 +433,26 @@ def test_previous_preset_runs_continuous_equal_loop():
     rec2 = drive("sequential", t2, _resources(LooseEngine("s", make_responder())), cfg)
     assert nodes_table(t1).equals(nodes_table(t2))
     assert _calls(rec1.llm_calls).equals(_calls(rec2.llm_calls))
+
+
+def test_parsing_switch_reaches_the_tree():
+    """toc.parsing: "official" keeps only the official parser's pairs (toc/utils.py:25-46), the default also
+    the pairs it drops; on a completion both read alike, the trees are the same."""
+    def respond(prompt: str, params) -> str:
+        if params.choices:
+            return "True"
+        # both read the first pair, its label after the echoed context number; a stray line shifts the
+        # official i / i+1 pairing, which then loses the second pair
+        return "[1] DQ 1: Who scored most in a World Cup?\n[2] DA 1: Miroslav Klose\n" \
+               "DQ 2: Who scored most for a country?\n(men's football)\nDA 2: Cristiano Ronaldo"
+
+    questions = {}
+    for parsing in ("clarify", "official"):
+        cfg = config.load(None, {"answer_style": "free", "toc.parsing": parsing, "toc.max_expansions": 1})
+        trees = [Tree.new("q0", QUESTIONS[0])]
+        drive("waves", trees, _resources(ScriptedEngine("scripted", respond)), cfg)
+        questions[parsing] = [n.question for n in trees[0].nodes if n.parent_id == "0"]
+    assert questions["official"] == ["Who scored most in a World Cup?"]
+    assert questions["clarify"] == ["Who scored most in a World Cup?", "Who scored most for a country?"]
+    with pytest.raises(InputError, match=r"toc.parsing"):
+        config.load(None, {"toc.parsing": "lenient"})

@@ -21,6 +21,7 @@ from clarify.batch.resources import open_resources, prepare
 from clarify.batch.scheduler import drive
 from clarify.batch.toc.tree import Tree
 from tests.run_fixtures import SMALL, same_tables, small_toml
+from tests.test_parse_official import check_recorded
 
 pytestmark = pytest.mark.integration
 
@@ -60,6 +61,11 @@ def test_real_schedulers_build_identical_tables_from_one_cache(tmp_path, default
     # tokens, and each tree has its answer row
     assert (calls.filter(~pl.col("cached"))["output_tokens"] > 0).all()
     assert sorted(a["qid"] for a in cont.answers) == sorted(questions["qid"])
+    # the real model's clarifications, parsed by the official function and by clarify's default: wherever
+    # the official one finds pairs, the default finds the same (tests/test_parse_official.py)
+    clar = calls.filter(pl.col("step") == "clarify")
+    assert clar.height
+    check_recorded(list(zip(clar["completion"], clar["finish_reason"])))
 
     for name in ("waves", "sequential"):
         before = stats.prompts

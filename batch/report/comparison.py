@@ -1,4 +1,4 @@
-"""The comparison of runs in `clarify report` (DESIGN §8): one row per run, pure functions over loaded runs.
+"""The comparison of runs in `clarify report` (docs/architecture.md#reports-and-comparisons): one row per run, pure functions over loaded runs.
 
 The runs are read by the one run reader (`batch/rundir.py` Run.open); the rendering in `batch/report/html.py`
 turns the table into HTML and the metric-vs-size plot (`plots.compare_png`).

@@ -1,4 +1,5 @@
-"""`clarify report`: one self-contained HTML file for one or more run directories (DESIGN §8).
+"""`clarify report`: one self-contained HTML file for one or more run directories
+(docs/architecture.md#reports-and-comparisons).
 
 The file needs no network: CSS and JS are inline, plots are PNGs embedded as base64 `data:` URIs.
 Per run it shows the frozen config, the summary metrics, plots (`batch/report/plots.py`), an index of the

@@ -1,4 +1,4 @@
-"""The Tree of Clarifications algorithm: one question's tree and the requests it makes (README "Architecture").
+"""The Tree of Clarifications algorithm: one question's tree and the requests it makes (docs/architecture.md).
 
     tree.py         the tree's state (nodes, waves, pruning status), official ToC semantics
     program.py      a tree as a program of requests (search, embed, clarify, verify, answer) and their results

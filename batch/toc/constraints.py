@@ -16,7 +16,7 @@ Two switches, both off by default (the official trees stay the default):
   space: exactly what the checker's `normalise` collapses, so every constrained span is found verbatim
   (`tests/test_constraints.py` checks the mapping on every shipped QuoteSum source).
 
-Mechanism (measured, README "Constrained decoding"): vLLM's structured outputs with a grammar
+Mechanism (measured, docs/running-toc.md#constrained-decoding): vLLM's structured outputs with a grammar
 string per request (`SamplingParams(structured_outputs=StructuredOutputsParams(grammar=...))`,
 https://docs.vllm.ai/en/v0.11.0/features/structured_outputs.html — the `grammar` field; vLLM 0.32's
 `vllm/sampling_params.py` StructuredOutputsParams), in the EBNF (GBNF) syntax that vLLM's default
@@ -33,7 +33,9 @@ O(words) rules (a 100-word DPR passage: ~130 rules, ~3 KB of grammar), accepts e
 contiguous runs of whole words, and leaves the ambiguity of repeated words to the grammar engine's
 Earley parser. Words are `\w+` runs and single punctuation marks (combining marks stay with their
 letter), so a span can end before a comma, but never inside a word. Brackets cannot be quoted (they
-would end or open a marker): a word containing one breaks the chain there.
+would end or open a marker): a word containing one breaks the chain there, as does one holding a lone
+surrogate; a word the checker normalises away (zero-width characters only) is no word. The words quotable
+are capped (GRAMMAR_MAX_UNITS, shared over the sources): compile time grows with their square.
 
 The grammar is part of GenParams (`grammar`), so it is part of the request's completion-cache key
 (local_llm/engine.py `request_key`); a request without one keeps its old key.
@@ -63,12 +65,12 @@ from clarify.schemas import Passage
 #   (tests/test_constraints.py checks it against the default clarify_max_tokens and the real tokenizer).
 # - Characters: at most FORMAT_MAX_WORD_CHARS = 20 per word (1 of ASQA dev's 49,996 gold DQ/DA words is
 #   longer; 99.9th percentile 15): with lines capped in words alone, SmolLM2 glued words into one past the
-#   cap until max_tokens (12 % of its clarifications on ASQA dev 0-9, README "Constrained decoding"). The
+#   cap until max_tokens (12 % of its clarifications on ASQA dev 0-9, docs/running-toc.md#constrained-decoding). The
 #   format grammar is the same string for every request and vLLM compiles it once per engine: 1.3 s with
 #   SmolLM2's vocabulary, 3.6 s with Gemma 3's (unbounded words: 0.2 s / 1.4 s).
 # Lines in words, not characters: xgrammar expands a bounded repetition into one state per step and precomputes a
 # token mask for each, so `[^\n]{0,199}` took 33 s to compile with Gemma 3's 262k-token vocabulary, 40 words
-# 0.7 s (README "Constrained decoding").
+# 0.7 s (docs/running-toc.md#constrained-decoding).
 FORMAT_MAX_PAIRS = 3
 FORMAT_MAX_DQ, FORMAT_MAX_DA = 27, 9
 FORMAT_MAX_WORD_CHARS = 20
@@ -77,7 +79,7 @@ FORMAT_MAX_TOKENS = round(FORMAT_MAX_PAIRS * (FORMAT_PAIR_TOKENS + (FORMAT_MAX_D
                           + FORMAT_END_TOKENS)
 # A constrained quoted answer opens with a marker, as 126 of QuoteSum dev's 265 gold answers do (the most
 # common lead; all 265 hold a marker). With markers allowed but not required, the embedded model wrote none
-# on ASQA (README "Constrained decoding"). A lead of up to 12 free words (the longest gold lead) was tried:
+# on ASQA (docs/running-toc.md#constrained-decoding). A lead of up to 12 free words (the longest gold lead) was tried:
 # SmolLM2 then glued words together past the 12th ("during theFirstBarons'War") rather than quote, and a
 # stop string could end the answer before its first marker; a marker first has neither problem, and the
 # text after it stays free.
@@ -168,21 +170,90 @@ def _kind(ch: str) -> str:
     return "w" if (ch.isalnum() or ch == "_" or unicodedata.combining(ch)) else "p"
 
 
-def _chain(name: str, text: str) -> tuple[list[str], list[str]]:
-    """Rules `name_i ::= "word_i" (sep w_{i+1})?` over the words of `text`, and the names of the rules a
-    span may start at (every word without a bracket)."""
-    words = quote_words(text)
+# What one compile of a quotes grammar may cost. xgrammar (0.2.8, what vLLM compiles with) makes an Earley
+# parser for every scannable position of the grammar (each byte of a word's literal) and each parser's set-up
+# walks every rule (cpp/earley_parser.cc `EarleyParser::EarleyParser`: vectors of NumRules), so compile time
+# grows with bytes x rules, the square of the words quoted: 5,000 words 1.4-2.4 s, 20,000 words 28-43 s with
+# SmolLM2's vocabulary, capped 0.36-0.56 s for either (bench/bench_grammar.py, bench/results/grammar.json). Every
+# construction of the substring language in rules pays it (a rule per word; xgrammar turns each nested
+# `(...)?` into a rule of its own), so the words are capped instead: at most GRAMMAR_MAX_UNITS units, a word
+# weighing one unit per started GRAMMAR_UNIT_BYTES bytes of UTF-8 (bytes are what the positions count). The
+# cap is shared out over the sources' fields (text, title) so that each gets an equal share and the share a
+# short field leaves goes to the longer ones; a field keeps its first words within its share, and the words
+# after them cannot be quoted (the model may still write them as free text). The answer prompt is unchanged
+# and the checker (batch/toc/quotes.py) still looks in the whole source, so a capped grammar only forbids
+# quotes, never admits one the checker refuses. Normal prompts stay far below the cap, with a grammar
+# identical to the uncapped one: the largest QuoteSum dev source set holds 934 words, five 100-word DPR
+# passages (the default [toc] answer_passages) about 560.
+GRAMMAR_MAX_UNITS = 2500
+GRAMMAR_UNIT_BYTES = 8
+# A lone surrogate (text decoded with "surrogateescape" or "surrogatepass") has no UTF-8 form: a grammar
+# holding one cannot be encoded, and no model can write it. A word holding one breaks the chain, as a bracket.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _units(word: str) -> int:
+    return -(-len(word.encode("utf-8")) // GRAMMAR_UNIT_BYTES)
+
+
+def grammar_words(text: str) -> list[tuple[int, str, str] | None]:
+    """`quote_words(text)` as the grammar sees them: (position in quote_words, word, separator before the
+    next kept word), or None for a word that breaks the chain (a bracket would end or open a marker, a lone
+    surrogate cannot be written). A word that batch/toc/quotes.py's `normalise` turns into nothing (only
+    zero-width or other invisible characters: U+200B, a soft hyphen, ...) is no word: it is dropped, so a
+    span never holds it alone (the checker would call `[1 \u200b]` empty), and the words around it join,
+    with a space between them when whitespace came on either side of it."""
+    from clarify.batch.toc.quotes import normalise
+
+    out: list[tuple[int, str, str] | None] = []
+    for i, (word, sep) in enumerate(quote_words(text)):
+        if "[" in word or "]" in word or _SURROGATE.search(word):
+            out.append(None)
+        elif _kind(word[0]) == "p" and not normalise(word)[0].strip():
+            if out and out[-1] is not None:
+                j, prev, prev_sep = out[-1]
+                out[-1] = (j, prev, prev_sep or sep)
+        else:
+            out.append((i, word, sep))
+    return out
+
+
+def _shares(sizes: list[int], budget: int) -> list[int]:
+    """Each field's share of `budget` units: equal shares, what a smaller field leaves over going to the
+    others (water-filling, smallest first); a field never gets more than its `size`."""
+    shares = [0] * len(sizes)
+    left = budget
+    order = sorted(range(len(sizes)), key=lambda i: sizes[i])
+    for n, i in enumerate(order):
+        shares[i] = min(sizes[i], left // (len(order) - n))
+        left -= shares[i]
+    return shares
+
+
+def _chain(name: str, words: list[tuple[int, str, str] | None]) -> tuple[list[str], list[str]]:
+    """Rules `name_i ::= "word_i" (sep name_j)?` over `grammar_words` (j: the next kept word), and the names
+    of the rules a span may start at (every kept word)."""
     rules, starts = [], []
-    for i, (word, sep) in enumerate(words):
-        if "[" in word or "]" in word:
+    for n, item in enumerate(words):
+        if item is None:
             continue
-        nxt = i + 1
-        tail = ""
-        if nxt < len(words) and "[" not in words[nxt][0] and "]" not in words[nxt][0]:
-            tail = f" ({literal(sep) + ' ' if sep else ''}{name}_{nxt})?"
+        i, word, sep = item
+        nxt = words[n + 1] if n + 1 < len(words) else None
+        tail = f" ({literal(sep) + ' ' if sep else ''}{name}_{nxt[0]})?" if nxt is not None else ""
         rules.append(f"{name}_{i} ::= {literal(word)}{tail}")
         starts.append(f"{name}_{i}")
     return rules, starts
+
+
+def _capped(words: list[tuple[int, str, str] | None], share: int) -> list[tuple[int, str, str] | None]:
+    """The first words of a field within `share` units (GRAMMAR_MAX_UNITS)."""
+    used = 0
+    for n, item in enumerate(words):
+        if item is not None:
+            used += _units(item[1])
+            if used > share:
+                return words[:n]
+    return words
 
 
 def quotes_grammar(sources: Sequence[Passage]) -> str:
@@ -191,11 +262,14 @@ def quotes_grammar(sources: Sequence[Passage]) -> str:
     span is a run of words of source k's text or title (module docstring), at least one: the answer opens
     with a marker. A source with no quotable word gets no marker; with none at all the
     answer is free text."""
+    fields = [[grammar_words(p.text or ""), grammar_words(p.title or "")] for p in sources]
+    sizes = [sum(_units(w[1]) for w in words if w is not None) for pair in fields for words in pair]
+    shares = iter(_shares(sizes, GRAMMAR_MAX_UNITS) if sum(sizes) > GRAMMAR_MAX_UNITS else sizes)
     rules, markers = [], []
-    for k, p in enumerate(sources, 1):
+    for k, pair in enumerate(fields, 1):
         starts: list[str] = []
-        for field, text in (("t", p.text), ("h", p.title)):
-            r, s = _chain(f"s{k}{field}", text or "")
+        for field, words in zip(("t", "h"), pair):
+            r, s = _chain(f"s{k}{field}", _capped(words, next(shares)))
             rules += r
             starts += s
         if starts:

@@ -2,7 +2,7 @@
 5 demos, nearest last — run_toc.py `demos.reverse()`).
 
 The clarification demos come from an ASQA file in the official layout (`{"train": …, "dev": …}`), as the
-run config's `demo_pool` names them (README "Running the whole ASQA dev set"):
+run config's `demo_pool` names them (docs/running-toc.md#the-whole-asqa-dev-set):
 - `asqa:train`: every train question, as the official code has it (run_toc.py:23-41 `get_dataset` reads
   train and dev, :35 the train DQ/DA strings, :52 `dsp.knn(train)`, :191 `cur_demos = train.copy()`);
 - `asqa:dev[a:b]`: dev questions a..b-1 — the shipped data has no train split (data/asqa/SOURCE.md), so its
@@ -108,6 +108,9 @@ def _file_demos(path: str, stamp: tuple[int, int]) -> dict[str, tuple[Demo | Non
     out = {}
     for split, rows in data.items():
         if not isinstance(rows, dict):
+            if split in ("train", "dev"):  # a split a pool spec names: never skipped in silence
+                raise InputError(f"split '{split}' is a JSON {type(rows).__name__}, not an object of sample_id -> "
+                                 f"instance (the official ASQA layout)", path=path, field=split)
             continue
         demos = []
         for sample_id, ex in rows.items():
@@ -174,7 +177,7 @@ def resolve_pool(cfg: Any) -> Pool:
     (run_toc.py:23, :191), else `asqa:dev[500:]`; a spec without `@FILE` reads that own file, or the shipped
     ASQA dev set when the dataset is not ASQA."""
     own = datasets.get(cfg.dataset).demo_file(cfg.questions_file())
-    spec, fallback = cfg.demo_pool, ""
+    spec, fallback = cfg.demo_pool.strip(), ""  # config.json records the spec as parsed, not as typed
     if spec == AUTO:
         if own is not None and "train" in asqa_splits(own):
             spec = TRAIN_POOL
@@ -184,6 +187,9 @@ def resolve_pool(cfg: Any) -> Pool:
                 fallback = f"{Path(own).name} has no train split"
     parsed = parse_pool_spec(spec)
     path = Path(parsed.file) if parsed.file else own or datasets.get("asqa").default_path()
+    if parsed.file and not Path(path).is_file():
+        why = "a directory, not a file" if Path(path).is_dir() else "not found"
+        raise InputError(f"the demo pool {spec!r} names an ASQA file: {why}", path=str(path), field="demo_pool")
     same = own is not None and parsed.split == "dev" and Path(path).resolve() == Path(own).resolve()
     return Pool(spec, parsed.split, parsed.start, parsed.stop, Path(path), same, fallback)
 

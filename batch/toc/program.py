@@ -14,7 +14,7 @@ tree's state depends only on the results it receives, and every result depends o
 (seeds and cache keys are functions of the question, node, expansion count or prompt; ranking scores
 are rounded before sorting), so the drivers of batch/scheduler.py — one question at a time, waves, or
 the continuous step loop — only differ in how many requests they resolve together and build identical
-tables from the same completions (DESIGN §4, tests/test_scheduler.py).
+tables from the same completions (docs/architecture.md#one-questions-tree, tests/test_scheduler.py).
 
 The program records its own rows (`TreeRows`: LLM calls, hits, the answer) in the order it makes them,
 so a tree's rows never depend on which other trees ran beside it.
@@ -239,7 +239,7 @@ def tree_program(t: Tree, res: Resources, cfg: RunConfig, rows: TreeRows) -> Pro
     """A whole tree: expand node after node until the official loop stops, then the final answer.
     `wave` in the rows is the tree's own round: 1 for its first expansion, the round after its last
     expansion for its answer — the same under every driver."""
-    if t.qid in res.fixed_passages:  # QuoteSum: the question's own sources, no tree (DESIGN §4)
+    if t.qid in res.fixed_passages:  # QuoteSum: the question's own sources, no tree (docs/architecture.md#the-index)
         t.done = True
     wave = 0
     while (node := t.next_node(cfg.toc)) is not None:
@@ -312,7 +312,7 @@ def expand(t: Tree, n: Node, res: Resources, cfg: RunConfig, wave: int, rows: Tr
                        grammar=clarify_grammar(cfg))
     req = Generate(Step.CLARIFY, (n.node_id,), (prompt,), (params,), _priority(Step.CLARIFY, t, cfg))
     comps = yield req
-    parsed = parse_disambiguations(comps[0].text, comps[0].finish_reason)
+    parsed = parse_disambiguations(comps[0].text, comps[0].finish_reason, toc.parsing)
     _record(res, rows, t, req, wave, comps, [parsed.error])
     children = t.add_candidates(n, parsed.pairs, wave, toc.duplicates)
     if toc.verify and parsed.pairs:

@@ -1,5 +1,5 @@
 r"""Quoted (SEMQA) answers on the generation side: parse `[k span]` markers, anchor each span in its
-source passage, repair near-misses, and report quote fidelity (DESIGN §6 "Quoted answers").
+source passage, repair near-misses, and report quote fidelity (docs/architecture.md#quoted-answers).
 
 This module is the *checker*; the official *scorer* lives in `clarify.eval.quotesum`.
 
@@ -24,7 +24,7 @@ to a word is far more often text than a marker. The span runs to the matching `]
 Parsing is one pass with an explicit stack (no recursion), linear in the answer's length.
 
 Relation to the official QuoteSum regexes (google-research-datasets/QuoteSum `evals/scorers.py` uses
-`\[ ([1-9]) ([^\[\]]*) \]`; DESIGN §7 quotes the looser `\[ ?(\d) ([^\[\]]*) ?\]`): on well-formed
+`\[ ([1-9]) ([^\[\]]*) \]`; a looser form is `\[ ?(\d) ([^\[\]]*) ?\]`, docs/architecture.md#quoted-answers): on well-formed
 markup -- one digit 1-9, one space around it, no brackets in the span -- this parser finds exactly the
 same spans with the same text (tested on all 265 human QuoteSum dev summaries). It additionally
 accepts any amount of inner whitespace, multi-digit source numbers (a prompt may number more than 9

@@ -16,8 +16,8 @@ from typing import Any
 from clarify.errors import InputError
 from clarify.eval.datasets import Dataset, register
 
-# `demo_pool` specs (batch/toc/demos.py resolves one into the run's concrete pool; README "Running the whole
-# ASQA dev set"). They live with the ASQA adapter: a spec names a split and slice of an ASQA file.
+# `demo_pool` specs (batch/toc/demos.py resolves one into the run's concrete pool;
+# docs/running-toc.md#the-whole-asqa-dev-set). They live with the ASQA adapter: a spec names a split and slice of an ASQA file.
 AUTO = "auto"
 SHIPPED_POOL = "asqa:dev[500:]"  # the shipped data has no train split: dev 500..947 are the demos
 TRAIN_POOL = "asqa:train"

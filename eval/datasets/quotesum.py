@@ -1,5 +1,5 @@
 """QuoteSum / SEMQA (Schuster et al. 2023): each question comes with its own numbered sources, answered
-with `[ k span ]` quotes from them; no index search and no tree (DESIGN §4). Scored by the official
+with `[ k span ]` quotes from them; no index search and no tree (docs/architecture.md#the-index). Scored by the official
 QuoteSum metrics (eval/quotesum.py).
 
 `numbered_sources` is the one place a source's passage id `qid:s{k}` is made (a run's given sources,

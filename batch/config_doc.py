@@ -1,0 +1,218 @@
+"""The configuration reference, generated from the code: every config key of `batch/config.py` (type,
+default, allowed values, whether it changes results and so is compared on resume) and every flag of every
+`clarify` command (from the argparse parsers of batch/cli.py), as one Markdown page.
+
+    python -m clarify.batch.config_doc --write     # writes docs/configuration.md
+    python -m clarify.batch.config_doc             # prints it
+
+tests/test_config_doc.py regenerates the page and fails when docs/configuration.md differs, so a default,
+a choice or a flag cannot change without the page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from clarify.batch import config
+from clarify.batch.config import _SECTIONS, RESULT_FREE, RULES, RunConfig
+
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+_FIELD = re.compile(r"^\s{4}(\w+): [^=]+?(?:=.*?)?(?:\s+#\s*(.*))?$")
+
+
+def field_notes(cls: type) -> dict[str, str]:
+    """Each field's description: the comment lines right above it and the comment after it on its line
+    (the dataclass source is where each setting is declared and explained)."""
+    notes: dict[str, str] = {}
+    above: list[str] = []
+    for line in inspect.getsource(cls).splitlines()[1:]:
+        text = line.strip()
+        if text.startswith("#"):
+            if not text.startswith("# ---"):
+                above.append(text.lstrip("#").strip())
+            continue
+        m = _FIELD.match(line)
+        if m and not text.startswith(("def ", "@", '"""')):
+            notes[m.group(1)] = " ".join([*above, m.group(2) or ""]).strip()
+        above = []
+    return notes
+
+
+def _type_name(hint: Any) -> str:
+    if hint is bool:
+        return "bool"
+    if hint in (int, float, str):
+        return hint.__name__
+    return "list of strings"
+
+
+def _allowed(key: str) -> str:
+    rule = RULES.get(key)
+    if rule is None:
+        return ""
+    choices = rule.choices() if callable(rule.choices) else rule.choices
+    if choices is not None:
+        return ", ".join(f"`{c}`" for c in choices)
+    if rule.nonempty:
+        return "not empty"
+    return rule.bounds()
+
+
+def _flag_help() -> dict[str, str]:
+    """config key -> the help of the `clarify run` flag that sets it (a description for keys without a comment)."""
+    from clarify.batch.cli import build_parser
+
+    keys = _flag_keys()
+    run = dict(_leaves(build_parser()))[("run",)]
+    return {keys[a.dest]: a.help or "" for a in run._actions if a.dest in keys}
+
+
+def config_rows() -> list[tuple[str, str, str, str, str, str]]:
+    """(key, type, default, allowed, changes results, description) for every config key."""
+    rows = []
+    helps = _flag_help()
+    for section, cls in [("", RunConfig), *_SECTIONS.items()]:
+        notes = field_notes(cls)
+        hints = config._hints(cls)
+        for f in dataclasses.fields(cls):
+            if f.name not in hints:
+                continue
+            key = f"{section}.{f.name}" if section else f.name
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            free = (section or f.name) in RESULT_FREE
+            rows.append((key, _type_name(hints[f.name]), f"`{config.toml_value(default)}`", _allowed(key),
+                         "no (recorded)" if free else "yes (frozen)", notes.get(f.name) or helps.get(key, "")))
+    return rows
+
+
+def _flag_keys() -> dict[str, str]:
+    """argparse dest -> the config key the flag sets (read from commands._overrides itself)."""
+    from clarify.batch import commands
+
+    class Probe(argparse.Namespace):
+        def __getattr__(self, name: str) -> Any:
+            return f"\0{name}"
+
+    keys = {v[1:]: k for k, v in commands._overrides(Probe()).items() if isinstance(v, str) and v.startswith("\0")}
+    keys.update({flag: key for flag, (key, _) in commands.SWITCH_FLAGS.items()})
+    return keys
+
+
+def _leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield path, parser
+        return
+    for name, child in subs[0].choices.items():
+        yield from _leaves(child, (*path, name))
+
+
+def _cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _flag_type(action: argparse.Action) -> str:
+    if action.nargs == 0:
+        return "switch"
+    if action.choices is not None:
+        return "choice"
+    if action.type in (int, float):
+        return action.type.__name__
+    if action.type is not None:
+        return "list" if "," in str(action.default) or isinstance(action.default, list) else "value"
+    return action.metavar.lower() if isinstance(action.metavar, str) else "text"
+
+
+def flag_rows(path: tuple[str, ...], parser: argparse.ArgumentParser) -> list[tuple[str, ...]]:
+    keys = _flag_keys()
+    rows = []
+    for a in parser._actions:
+        if not a.option_strings or isinstance(a, argparse._HelpAction) or a.dest == "verbose":
+            continue
+        default = a.default
+        if isinstance(default, list):
+            default = ",".join(map(str, default))
+        shown = "" if default in (None, False, argparse.SUPPRESS) else f"`{default}`"
+        key = keys.get(a.dest) if path[0] in ("run", "compare") else None
+        if key is not None:
+            free = key.split(".")[0] in RESULT_FREE
+            effect = f"`{key}`, " + ("no (recorded)" if free else "yes (frozen)")
+        else:
+            effect = "required" if a.required else ""
+        choices = ", ".join(f"`{c}`" for c in a.choices) if a.choices else ""
+        rows.append((", ".join(f"`{o}`" for o in a.option_strings), _flag_type(a), shown, choices, effect,
+                     _cell(a.help or "")))
+    return rows
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    out += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return out
+
+
+def render() -> str:
+    from clarify.batch.cli import build_parser
+
+    lines = [
+        "# Configuration reference",
+        "",
+        "<!-- Generated by `python -m clarify.batch.config_doc --write` from batch/config.py and the CLI",
+        "parsers; tests/test_config_doc.py fails when this page and the code disagree. Do not edit by hand. -->",
+        "",
+        "A run's settings come from the defaults (the paper's), then a TOML file (`--config run.toml`, or a "
+        "run's frozen `config.json`), then the flags. `clarify run ... --print-config` prints the effective "
+        "settings as TOML that `--config` reads back, without running anything:",
+        "",
+        "```sh",
+        "clarify run --dataset asqa --limit 50 --out runs/asqa50 --print-config > run.toml",
+        "clarify run --config run.toml --out runs/asqa50",
+        "```",
+        "",
+        "Every key is checked against its type and allowed values before anything loads; one error names "
+        "every bad field ([troubleshooting](troubleshooting.md#configuration)). **Changes results**: "
+        "\"yes (frozen)\" keys are written into the run directory's `config.json` and a resumed run with "
+        "another value is refused ([reproducibility](reproducibility.md)); \"no (recorded)\" keys are "
+        "recorded but may change between sessions of one run.",
+        "",
+        "## Config keys",
+        "",
+        "Top-level keys first, then one TOML table per section (`[retrieval]`, `[toc]`, `[answer]`, "
+        "`[model]`, `[cluster]`).",
+        "",
+    ]
+    lines += _table(("key", "type", "default", "allowed", "changes results", "what"), config_rows())
+    lines += ["", "## Command-line flags", "",
+              "Every command also takes `-v/--verbose` (library logs on the terminal too) and `-h/--help`. "
+              "A flag that sets a config key overrides the TOML file; its default is then the key's.", ""]
+    for path, parser in _leaves(build_parser()):
+        lines += [f"### clarify {' '.join(path)}", "", _cell(parser.description or ""), ""]
+        rows = flag_rows(path, parser)
+        lines += _table(("flag", "type", "default", "choices", "config key / changes results", "what"), rows)
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="print (or --write) docs/configuration.md")
+    ap.add_argument("--write", action="store_true", help=f"write {PAGE}")
+    a = ap.parse_args(argv)
+    text = render()
+    if a.write:
+        PAGE.parent.mkdir(exist_ok=True)
+        PAGE.write_text(text, encoding="utf-8")
+        print(f"wrote {PAGE}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
