@@ -21,6 +21,7 @@ Warnings that matter to the user are recorded with `note()` and printed once at 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
@@ -35,7 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-from clarify.errors import WRITE_ERRNOS, InputError
+from clarify.errors import WRITE_ERRNOS, InputError, redacted
 from clarify.files import check_own_dir, home, make_dirs, open_own
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -145,16 +146,46 @@ def _prune(log_dir: Path, keep: int = KEEP_LOGS) -> None:
             old.unlink()
 
 
-def _quiet_libraries() -> None:
-    """Environment and library switches, set before the heavy imports where that matters."""
+def _quiet_libraries() -> dict[str, str | None]:
+    """Environment and library switches, set before the heavy imports where that matters; returns the
+    value TQDM_DISABLE had (restored when the session ends: whether a bar is drawn depends on where this
+    session's stderr goes)."""
+    before = {"TQDM_DISABLE": os.environ.get("TQDM_DISABLE")}
     os.environ["VLLM_CONFIGURE_LOGGING"] = "0"  # vLLM's records propagate to the root logger
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # huggingface_hub's download bars
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # silences the fork warning of `tokenizers`
+    if not live():  # child processes (Ray workers, `clarify compare`'s runs) draw no library bars either
+        os.environ.setdefault("TQDM_DISABLE", "1")
     with contextlib.suppress(Exception):  # transformers absent or older: its records stay where they were
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_default_handler()
         hf_logging.enable_propagation()
+    return before
+
+
+@contextlib.contextmanager
+def _library_bars_off() -> Iterator[None]:
+    """In a log every redraw of a library's progress bar is kept (vLLM's, transformers' GGUF conversion in
+    `clarify models prepare`): while this holds, a tqdm bar not given `disable` draws nothing. tqdm reads
+    its TQDM_<NAME> defaults once, when it is imported (tqdm/utils.py envwrap), and the CLI has imported it
+    by then, so the default is set on the class; clarify's own bars pass `disable` (console.progress)."""
+    try:
+        from tqdm import std
+    except ImportError:
+        yield
+        return
+    original = std.tqdm.__dict__["__init__"]
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("disable", True)
+        original.__get__(self, type(self))(*args, **kwargs)
+
+    std.tqdm.__init__ = __init__
+    try:
+        yield
+    finally:
+        std.tqdm.__init__ = original
 
 
 @contextlib.contextmanager
@@ -208,15 +239,18 @@ def session(log_dir: str | Path, command: str, *, verbose: bool = False) -> Iter
         root.addHandler(h)
     root.setLevel(logging.INFO)
     logging.captureWarnings(True)
-    _quiet_libraries()
+    env_before = _quiet_libraries()
     _log_path = path
-    logging.getLogger("clarify").info("clarify %s, argv %s", command, sys.argv)
+    # a --base-url with user:password@ is logged without them (errors.redacted)
+    logging.getLogger("clarify").info("clarify %s, argv %s", command, [redacted(a) for a in sys.argv])
     with contextlib.ExitStack() as stack:
         if not verbose:
             fd = open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
             stack.callback(os.close, fd)
             stack.enter_context(_fd_to(2, fd, "stderr"))
             stack.enter_context(_fd_to(1, fd, "stdout"))
+        if not live():
+            stack.enter_context(_library_bars_off())
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("default")  # each distinct warning once, into the log
@@ -232,10 +266,16 @@ def session(log_dir: str | Path, command: str, *, verbose: bool = False) -> Iter
                     h.close()
             root.setLevel(old_level)
             _log_path = None
+            for key, value in env_before.items():  # a later session in this process decides anew
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
 
 
 def progress(**kwargs):
-    """A tqdm bar on the terminal (stderr), the one display of a stage."""
+    """A tqdm bar on the terminal (stderr), the one display of a stage. clarify's other bars pass
+    `disable=<off> or None`: tqdm's None draws only when the stream is a terminal."""
     from tqdm.auto import tqdm
 
     kwargs.setdefault("file", sys.stderr)
@@ -278,22 +318,60 @@ def step(what: str, *, enabled: bool = True, timed: bool = True) -> Iterator[Non
         _open_line = None
 
 
+def live(stream: TextIO | None = None) -> bool:
+    """Whether `stream` (default: stderr, where progress is drawn) is a terminal: a live bar there, plain
+    lines in a log (a redirect, CI, `nohup`), where each rewrite of a bar would be kept."""
+    stream = stream or sys.stderr
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+monotonic = time.monotonic  # RunProgress's clock (a test of a whole run replaces it)
+
+# A run's progress in a log (not a terminal): a line every LOG_EVERY_S seconds or each LOG_STEP of the
+# questions, never two within LOG_MIN_S seconds (trees of the continuous scheduler often finish in bursts).
+LOG_EVERY_S, LOG_STEP, LOG_MIN_S = 30.0, 0.05, 10.0
+RATE_WINDOW_S = 30.0  # the recent past an ETA from LLM calls is taken over
+
+
 class RunProgress:
     """The one display of a ToC run: trees finished of total, requests in flight, LLM calls, tokens/s and
     an ETA.
 
     The engine reports finished requests and processed tokens (`engine_update`, called by
     VLLMEngine.on_progress while it steps); the scheduler reports each finished tree and the requests
-    it has in the engine (`tree_done`). The ETA is from tokens: `expected_tokens` (what the unfinished
-    questions are expected to cost) minus the tokens processed so far, at this session's speed — tree
-    counts alone give no ETA until the first trees finish."""
+    it has in the engine (`tree_done`). The ETA is from LLM calls: `expected_calls` (what the unfinished
+    questions are expected to make) minus the calls made, at the recent call rate (`call_rate`); without
+    it, from tokens: `expected_tokens` minus the tokens processed, at this session's speed — tree counts
+    alone give no ETA until the first trees finish.
 
-    def __init__(self, total: int, *, finished: int = 0, expected_tokens: int | None = None, enabled: bool = True):
-        self.bar = progress(total=total, initial=finished, desc="ToC", disable=not enabled,
+    On a terminal (`live`) it is a tqdm bar redrawn in place; in a log, one plain line per LOG_EVERY_S
+    seconds or LOG_STEP of the questions (at most one per LOG_MIN_S) and one at the end. `estimate_s`: the
+    ToC time the caller expected (the demo's probe): once the first tree of this session finishes, one line
+    re-estimates it from the speed this run really has. `clock` and `stream`: tests."""
+
+    def __init__(self, total: int, *, finished: int = 0, expected_tokens: int | None = None, enabled: bool = True,
+                 expected_calls: int | None = None, estimate_s: float | None = None, stream: TextIO | None = None,
+                 clock=None, is_live: bool | None = None):
+        self.stream = stream
+        self.enabled = enabled
+        self.live = enabled and (live(stream) if is_live is None else is_live)
+        self.bar = progress(total=total, initial=finished, desc="ToC", disable=not self.live, file=stream or sys.stderr,
                             bar_format="{desc} {n_fmt}/{total_fmt} questions |{bar:16}| {elapsed}{postfix}")
+        self.total = total
         self.calls = self.tokens = self.running = 0
-        self.finished, self.expected = finished, expected_tokens
-        self.t0 = time.perf_counter()
+        self.finished, self.expected, self.expected_calls = finished, expected_tokens, expected_calls
+        self.started_with = finished
+        self.estimate_s, self.reestimate_s, self.first_tree_s = estimate_s, None, None
+        self.clock = clock or monotonic
+        self.t0 = self.clock()
+        self.samples: collections.deque[tuple[float, int]] = collections.deque([(self.t0, 0)])  # (time, calls)
+        self.last_line_t: float | None = None
+        self.last_line_step = -1
+        self.lines = 0  # plain lines written (log mode)
+        self.last_said = (finished, 0)  # (trees finished, calls) of the last line
         self._show()
 
     def engine_update(self, requests: int, tokens: int, running: int | None = None) -> None:
@@ -302,6 +380,11 @@ class RunProgress:
         self.tokens += tokens
         if running is not None:
             self.running = running
+        if requests:
+            now = self.clock()
+            self.samples.append((now, self.calls))
+            while len(self.samples) > 2 and self.samples[0][0] < now - RATE_WINDOW_S:
+                self.samples.popleft()
         self._show()
 
     def tree_done(self, running: int = 0) -> None:
@@ -309,15 +392,88 @@ class RunProgress:
         self.running = running
         self.finished += 1
         self.bar.update(1)
+        if self.finished == self.started_with + 1:
+            self.first_tree_s = self.elapsed()
+            self._reestimate()
         self._show()
 
+    def elapsed(self) -> float:
+        return self.clock() - self.t0
+
+    def speed(self) -> float:
+        """Tokens per second processed this session."""
+        elapsed = self.elapsed()
+        return self.tokens / elapsed if elapsed > 0 else 0.0
+
+    def call_rate(self) -> float:
+        """LLM calls finished per second over the last RATE_WINDOW_S: the run's start, when the engine
+        takes every tree's first prompt at once (and compiles their grammars) and no call finishes for a
+        while, does not hold the rate down for the rest of the run."""
+        (t_first, calls_first), (t_last, calls_last) = self.samples[0], self.samples[-1]
+        return (calls_last - calls_first) / (t_last - t_first) if t_last > t_first else 0.0
+
+    def eta_s(self) -> float | None:
+        """Seconds left: the expected LLM calls not made yet at the recent call rate (`call_rate`), or
+        without a call count the expected tokens not processed yet at this session's speed."""
+        if self.finished >= self.total:
+            return None
+        rate = self.call_rate()
+        if self.expected_calls and rate > 0 and self.calls < self.expected_calls:
+            return (self.expected_calls - self.calls) / rate
+        tps = self.speed()
+        if self.expected and tps > 0 and self.tokens < self.expected:
+            return (self.expected - self.tokens) / tps
+        return None
+
+    def status(self) -> str:
+        parts = [f"{self.running} in flight", f"{self.calls} LLM calls", f"{self.speed():,.0f} tok/s"]
+        eta = self.eta_s()
+        if eta is not None:
+            parts.append(f"ETA ~{_duration(eta)}")
+        return ", ".join(parts)
+
+    def _write(self, line: str) -> None:
+        if self.live:
+            self.bar.write(line, file=self.stream or sys.stderr)
+        else:
+            print(line, file=self.stream or sys.stderr, flush=True)
+
+    def _reestimate(self) -> None:
+        """One line once the first tree finishes: the ToC time from this run's own speed, beside the
+        caller's estimate."""
+        if not self.enabled or self.estimate_s is None:
+            return
+        eta = self.eta_s()
+        if eta is None:
+            return
+        self.reestimate_s = self.elapsed() + eta
+        self._write(f"ToC re-estimated after the first tree ({_duration(self.elapsed())}, {self.speed():,.0f} "
+                    f"tok/s): ~{_duration(self.reestimate_s)} in all (the probe's estimate: "
+                    f"~{_duration(self.estimate_s)})")
+
     def _show(self) -> None:
-        elapsed = time.perf_counter() - self.t0
-        tps = self.tokens / elapsed if elapsed > 0 else 0.0
-        parts = [f"{self.running} in flight", f"{self.calls} LLM calls", f"{tps:,.0f} tok/s"]
-        if self.expected and tps > 0 and self.tokens < self.expected and self.finished < self.bar.total:
-            parts.append(f"ETA ~{_duration((self.expected - self.tokens) / tps)}")
-        self.bar.set_postfix_str(", ".join(parts))
+        self.bar.set_postfix_str(self.status(), refresh=self.live)
+        if self.live or not self.enabled:
+            return
+        now = self.clock()
+        step = int(self.finished / self.total / LOG_STEP) if self.total else 0
+        since = None if self.last_line_t is None else now - self.last_line_t
+        if since is not None and (since < LOG_MIN_S or (since < LOG_EVERY_S and step <= self.last_line_step)):
+            return
+        if since is None and self.finished == self.started_with and self.calls == 0:
+            self.last_line_t, self.last_line_step = now, step  # the clock starts; nothing to say yet
+            return
+        self._line(now, step)
+
+    def _line(self, now: float, step: int) -> None:
+        share = f" ({self.finished / self.total:.0%})" if self.total else ""
+        self._write(f"ToC {self.finished}/{self.total} questions{share}, {self.status()}, "
+                    f"{_duration(now - self.t0)} elapsed")
+        self.last_line_t, self.last_line_step = now, step
+        self.last_said = (self.finished, self.calls)
+        self.lines += 1
 
     def close(self) -> None:
+        if self.enabled and not self.live and self.last_said != (self.finished, self.calls):
+            self._line(self.clock(), self.last_line_step)  # where it ended, unless the last line said so
         self.bar.close()

@@ -55,9 +55,33 @@ def write_failure(exc: OSError) -> str:
     return f"cannot write {where}{exc.strerror or exc}; {_WHAT_TO_DO.get(exc.errno, 'write elsewhere (--out)')}"
 
 
+class EngineBusy(RuntimeError):
+    """The cores or GPU memory an engine needs are taken by another process (local_llm/hardware.py, with
+    CLARIFY_ENGINE_BUSY=refuse or a full GPU): one line saying by whom, and nothing started (batch/cli.py)."""
+
+
 class EngineUnavailable(RuntimeError):
-    """An engine stopped answering (a server after every retry, local_llm/openai_engine.py): the run stops
-    with one line, keeps what finished, and the same command resumes (batch/cli.py)."""
+    """An engine stopped answering, or answered with something that is not a completion (a server after
+    every retry, a malformed reply: local_llm/openai_engine.py): the run stops with one line, keeps what
+    finished, and the same command resumes (batch/cli.py). `completed`: the completions of the same
+    `generate` call that did come back, by position (a completion cache stores them before re-raising)."""
+
+    completed: dict = {}
+
+
+# A URL's userinfo (`scheme://user:password@`): up to the authority's last `@`, as URL parsers read it
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s]*@")
+
+
+def redacted(text: object, secrets=()) -> str:
+    """`text` with the credentials in any URL (`http://user:pass@host` -> `http://***@host`) and every one
+    of `secrets` (an API key, a password: strings of 4 characters or more) replaced by `***`. Everything
+    clarify prints or writes that may hold them goes through it: error lines, logs, run configs."""
+    out = _USERINFO.sub(r"\1***@", str(text))
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            out = out.replace(secret, "***")
+    return out
 
 
 # C0 and C1 control characters, DEL, the bidirectional overrides and isolates, line/paragraph separators

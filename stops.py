@@ -88,6 +88,12 @@ def reclaim() -> None:
                 signal.signal(s, _handler)
 
 
+def requested() -> bool:
+    """Whether a stop signal is waiting for the end of a `deferred()` block: code that waits inside one
+    (an engine step waiting on a server) returns early instead of making the signal wait too."""
+    return _state["pending"] is not None
+
+
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
     """A block that a stop signal does not cut: `Stopped` is raised when the outermost one ends. Only the

@@ -11,6 +11,7 @@ everyday commands:
   clarify run --dataset jsonl --questions my.jsonl --out runs/mine
   clarify eval --dataset asqa --predictions runs/asqa50       score a run or an official predictions file
   clarify report runs/asqa50 --out report.html                one self-contained HTML report
+  clarify show runs/asqa50 [QID]                              one question's tree and quoted answer
   clarify generate --prompts prompts.jsonl --out out.parquet  plain batch generation
   clarify index build --corpus passages.jsonl --out DIR       your own passage index
 
@@ -32,7 +33,7 @@ import sys
 from pathlib import Path
 
 from clarify import console, files, stops
-from clarify.errors import WRITE_ERRNOS, EngineUnavailable, InputError, write_failure
+from clarify.errors import WRITE_ERRNOS, EngineBusy, EngineUnavailable, InputError, redacted, write_failure
 from clarify.stops import Stopped
 
 # (module, function) pairs; each function takes the subparsers object and adds its commands.
@@ -44,6 +45,7 @@ REGISTRARS = [
     ("clarify.index.cli", "register"),
     ("clarify.eval.cli", "register"),
     ("clarify.batch.commands", "register"),
+    ("clarify.batch.show", "register"),
 ]
 
 
@@ -128,12 +130,17 @@ def _unmake(log_dir: Path) -> None:
 RESUMABLE = {"run", "demo", "compare"}
 
 
+def _again(argv: list[str] | None) -> str:
+    """The command line that resumes this one, as the user typed it but for URL credentials (errors.redacted)."""
+    return redacted("clarify " + shlex.join(sys.argv[1:] if argv is None else argv))
+
+
 def _stopped(args: argparse.Namespace, argv: list[str] | None, exc: Stopped) -> int:
     """One line for a command stopped by a signal: what stopped it, how far it got, how to go on; the
     exit status a shell gives a process killed by that signal (stops.py)."""
     words = " ".join(filter(None, (args.command, getattr(args, "index_command", None))))
     line = f"clarify {words}: stopped by {exc.name}" + (f": {exc.done}" if exc.done else "")
-    again = "clarify " + shlex.join(sys.argv[1:] if argv is None else argv)
+    again = _again(argv)
     line += f"; resume with: {again}" if args.command in RESUMABLE else f"; nothing kept, run again: {again}"
     print(line, file=sys.stderr, flush=True)
     return exc.exit_code
@@ -147,8 +154,11 @@ def main(argv: list[str] | None = None) -> int:
             return _main(args)
         except Stopped as exc:
             return _stopped(args, argv, exc)
+        except EngineBusy as exc:  # cores or GPU memory taken by another process: nothing started
+            print(f"clarify {args.command}: error: {exc}", file=sys.stderr, flush=True)
+            return 1
         except EngineUnavailable as exc:  # a server that stopped answering: what finished is kept
-            again = "clarify " + shlex.join(sys.argv[1:] if argv is None else argv)
+            again = _again(argv)
             tail = f"; what finished is kept, resume with: {again}" if args.command in RESUMABLE else ""
             print(f"clarify {args.command}: error: {exc}{tail}", file=sys.stderr, flush=True)
             return 1

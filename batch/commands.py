@@ -6,9 +6,18 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from clarify.batch.config import ANSWER_STYLES, PART_TREES, SCHEDULERS, TOKENS_PER_QUESTION
+from clarify.batch.config import (
+    ANSWER_STYLES,
+    CALLS_PER_QUESTION,
+    CONSTRAINED_CALLS_PER_QUESTION,
+    CONSTRAINED_TOKENS_PER_QUESTION,
+    PART_TREES,
+    SCHEDULERS,
+    TOKENS_PER_QUESTION,
+)
 from clarify.eval import datasets
 
 RUN_EPILOG = """\
@@ -39,8 +48,10 @@ resumes; on a finished run it makes no model call.
 
 DEMO_EPILOG = """\
 The main job on the embedded defaults: builds the embedded index if absent, measures the engine's speed
-(a few seconds), answers as many ASQA dev questions as fit ~{budget} minutes of ToC, scores them, prints
-the summary and one answer with its quotes resolved, and writes report.html.
+on work shaped like ToC's (~10-30 s), answers as many ASQA dev questions as fit ~{budget} minutes of ToC
+(re-estimated once the first tree is done), scores them, prints the summary and one question as
+`clarify show` does (the one with the most valid nodes: its tree of clarifications and its answer with the
+quotes resolved), and writes report.html.
 
 examples:
   clarify demo
@@ -54,10 +65,15 @@ examples:
   clarify compare --models smollm2-135m-instruct,gemma3-270m --dataset asqa --limit 20 --out runs/cmp
   clarify compare --models smollm2-135m-instruct,/models/my-hf-model --dataset quotesum --out runs/cmp-qs
   clarify compare --models /models/qwen-7b,/models/qwen-32b --parallel --limit 0 --out runs/cmp-all
-                    both at once: each model on half of the GPUs (or of the CPU cores)
+                    on CPU both at once, each on half of the cores
+  clarify compare --models models.toml --limit 0 --out runs/sizes --plan-only
+                    one [[model]] table per model with its own settings; on GPUs each model gets the fewest
+                    GPUs that hold it, as many run at once as fit, the rest start as GPUs free up
 
-writes into --out: one run directory per model (resumable), search_cache/ (retrieval shared between the
-models), comparison.parquet, comparison.md (printed) and comparison.png.
+writes into --out: one run directory per model (resumable; its config.json holds that model's settings),
+models/<name>.json (each run's config), search_cache/ (retrieval shared between the models),
+comparison.parquet (quality and cost per model), paired.parquet (every pair x metric: mean difference,
+95 % paired-bootstrap interval, wins/ties/losses), comparison.md (printed) and comparison.png.
 """
 
 
@@ -94,7 +110,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="The same questions over the same index with several models, one run "
                                    "each (each in its own process), compared in one table.",
                        epilog=COMPARE_EPILOG)
-    p.add_argument("--models", required=True, help="comma-separated model names or directories")
+    p.add_argument("--models", required=True,
+                   help="a models TOML file ([[model]] tables: model = NAME or FOLDER and any [model] setting of "
+                        "that model: dtype, tensor_parallel_size, max_model_len, quantization, chat_template, "
+                        "backend, base_url, gpu_memory_utilization, ...), or comma-separated model names or "
+                        "directories (each with the run's [model] settings)")
+    p.add_argument("--plan-only", action="store_true",
+                   help="print which GPUs (or cores) each model would run on, and when, then stop")
     _run_args(p, with_model=False)
     p.add_argument("--out", required=True, help="comparison directory; one run directory per model inside")
     p.add_argument("--parallel", action="store_true",
@@ -250,10 +272,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 DEMO_TOKENS_PER_QUESTION = TOKENS_PER_QUESTION
 DEMO_BUDGET_S = 210
 DEMO_MIN_QUESTIONS, DEMO_MAX_QUESTIONS = 3, 20
-# ToC runs a little slower than the probe: its prompts are ~2-3x longer (attention grows with length)
-# and its tail holds few trees. Measured on an AVX2 CPU with the continuous scheduler (issue 13): probe
-# 267 tok/s, the demo's ToC 261 tok/s (with the wave scheduler before it: 315 vs 224, hence 0.7 then).
-PROBE_TO_TOC = 0.9
 # The demo decodes under both of issue 29's constraints (the DQ/DA format, quotes copied verbatim), which the
 # embedded model needs for ToC to have a tree and checkable quotes at all: on ASQA dev 0-49 (bench/
 # bench_constrained.py, docs/running-toc.md#constrained-decoding) they took SmolLM2's parse errors from 100 % to 1.5 %,
@@ -262,44 +280,103 @@ PROBE_TO_TOC = 0.9
 # than the 50 questions can show (paired 95 % bootstrap intervals hold 0). `clarify run` keeps the official
 # free decoding. A resumed demo keeps the settings it was started with.
 DEMO_CONSTRAINTS = {"toc.constrain_format": True, "answer.constrain_quotes": True}
-# Constrained trees exist (11 valid nodes per question instead of ~0.1), so a question costs more: on ASQA dev
-# 0-49 with SmolLM2 (bench/results/constrained.json) 18.6 LLM calls per question vs 8.4 free, 1,010 s at 680
-# engine tok/s: ~13,700 tokens of engine time per question (AMD EPYC, bfloat16); a fresh-clone `make demo` of
-# 20 constrained questions took 400 s of ToC at 715 tok/s: ~14,300 per question, against the 20-question
-# budget's 4,400 (it picked 20 and took 7.1 min).
-DEMO_CONSTRAINED_TOKENS_PER_QUESTION = 15_000
+DEMO_CONSTRAINED_TOKENS_PER_QUESTION = CONSTRAINED_TOKENS_PER_QUESTION
+
+# The demo's estimate times ToC's own calls on this engine. ToC is prompt-heavy and, with the demo's few
+# questions, latency-bound: on the demo's settings a computed LLM call holds ~TOC_PROMPT_TOKENS of prompt and
+# ~TOC_OUTPUT_TOKENS of output, a question ~TOC_CALLS_PER_QUESTION of them, and the continuous scheduler has
+# only `toc_concurrency(n)` requests in the engine on average (bench/bench_estimate.py; bench/results/
+# estimate.json "mix"). A throughput probe (a batch of prompts, tokens/s) cannot see that: on an AMX Xeon it
+# measured 2,185 tok/s where 3 questions of ToC then ran at 683 (estimate 0.38 of the ToC time), and the
+# one-batch probe before it 5,463 (0.15). So the probe times one ToC-shaped call alone and PROBE_BATCH of them
+# at once (decoded under the run's own clarification grammar, after a warm-up of that shape: the first batch
+# of a new shape pays one-off set-up), and ToC's time is its calls in waves of its concurrency.
+TOC_PROMPT_TOKENS, TOC_OUTPUT_TOKENS = 830, 31
+TOC_CALLS_PER_QUESTION = {True: CONSTRAINED_CALLS_PER_QUESTION, False: CALLS_PER_QUESTION}  # by `constrained`
+PROBE_BATCH, PROBE_WARMUP = 6, 2
+# Each timing is the fastest of PROBE_ROUNDS: on shared cores another process can slow one round down, never
+# speed one up (a `make demo` once probed 6 calls at once in 5.7 s where the two benches just before it took
+# 2.95 and 3.62 s, bench/results/estimate.json, and estimated 1.7x the ToC time it then took).
+PROBE_ROUNDS = 2
+
+
+def toc_concurrency(questions: int) -> float:
+    """Requests the continuous scheduler keeps in the engine on average for `questions` trees (the running
+    batch's mean, engine_usage_last_session.running_mean): the trees start together, then finish one by one,
+    so a run's tail holds few. Fitted to the demo's runs (bench/results/estimate.json): 2.05 for 3 questions,
+    11.25 for 20."""
+    return max(1.0, 0.77 * questions ** 0.9)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What the demo's probe measured: seconds for one ToC-shaped call alone and for `batch` at once, and
+    the engine's tokens/s on the batch (prompt + output)."""
+
+    single_s: float
+    batch_s: float
+    batch: int
+    tokens_per_s: float
+
+    def wave_s(self, concurrency: float) -> float:
+        """Seconds `concurrency` ToC-shaped calls take at once: linear between one call and the batch."""
+        slope = (self.batch_s - self.single_s) / (self.batch - 1) if self.batch > 1 else 0.0
+        return self.single_s + max(0.0, slope) * (concurrency - 1)
+
+    def toc_s(self, questions: int, constrained: bool = True) -> float:
+        """Seconds of ToC for `questions`: their computed calls in waves of `toc_concurrency`."""
+        c = toc_concurrency(questions)
+        return questions * TOC_CALLS_PER_QUESTION[constrained] / c * self.wave_s(c)
 
 
 def demo_tokens_per_question(constraints: dict) -> int:
-    """The tokens one demo question costs under these decoding settings (the demo's size and time estimate)."""
+    """The tokens one demo question costs under these decoding settings (a run's ETA: config.tokens_per_question)."""
     return DEMO_CONSTRAINED_TOKENS_PER_QUESTION if any(constraints.values()) else DEMO_TOKENS_PER_QUESTION
 
 
-def demo_size(tokens_per_s: float, tokens_per_question: int = DEMO_TOKENS_PER_QUESTION) -> int:
-    """Questions that fit the demo's time budget at the engine's expected ToC speed."""
-    fit = int(DEMO_BUDGET_S * tokens_per_s // tokens_per_question)
-    return max(DEMO_MIN_QUESTIONS, min(DEMO_MAX_QUESTIONS, fit))
+def demo_size(probe: Probe, constrained: bool = True) -> int:
+    """The most questions whose ToC fits the demo's time budget on the probed engine (at least the minimum)."""
+    fit = [n for n in range(DEMO_MIN_QUESTIONS, DEMO_MAX_QUESTIONS + 1) if probe.toc_s(n, constrained) <= DEMO_BUDGET_S]
+    return max(fit, default=DEMO_MIN_QUESTIONS)
 
 
-def probe_prompts(n: int, tag: str) -> list[str]:
-    """`n` prompts shaped like ToC's work (few-shot context of ~700 tokens, a question) that share no
-    prefix with each other or with another tag's: vLLM's prefix cache would otherwise serve the shared
-    context from memory and the probe would report a speed ToC never sees (seen: 1,202 tok/s probed vs
-    ~250 tok/s in the run, AVX2 CPU)."""
+# ~28 tokens per line of probe_prompts with the embedded model's chat template (SmolLM2's tokenizer splits
+# numbers into digits; test_demo's real-engine test checks the prompts' length)
+PROBE_TOKENS_PER_LINE = 28
+
+
+def probe_prompts(n: int, tag: str, prompt_tokens: int = TOC_PROMPT_TOKENS) -> list[str]:
+    """`n` prompts of ~`prompt_tokens` tokens shaped like ToC's work (numbered passages, a question) that
+    share no prefix with each other or with another tag's: vLLM's prefix cache would otherwise serve the
+    shared context from memory and the probe would report a speed ToC never sees (seen: 1,202 tok/s probed
+    vs ~250 tok/s in the run, AVX2 CPU)."""
+    lines = max(1, prompt_tokens // PROBE_TOKENS_PER_LINE)
     return [" ".join(f"[{tag}{i}] Passage {k}: the {k}th edition of festival {tag}{i} moved to a new city."
-                     for k in range(40)) + f"\nQuestion: where was festival {tag}{i} held?" for i in range(n)]
+                     for k in range(lines)) + f"\nQuestion: where was festival {tag}{i} held?" for i in range(n)]
 
 
-def probe_speed(engine) -> float:
-    """Engine tokens/s (prompt + output) on one small batch shaped like ToC's work, nothing served
-    from the prefix cache. Not cached, ~2-10 s."""
+def probe_speed(engine, *, grammar: str | None = None, prompt_tokens: int = TOC_PROMPT_TOKENS,
+                output_tokens: int = TOC_OUTPUT_TOKENS, batch: int = PROBE_BATCH, warmup: int = PROBE_WARMUP,
+                rounds: int = PROBE_ROUNDS) -> Probe:
+    """Time ToC-shaped calls on the engine (`prompt_tokens` of prompt, up to `output_tokens` decoded under
+    `grammar`, the run's clarification grammar): after a warm-up of the shape, `rounds` times one call alone
+    and `batch` at once, each timed by its fastest round; nothing served from the prefix cache. Not cached,
+    ~10-60 s on a CPU."""
     from clarify.local_llm.engine import GenParams
 
-    params = [GenParams(temperature=0.7, seed=i, max_tokens=24) for i in range(4)]
-    engine.generate(probe_prompts(1, "w"), params[:1])  # the first call pays one-off set-up
-    t0 = time.perf_counter()
-    out = engine.generate(probe_prompts(4, "p"), params)
-    return sum(c.prompt_tokens + c.output_tokens for c in out) / (time.perf_counter() - t0)
+    params = [GenParams(temperature=0.7, seed=i, max_tokens=output_tokens, grammar=grammar) for i in range(batch)]
+    engine.generate(probe_prompts(warmup, "w", prompt_tokens), params[:warmup])  # one-off set-up of the shape
+    single, many, tokens = [], [], 0
+    for r in range(rounds):
+        t0 = time.perf_counter()
+        engine.generate(probe_prompts(1, f"s{r}-", prompt_tokens), params[:1])
+        t1 = time.perf_counter()
+        out = engine.generate(probe_prompts(batch, f"p{r}-", prompt_tokens), params)
+        t2 = time.perf_counter()
+        single.append(t1 - t0)
+        many.append(t2 - t1)
+        tokens = sum(c.prompt_tokens + c.output_tokens for c in out)
+    return Probe(single_s=min(single), batch_s=min(many), batch=batch, tokens_per_s=tokens / min(many))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -309,6 +386,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from clarify.batch.pipeline import run
     from clarify.batch.resources import engine_for
     from clarify.batch.rundir import RunDir
+    from clarify.batch.show import show
     from clarify.index import ensure_default_index
 
     t_start = time.perf_counter()
@@ -333,21 +411,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
               f"`clarify run` keeps the official free decoding unless --constrain-format/--constrain-quotes",
               flush=True)
     if not rd.summary_file.exists():
-        with console.step("starting the engine and measuring its speed"):
+        from clarify.batch.toc.constraints import clarify_grammar
+
+        with console.step("starting the engine and timing ToC's calls on it"):
             engine = engine_for(cfg)
-            tps = PROBE_TO_TOC * probe_speed(engine)  # expected ToC tokens/s
+            probe = probe_speed(engine, grammar=clarify_grammar(cfg))
+        constrained = any(constraints.values())
         if limit is None:
-            limit = demo_size(tps, demo_tokens_per_question(constraints))
+            limit = demo_size(probe, constrained)
             cfg = config.load(None, {"dataset": "asqa", "limit": limit, "answer_style": args.answer_style,
                                      "index": str(index_dir), **constraints})
-        expected_s = limit * demo_tokens_per_question(constraints) / tps
+        expected_s = probe.toc_s(limit, constrained)
         cpu = f"CPU {engine.cpu['capability']}, " if engine.cpu else ""
-        print(f"engine: {engine.device}, {cpu}{engine.dtype}, ~{tps:,.0f} ToC tokens/s -> {limit} ASQA questions, "
-              f"expected ~{expected_s / 60:.1f} min of ToC (more: clarify demo --limit 20 --out runs/demo20)",
-              flush=True)
-    summary = run(cfg, args.out)
+        print(f"engine: {engine.device}, {cpu}{engine.dtype}, a ToC call {probe.single_s:.1f} s alone, "
+              f"{probe.batch} at once {probe.batch_s:.1f} s -> {limit} ASQA questions, expected "
+              f"~{expected_s / 60:.1f} min of ToC (re-estimated once the first tree is done; more: clarify demo "
+              f"--limit 20 --out runs/demo20)", flush=True)
+    summary = run(cfg, args.out, estimate_s=expected_s)
     print_summary(summary)
-    show_answer(Path(args.out))
+    show(Path(args.out))
     try:
         from clarify.batch.report.html import write_report
     except ModuleNotFoundError:
@@ -355,50 +437,34 @@ def cmd_demo(args: argparse.Namespace) -> int:
     path = write_report([rd.path], rd.report_file)
     print(f"\nreport: {path}")
     took = time.perf_counter() - t_start
-    print(f"demo took {took / 60:.1f} min" + (f" (ToC expected ~{expected_s / 60:.1f} min)" if expected_s else ""))
+    print(f"demo took {took / 60:.1f} min" + estimate_words(expected_s, summary.get("toc_s_last_session")))
     return 0
 
 
-def show_answer(run_dir: Path, qid: str | None = None) -> None:
-    """Print one answer with its quotes resolved to their passages."""
-    import polars as pl
-
-    from clarify.batch.rundir import Run
-    from clarify.errors import printable
-
-    run = Run.open(run_dir)
-    answers, questions, spans = run.table("answers", required=True), run.questions, run.spans
-    if qid is None:  # the answer with the most anchored quotes (then any non-empty ones) is the best example
-        kept = spans.filter(pl.col("status") != "empty")
-        if kept.height:
-            ranked = kept.group_by("qid").agg(anchored=pl.col("status").is_in(["verbatim", "repaired"]).sum(),
-                                              n=pl.len())
-            qid = ranked.sort(["anchored", "n", "qid"], descending=[True, True, False])["qid"][0]
-        else:
-            qid = answers.sort(pl.col("answer").str.len_chars(), descending=True)["qid"][0]
-    row = answers.filter(pl.col("qid") == qid).row(0, named=True)
-    question = questions.filter(pl.col("qid") == qid)["question"][0]
-    # the data's text reaches the terminal with its control characters escaped (console.printable)
-    print(f"\nQ: {printable(question)}\nA: {printable(_clip(row['answer'], 600))}")
-    if spans.height:
-        titles = dict(zip(run.passages["passage_id"], run.passages["title"]))
-        for s in spans.filter(pl.col("qid") == qid).sort("span_no").iter_rows(named=True):
-            where = f"chars {s['start']}-{s['end']}" if s["start"] is not None and s["start"] >= 0 else "not found"
-            print(f"  [{s['source_k']}] {_clip(s['text'], 120)!r} → {printable(s['passage_id'])} "
-                  f"«{printable(titles.get(s['passage_id'], ''))}» {where} ({s['status']})")
-
-
-def _clip(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
+def estimate_words(expected_s: float | None, toc_s: float | None) -> str:
+    """' (ToC took 4.5 min, expected ~4.1 min: -9 %)': the demo's estimate against what ToC took."""
+    if not expected_s or not toc_s:
+        return ""
+    return f" (ToC took {toc_s / 60:.1f} min, expected ~{expected_s / 60:.1f} min: {expected_s / toc_s - 1:+.0%})"
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from clarify.batch import config
+    from clarify.batch import config, models_file
     from clarify.batch.compare import compare
 
     cfg = config.load(args.config, _overrides(args))  # the TOML and the flags, resolved once for every model
-    compare([m.strip() for m in args.models.split(",") if m.strip()], cfg, Path(args.out), parallel=args.parallel,
-            verbose=getattr(args, "verbose", False))
-    print((Path(args.out) / "comparison.md").read_text(encoding="utf-8"))
-    print(f"comparison: {Path(args.out) / 'comparison.parquet'} (table), {Path(args.out) / 'comparison.png'} (plot)")
+    spec = args.models
+    source = None
+    if spec.endswith(".toml") or Path(spec).is_file():
+        models, source = models_file.load(spec), spec  # every entry checked before anything starts
+    else:
+        models = [m.strip() for m in spec.split(",") if m.strip()]
+    out = Path(args.out)
+    if compare(models, cfg, out, parallel=args.parallel, verbose=getattr(args, "verbose", False),
+               plan_only=args.plan_only, source=source) is None:
+        return 0
+    print((out / "comparison.md").read_text(encoding="utf-8"))
+    print(f"comparison: {out / 'comparison.parquet'} (one row per model), {out / 'paired.parquet'} (paired "
+          f"differences), {out / 'comparison.png'} (plot); the HTML report: clarify report "
+          + " ".join(str(out / (m.name if hasattr(m, 'name') else models_file.slug(m))) for m in models))
     return 0

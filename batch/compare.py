@@ -1,16 +1,20 @@
 """`clarify compare`: the same questions over the same index with several models.
 
-Each model gets its own run directory (resumable like any run) and runs in its own process: one after
-another (one model's vLLM engine is gone before the next is built), or with `--parallel` all at once,
-each pinned to its own GPUs or CPU cores (`device_groups`), or placed by Ray with `--ray-address`.
-Retrieval for identical queries is computed once and shared through `<out>/search_cache`
-(batch/search_cache.py).
+The models come as a comma list (each with the run's own [model] settings) or as a models file
+(batch/models_file.py: one [[model]] table per model with its own settings, checked up front). Each model
+gets its own run directory (resumable like any run; its config.json holds that model's settings) and runs
+in its own process. On GPUs the models are packed by memory need (batch/gpu_plan.py: each on the fewest
+GPUs that hold it, as many at once as fit, a queued one started as GPUs free up); on CPU one after
+another, or with `--parallel` all at once, each on its own cores (`device_groups`); with `--ray-address`
+Ray places them. The plan is printed before anything starts (`--plan-only` stops there). Retrieval for
+identical queries is computed once and shared through `<out>/search_cache` (batch/search_cache.py).
+The runs are compared question by question afterwards (batch/report/comparison.py: paired table, cost).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import re
 import subprocess
 import sys
 import time
@@ -19,19 +23,17 @@ from pathlib import Path
 import polars as pl
 
 from clarify import stops
+from clarify.batch import gpu_plan
 from clarify.batch.config import RunConfig
+from clarify.batch.models_file import Entry, from_names
+from clarify.batch.models_file import slug as _slug
+from clarify.batch.report.comparison import cost_row, paired_markdown, paired_table
 from clarify.batch.rundir import Run
 from clarify.errors import InputError
 from clarify.eval import datasets
 from clarify.files import check_own_dir, make_dirs, open_own, write_json, write_parquet, write_text
 from clarify.local_llm.hardware import affinity
-
-
-def _slug(model: str) -> str:
-    """The run directory's name of a model: its folder's name, normalised first (`/models/x/..` names
-    `models`), never `.` or `..` (a run directory outside `<out>`), never hidden."""
-    name = Path(os.path.normpath(model)).name
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_.") or "model"
+from clarify.local_llm.preflight import Gpu
 
 
 def _fd_stream(stream):
@@ -69,54 +71,126 @@ def _gpu_ids() -> list[str]:
     return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
 
 
-def _launch(models: list[str], cfg: RunConfig, out: Path, parallel: bool, verbose: bool) -> dict[str, dict]:
-    """Run each model's `clarify run` on the one config (`<out>/config.json`, the model set per run): one
-    after another on the terminal, or (`parallel`) all at once, each on its own devices (or on a Ray
-    cluster, which places them) with its output in `<out>/<model>.log`.
-    Returns model -> {started, finished, devices} (unix seconds)."""
-    shared = write_json(cfg.to_dict(), out / "config.json")
+GPU_QUERY = ["nvidia-smi", "--query-gpu=index,name,memory.total,memory.free,compute_cap",
+             "--format=csv,noheader,nounits"]
+
+
+def gpu_facts() -> list[tuple[str, Gpu]]:
+    """The GPUs this process may use, each with its id and memory, from nvidia-smi (`GPU_QUERY`): without
+    initialising CUDA here (the runs do, each on its own GPUs)."""
+    try:
+        out = subprocess.run(GPU_QUERY, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return parse_gpus(out, os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def parse_gpus(text: str, visible: str | None) -> list[tuple[str, Gpu]]:
+    """`GPU_QUERY`'s lines (index, name, MiB total, MiB free, compute capability) as (id, Gpu), those of
+    `visible` (CUDA_VISIBLE_DEVICES: nvidia-smi indices, in its order) when it is set."""
+    gpus = {}
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        try:
+            major, minor = (int(x) for x in parts[4].split("."))
+            gpus[parts[0]] = Gpu(parts[1], (major, minor), int(float(parts[3])) << 20, int(float(parts[2])) << 20)
+        except (IndexError, ValueError):
+            continue
+    if visible is not None:
+        return [(g.strip(), gpus[g.strip()]) for g in visible.split(",") if g.strip() in gpus]
+    return list(gpus.items())
+
+
+def _command(name: str, config_file: Path, out: Path, verbose: bool) -> list[str]:
+    cmd = [sys.executable, "-m", "clarify.batch.cli", "run", "--config", str(config_file),
+           "--out", str(out / name), "--search-cache", str(out / "search_cache")]
+    return [*cmd, "--verbose"] if verbose else cmd
+
+
+def _log(out: Path, name: str):
+    """`<out>/<name>.log`, emptied, opened for a run's output (never through a planted link: files.open_own)."""
+    log = out / f"{name}.log"
+    try:
+        fd = open_own(log, os.O_WRONLY | os.O_CREAT)
+    except OSError as exc:
+        raise InputError(f"cannot write the run's output here: {exc.strerror or exc}", path=str(log)) from None
+    os.ftruncate(fd, 0)
+    return open(fd, "w", encoding="utf-8")
+
+
+def _launch(configs: dict[str, RunConfig], out: Path, parallel: bool, verbose: bool,
+            plan: gpu_plan.Plan | None = None, gpu_ids: list[str] | None = None) -> dict[str, dict]:
+    """Run each model's `clarify run` on its own frozen config (`<out>/models/<name>.json`: the run's
+    settings with that model's [model] table): packed on the GPUs by `plan` (each queued model started as
+    GPUs free up, `gpu_plan.run_queue`), else one after another on the terminal, or (`parallel`) all at
+    once, each on its own CPU cores (or on a Ray cluster, which places them) with its output in
+    `<out>/<name>.log`. Returns name -> {started, finished, devices} (unix seconds)."""
     cmds = {}
-    for model in models:
-        cmd = [sys.executable, "-m", "clarify.batch.cli", "run", "--config", str(shared), "--model", model,
-               "--out", str(out / _slug(model)), "--search-cache", str(out / "search_cache")]
-        if verbose:
-            cmd.append("--verbose")
-        cmds[model] = cmd
+    for name, cfg in configs.items():
+        cmds[name] = _command(name, write_json(cfg.recorded(), out / "models" / f"{name}.json"), out, verbose)
     times: dict[str, dict] = {}
+    if plan is not None:
+        return _launch_planned(plan, gpu_ids or [], cmds, out)
     if not parallel:
-        for model, cmd in cmds.items():
-            print(f"== {model}: {' '.join(cmd[3:])}", flush=True)
+        for name, cmd in cmds.items():
+            print(f"== {name}: {' '.join(cmd[3:])}", flush=True)
             t0 = time.time()
             # the child's terminal is ours: sys.stdout/sys.stderr, which a quiet session (console.session)
             # keeps on the terminal while descriptors 1 and 2 go to the log
             proc = _start(cmd, stdout=_fd_stream(sys.stdout), stderr=_fd_stream(sys.stderr))
-            _wait({model: proc})
-            _check(model, proc.returncode, out, "see its output above")
-            times[model] = {"started": t0, "finished": time.time(), "devices": None}
+            _wait({name: proc})
+            _check(name, proc.returncode, out, "see its output above")
+            times[name] = {"started": t0, "finished": time.time(), "devices": None}
         return times
-    groups = [{}] * len(models) if cfg.cluster.ray_address else device_groups(len(models))
+    ray = any(c.cluster.ray_address for c in configs.values())
+    groups = [{}] * len(configs) if ray else device_groups(len(configs))
     procs = {}
-    for (model, cmd), env in zip(cmds.items(), groups):
-        log = out / f"{_slug(model)}.log"
+    for (name, cmd), env in zip(cmds.items(), groups):
         where = ", ".join(f"{k}={v}" for k, v in env.items()) or "placed by Ray"
-        print(f"== {model} ({where}): {' '.join(cmd[3:])}  [output: {log}]", flush=True)
-        try:
-            fd = open_own(log, os.O_WRONLY | os.O_CREAT)  # never through a planted link (files.open_own)
-        except OSError as exc:
-            raise InputError(f"cannot write the run's output here: {exc.strerror or exc}", path=str(log)) from None
-        os.ftruncate(fd, 0)
-        with open(fd, "w", encoding="utf-8") as fh:  # the child keeps its own descriptor
-            procs[model] = (_start([*cmd, "--no-progress"], stdout=fh, stderr=subprocess.STDOUT,
-                                   env={**os.environ, **env}), time.time(), where)
+        print(f"== {name} ({where}): {' '.join(cmd[3:])}  [output: {out / (name + '.log')}]", flush=True)
+        with _log(out, name) as fh:  # the child keeps its own descriptor
+            procs[name] = (_start([*cmd, "--no-progress"], stdout=fh, stderr=subprocess.STDOUT,
+                                  env={**os.environ, **env}), time.time(), where)
 
-    def finished(model: str, proc: subprocess.Popen) -> None:  # each run's finish time as it finishes
-        t0, where = procs[model][1:]
-        times[model] = {"started": t0, "finished": time.time(), "devices": where}
-        print(f"== {model}: finished (exit {proc.returncode}) after {time.time() - t0:.0f} s", flush=True)
+    def finished(name: str, proc: subprocess.Popen) -> None:  # each run's finish time as it finishes
+        t0, where = procs[name][1:]
+        times[name] = {"started": t0, "finished": time.time(), "devices": where}
+        print(f"== {name}: finished (exit {proc.returncode}) after {time.time() - t0:.0f} s", flush=True)
 
-    _wait({model: proc for model, (proc, _, _) in procs.items()}, finished)
-    for model, (proc, _, _) in procs.items():
-        _check(model, proc.returncode, out, f"see {out / (_slug(model) + '.log')}")
+    _wait({name: proc for name, (proc, _, _) in procs.items()}, finished)
+    for name, (proc, _, _) in procs.items():
+        _check(name, proc.returncode, out, f"see {out / (name + '.log')}")
+    return times
+
+
+def _launch_planned(plan: gpu_plan.Plan, gpu_ids: list[str], cmds: dict[str, list[str]], out: Path) -> dict[str, dict]:
+    """The GPU plan run: each model on its planned GPUs (CUDA_VISIBLE_DEVICES), a queued one started the
+    moment enough GPUs are free; a stop reaches every run still going (as `_wait`)."""
+    procs: dict[str, subprocess.Popen] = {}
+    times: dict[str, dict] = {}
+
+    def start(p: gpu_plan.Placement, ids: list[int]) -> subprocess.Popen:
+        visible = ",".join(gpu_ids[i] for i in ids)
+        where = f"CUDA_VISIBLE_DEVICES={visible}" if ids else "no GPU"
+        print(f"== {p.name} ({where}): {' '.join(cmds[p.name][3:])}  [output: {out / (p.name + '.log')}]", flush=True)
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible} if ids else dict(os.environ)
+        with _log(out, p.name) as fh:
+            procs[p.name] = proc = _start([*cmds[p.name], "--no-progress"], stdout=fh, stderr=subprocess.STDOUT, env=env)
+        times[p.name] = {"started": time.time(), "finished": None, "devices": where}
+        return proc
+
+    def finished(p: gpu_plan.Placement, proc: subprocess.Popen) -> None:
+        times[p.name]["finished"] = time.time()
+        print(f"== {p.name}: finished (exit {proc.returncode}) after {time.time() - times[p.name]['started']:.0f} s; "
+              f"its GPUs are free", flush=True)
+
+    try:
+        gpu_plan.run_queue(plan, start, finished)
+    except stops.Stopped as exc:
+        _pass_on(exc, procs, {n: p for n, p in procs.items() if p.poll() is None})
+        raise
+    for name, proc in procs.items():
+        _check(name, proc.returncode, out, f"see {out / (name + '.log')}")
     return times
 
 
@@ -140,14 +214,19 @@ def _wait(procs: dict[str, subprocess.Popen], on_finished=None) -> None:
                         on_finished(model, proc)
             time.sleep(0.2)
     except stops.Stopped as exc:
-        for proc in running.values():
-            proc.send_signal(exc.signum)
-        for proc in running.values():
-            proc.wait()
-        exc.done = "; ".join(f"{model}: " + (f"stopped (exit {proc.returncode})" if model in running
-                                             else f"finished (exit {proc.returncode})")
-                             for model, proc in procs.items())
+        _pass_on(exc, procs, running)
         raise
+
+
+def _pass_on(exc: stops.Stopped, procs: dict[str, subprocess.Popen], running: dict[str, subprocess.Popen]) -> None:
+    """The stop's signal to each run still going; wait for them; say how each run ended (`exc.done`)."""
+    for proc in running.values():
+        proc.send_signal(exc.signum)
+    for proc in running.values():
+        proc.wait()
+    exc.done = "; ".join(f"{model}: " + (f"stopped (exit {proc.returncode})" if model in running
+                                         else f"finished (exit {proc.returncode})")
+                         for model, proc in procs.items())
 
 
 def _check(model: str, rc: int, out: Path, where: str) -> None:
@@ -155,35 +234,63 @@ def _check(model: str, rc: int, out: Path, where: str) -> None:
         raise InputError(f"the run for model {model!r} failed (exit {rc}); {where}", path=str(out / _slug(model)))
 
 
-def compare(models: list[str], cfg: RunConfig, out: Path, *, parallel: bool = False,
-            verbose: bool = False) -> pl.DataFrame:
-    """Run every model over the same questions with one config `cfg` (its model replaced by each; one
-    after another, or `parallel`: at once, one model per set of devices) and write the comparison
-    table, its Markdown and a plot."""
-    if len(models) < 2:
+def compare(models: list[str] | list[Entry], cfg: RunConfig, out: Path, *, parallel: bool = False,
+            verbose: bool = False, plan_only: bool = False,
+            gpus: list[tuple[str, Gpu]] | None = None, source: str | None = None) -> pl.DataFrame | None:
+    """Run every model over the same questions: `cfg` with each model's own [model] settings (an Entry of a
+    models file, batch/models_file.py; a plain name keeps cfg's), each model's run freezing its own. On
+    GPUs (`gpus`: (id, facts); default this machine's, `gpu_facts`) packed by memory need (batch/gpu_plan.py);
+    on CPU one after another, or `parallel`: at once, one model per set of cores. The plan is printed
+    first; `plan_only` stops there (returns None). Writes the comparison table (one row per model: quality
+    and cost), the paired table (every pair x metric, batch/report/comparison.py `paired_table`), their
+    Markdown and a plot; returns the comparison table. `source`: the models file, named by its errors."""
+    entries = from_names(list(models)) if models and isinstance(models[0], str) else list(models)
+    if len(entries) < 2:
         raise InputError("give at least two models to compare", field="--models")
-    if len({_slug(m) for m in models}) < len(models):
+    if len({e.name for e in entries}) < len(entries):
         raise InputError("two models would share one run directory (same folder name)", field="--models")
+    configs = {e.name: e.config(cfg) for e in entries}
+    gpus = gpu_facts() if gpus is None else gpus
+    _check_on_device(entries, configs, [g for _, g in gpus], source)
+    plan = None
+    if gpus:  # each model's need gives its tensor_parallel_size: the one its run freezes (on Ray, its request)
+        plan = gpu_plan.plan([_planned(e, configs[e.name]) for e in entries], [g for _, g in gpus])
+        for p in plan.placements:
+            if p.tp:
+                c = configs[p.name]
+                configs[p.name] = dataclasses.replace(c, model=dataclasses.replace(c.model, tensor_parallel_size=p.tp))
+    if plan is not None and not cfg.cluster.ray_address:
+        print(plan.text(), flush=True)
+    else:
+        plan = None  # Ray places and queues the runs itself
+        print(_plan_text(configs, parallel), flush=True)
+    if plan_only:
+        return None
     check_own_dir(make_dirs(out), "comparison folder")
-    rows, metric_names = [], []
-    times = _launch(models, cfg, out, parallel, verbose)
-    for model in models:
-        run_dir = out / _slug(model)
+    write_json(cfg.recorded(), out / "config.json")  # the settings shared by every model (before its own)
+    times = _launch(configs, out, parallel, verbose, plan, [i for i, _ in gpus])
+    rows, metric_names, runs = [], [], []
+    for e in entries:
+        run_dir = out / e.name
         run = Run.open(run_dir)
-        summary = run.summary
-        row = {"model": model, "params": summary["params"], "run_dir": str(run_dir),
-               "started": times[model]["started"], "finished": times[model]["finished"],
-               "devices": times[model]["devices"],
+        runs.append(run)
+        summary, m = run.summary, run.config.model
+        row = {"model": e.name if e.name != _slug(e.model) else e.model, "params": summary["params"],
+               "run_dir": str(run_dir), "started": times[e.name]["started"], "finished": times[e.name]["finished"],
+               "devices": times[e.name]["devices"],
                "n_questions": summary["n_questions"],
+               # the model's own settings, as its run froze them (a models file sets them per model)
+               "dtype": (summary.get("engine") or {}).get("dtype") or m.dtype,
+               "tensor_parallel_size": m.tensor_parallel_size, "max_model_len": m.max_model_len,
+               "quantization": m.quantization or None, "chat_template": m.chat_template,
                # decoding constraints (batch/toc/constraints.py): the run's frozen config says, old runs too
                "constrain_format": run.config.toc.constrain_format,
                "constrain_quotes": run.config.answer.constrain_quotes,
-               # all sessions up to their last checkpoint + finalize (None when a session's time was lost)
-               "wall_s": summary["wall_s_total"],
-               "llm_calls_per_question": summary["llm_calls_per_question"],
                "prompt_tokens": summary["tokens"]["prompt"], "output_tokens": summary["tokens"]["output"],
                "valid_nodes_per_question": summary["valid_nodes_per_question"],
                "parse_errors": summary["parse_errors"], "cached_calls": summary["cached_calls"]}
+        # cost: wall_s is every session up to its last checkpoint + finalize (None when a session's time was lost)
+        row.update({k: v for k, v in cost_row(run).items() if k not in ("device", "devices")})
         for k, v in (summary.get("metrics") or {}).items():
             row[k] = v if isinstance(v, int | float) else None
             if row[k] is not None and k != "missing_predictions" and k not in metric_names:
@@ -193,8 +300,11 @@ def compare(models: list[str], cfg: RunConfig, out: Path, *, parallel: bool = Fa
                 row[f"quote_{k}"] = v
         rows.append(row)
     table = pl.DataFrame(rows, infer_schema_length=None)
+    paired = paired_table(runs)
     write_parquet(table, out / "comparison.parquet")
-    write_text(_markdown(table), out / "comparison.md")
+    write_parquet(paired, out / "paired.parquet")
+    write_text(_markdown(table) + "\npaired differences (* : the 95 % interval excludes 0)\n\n"
+               + paired_markdown(paired), out / "comparison.md")
     try:
         from clarify.batch.report.plots import plot_compare
 
@@ -209,12 +319,73 @@ def compare(models: list[str], cfg: RunConfig, out: Path, *, parallel: bool = Fa
     return table
 
 
+def _planned(entry: Entry, cfg: RunConfig) -> gpu_plan.Model:
+    """A model as the GPU planner sees it: its folder's shape (None for a server's model) and settings; a
+    tensor_parallel_size the entry does not set is the planner's to choose."""
+    from clarify.local_llm import backends
+    from clarify.local_llm.models import config_dtype, resolve_model
+    from clarify.local_llm.preflight import ModelShape
+    from clarify.local_llm.settings import Ask
+
+    m = cfg.model
+    if not backends.get(m.backend).uses_gpus:
+        return gpu_plan.Model(entry.name, None, Ask(model=m.model))
+    path = resolve_model(m.model)
+    return gpu_plan.Model(entry.name, ModelShape.of(path), Ask(
+        model=str(path), model_dtype=config_dtype(path), dtype=m.dtype, max_model_len=m.max_model_len,
+        gpu_memory_utilization=m.gpu_memory_utilization, quantization=m.quantization,
+        tensor_parallel_size=m.tensor_parallel_size if "tensor_parallel_size" in entry.settings else 0))
+
+
+def _check_on_device(entries: list[Entry], configs: dict[str, RunConfig], gpus: list[Gpu],
+                     source: str | None = None) -> None:
+    """Every model's [model] settings through the one settings table for this machine (GPUs, else CPU)
+    before anything starts: one line per model it refuses (a quantization on CPU, bfloat16 below sm_80)."""
+    from clarify.local_llm import backends
+    from clarify.local_llm.settings import Ask, Device, engine_settings
+
+    device = (Device("cuda", capability=gpus[0].capability, name=gpus[0].name, count=len(gpus)) if gpus
+              else Device("cpu"))
+    bad = []
+    for e in entries:
+        m = configs[e.name].model
+        if not backends.get(m.backend).uses_gpus:
+            continue
+        ask = Ask(model=m.model, dtype=m.dtype, max_model_len=m.max_model_len, tensor_parallel_size=m.tensor_parallel_size,
+                  gpu_memory_utilization=m.gpu_memory_utilization, batch_invariant=m.batch_invariant,
+                  quantization=m.quantization)
+        try:
+            engine_settings(device, ask)
+        except InputError as exc:
+            bad.append(f"model {e.name!r}: {exc}")
+    where = {"path": source} if source else {"field": "--models"}
+    if len(bad) == 1:
+        raise InputError(bad[0], **where)
+    if bad:
+        raise InputError(f"{len(bad)} models cannot run here:\n" + "\n".join(f"  {b}" for b in bad), **where)
+
+
+def _plan_text(configs: dict[str, RunConfig], parallel: bool) -> str:
+    """The plan without a GPU plan of this machine: a Ray cluster's placement, or this machine's CPU cores."""
+    names = list(configs)
+    if any(c.cluster.ray_address for c in configs.values()):
+        lines = ["plan: every model at once on the Ray cluster, which places and queues them; each worker's request:"]
+        for n, c in configs.items():
+            tp = c.model.tensor_parallel_size
+            lines.append(f"  {n}: " + ("num_gpus 1" if tp == 1 else f"a placement group of {tp} x {{GPU: 1, CPU: 1}}")
+                         + f" (tensor_parallel_size {tp}; batch/cluster.py), or its own cores on a CPU cluster")
+        return "\n".join(lines)
+    if not parallel:
+        return f"plan: no GPU; {len(names)} models one after another: " + ", ".join(names)
+    return "plan: no GPU; every model at once, each on its own CPU cores (VLLM_CPU_OMP_THREADS_BIND): " + ", ".join(names)
+
+
 def _markdown(table: pl.DataFrame) -> str:
     """One row per measure, one column per model (readable however many metrics there are)."""
     models = table["model"].to_list()
     lines = ["| measure | " + " | ".join(models) + " |", "|---|" + "---|" * len(models)]
     for col in table.columns:
-        if col in ("model", "run_dir", "started", "finished"):
+        if col in ("model", "run_dir", "started", "finished", "devices"):
             continue
         cells = [f"{v:.3f}" if isinstance(v, float) else ("—" if v is None else str(v)) for v in table[col]]
         lines.append(f"| {col} | " + " | ".join(cells) + " |")

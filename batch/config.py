@@ -23,27 +23,37 @@ from typing import Any
 
 from clarify.batch.toc.match import MATCHING
 from clarify.batch.toc.parse import PARSINGS
-from clarify.errors import InputError
+from clarify.errors import InputError, redacted
 from clarify.eval import datasets
 from clarify.eval.datasets.asqa import pool_spec_problem
 from clarify.index.store import SEARCHER_KINDS
 from clarify.local_llm import backends
-from clarify.local_llm.settings import DEFAULT_MAX_MODEL_LEN, DTYPES
+from clarify.local_llm.settings import DEFAULT_MAX_MODEL_LEN, DTYPES, QUANTIZATIONS
 
 # What a ToC question costs the engine (prompt + output tokens actually computed: identical re-expansion
 # prompts are answered once under the official default) on the embedded model and defaults: ~4,400
 # (the first 50 ASQA dev questions: 4,275; the demo's 11: 4,382; an AVX2 CPU). The previous behaviour
 # (batch/previous.toml, re-sampling) costs ~17,000. The demo's size and a run's ETA are estimated from it.
 TOKENS_PER_QUESTION = 4_400
+# Constrained trees exist (11 valid nodes per question instead of ~0.1), so a question costs more: on ASQA dev
+# 0-49 with SmolLM2 (bench/results/constrained.json) 18.6 LLM calls per question vs 8.4 free, 1,010 s at 680
+# engine tok/s: ~13,700 tokens of engine time per question (AMD EPYC, bfloat16); a fresh-clone `make demo` of
+# 20 constrained questions took 400 s of ToC at 715 tok/s: ~14,300 per question.
+CONSTRAINED_TOKENS_PER_QUESTION = 15_000
+# LLM calls the engine computes per question (cache hits aside), free and constrained: ASQA dev 0-49 with
+# SmolLM2 made 8.4 and 18.6 calls per question (bench/results/constrained.json), of which the engine computed
+# ~86 % in the demo's runs (16.0 and 16.1 of 18.6 for 3 and 20 questions: bench/results/estimate.json).
+CALLS_PER_QUESTION, CONSTRAINED_CALLS_PER_QUESTION = 7, 16
 PART_TREES = 64  # finished trees per checkpoint part (batch/rundir.py), unless a minute passes first
 
 ANSWER_STYLES = ("free", "quoted")
+CHAT_TEMPLATE = ("auto", "on", "off")  # [model] chat_template
 
 
 class Scheduler(StrEnum):
     """How trees are driven (batch/scheduler.py DRIVERS: one driver each). It never changes results: tables
-    are identical under each, so it is the one setting a run may change when resumed (RunDir.freeze ignores
-    RESULT_FREE)."""
+    are identical under each, so it is a setting a run may change when resumed (RunDir.freeze ignores
+    RESULT_FREE, dotted: one field of a table)."""
 
     CONTINUOUS = "continuous"
     WAVES = "waves"
@@ -51,8 +61,16 @@ class Scheduler(StrEnum):
 
 
 SCHEDULERS = tuple(s.value for s in Scheduler)  # `--scheduler` and the config's choices
-# Where the trees run (one process, or Ray workers: batch/cluster.py) never changes results either.
-RESULT_FREE = ("scheduler", "cluster")
+# Where the trees run (one process, or Ray workers: batch/cluster.py) never changes results either, nor how
+# the openai backend talks to its server (a completion it accepts is the same whatever its deadlines,
+# retries or size cap): a run stopped by a deadline resumes with a longer one.
+RESULT_FREE = ("scheduler", "cluster", "model.max_concurrency", "model.request_timeout_s", "model.max_retries",
+               "model.check_timeout_s", "model.reply_bytes_per_token")
+
+
+def result_free(key: str) -> bool:
+    """Whether the setting `key` ("scheduler", "model.max_retries") is in RESULT_FREE, itself or its table."""
+    return key in RESULT_FREE or key.split(".")[0] in RESULT_FREE
 SEARCHERS = SEARCHER_KINDS  # the index's searchers (index/store.py), declared there once
 
 
@@ -173,8 +191,22 @@ class ModelConfig:
     api_key_env: str = ""  # the NAME of an environment variable holding the server's API key (never the key)
     endpoint: str = "chat"  # openai: "chat" (the server applies the chat template) or "completions" (raw text)
     max_concurrency: int = 64  # openai: requests in flight at once
-    request_timeout_s: float = 600.0  # openai: one request's time limit
+    # openai: one request's TOTAL time limit — connecting, waiting and the whole reply (a server that trickles
+    # its reply a byte at a time is cut off); then it is retried like a 5xx
+    request_timeout_s: float = 600.0
     max_retries: int = 6  # openai: retries of a request on 429/5xx/timeouts (backoff 1, 2, 4 ... s)
+    # "": vLLM reads a quantized folder's own `quantization_config` (AWQ, GPTQ); "fp8": weights quantized
+    # on the fly (>= sm_89). CUDA only: the settings table's quantization row (local_llm/settings.py).
+    quantization: str = ""
+    # "auto": the chat template when the model folder has one; "off": raw text prompts even for a chat
+    # model; "on": required (a folder without one is refused). Part of the model identity (cache keys).
+    chat_template: str = "auto"
+    # openai: the total time limit of the start-up check (GET /v1/models) and of a token count (POST /tokenize)
+    check_timeout_s: float = 10.0
+    # openai: the longest reply accepted, in UTF-8 bytes of text per requested token (max_tokens); a longer
+    # one is refused before it is read to the end, and never cached. Generous: the longest tokens of common
+    # vocabularies (runs of spaces or dashes) are far shorter than 128 bytes.
+    reply_bytes_per_token: int = 128
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, list):
@@ -222,12 +254,21 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def recorded(self) -> dict[str, Any]:
+        """The settings as a run directory records them (config.json): any credentials in `model.base_url`
+        replaced by *** (errors.redacted), so a password never reaches a file; a resumed run compares
+        its own settings in this form."""
+        d = self.to_dict()
+        d["model"]["base_url"] = redacted(d["model"]["base_url"])
+        return d
+
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+        return json.dumps(self.recorded(), indent=2, sort_keys=True)
 
     def to_toml(self) -> str:
-        """The whole config as TOML that `load` reads back to an equal config (`clarify run --print-config`)."""
-        data = self.to_dict()
+        """The whole config as TOML that `load` reads back to an equal config (`clarify run --print-config`),
+        but for credentials in `model.base_url`, printed as *** (`recorded`)."""
+        data = self.recorded()
         lines = [f"{k} = {toml_value(v)}" for k, v in data.items() if k not in _SECTIONS]
         for name in _SECTIONS:
             lines += ["", f"[{name}]", *(f"{k} = {toml_value(v)}" for k, v in data[name].items())]
@@ -319,12 +360,16 @@ RULES: dict[str, Rule] = {
     "model.gpu_memory_utilization": Rule(lo=0, hi=1, lo_open=True),
     "model.tensor_parallel_size": POSITIVE,
     "model.dtype": Rule(choices=DTYPES),
+    "model.quantization": Rule(choices=QUANTIZATIONS),
+    "model.chat_template": Rule(choices=CHAT_TEMPLATE),
     "model.max_num_seqs": Rule(lo=0),
     "model.backend": Rule(choices=backends.names),
     "model.endpoint": Rule(choices=("chat", "completions")),
     "model.max_concurrency": POSITIVE,
     "model.request_timeout_s": Rule(lo=0, lo_open=True),
     "model.max_retries": Rule(lo=0),
+    "model.check_timeout_s": Rule(lo=0, lo_open=True),
+    "model.reply_bytes_per_token": POSITIVE,
     "cluster.workers": Rule(lo=0),
     "cluster.chunk_questions": POSITIVE,
     "cluster.cores_per_worker": Rule(lo=0),
@@ -480,3 +525,17 @@ def load(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Ru
         if isinstance(target, dict):  # else the file's `[p]` is not a table: validate names it
             target[leaf] = value
     return from_dict(data, source=source)
+
+
+def tokens_per_question(cfg: RunConfig) -> int:
+    """The engine tokens one question is expected to cost under this config's decoding (a run's ETA, the
+    demo's size and time estimate)."""
+    constrained = cfg.toc.constrain_format or cfg.answer.constrain_quotes
+    return CONSTRAINED_TOKENS_PER_QUESTION if constrained else TOKENS_PER_QUESTION
+
+
+def calls_per_question(cfg: RunConfig) -> int:
+    """The LLM calls one question is expected to have computed under this config's decoding (a run's ETA,
+    the demo's time estimate)."""
+    constrained = cfg.toc.constrain_format or cfg.answer.constrain_quotes
+    return CONSTRAINED_CALLS_PER_QUESTION if constrained else CALLS_PER_QUESTION

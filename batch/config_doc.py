@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from clarify.batch import config
-from clarify.batch.config import _SECTIONS, RESULT_FREE, RULES, RunConfig
+from clarify.batch.config import _SECTIONS, RULES, RunConfig
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 _FIELD = re.compile(r"^\s{4}(\w+): [^=]+?(?:=.*?)?(?:\s+#\s*(.*))?$")
@@ -85,7 +85,7 @@ def config_rows() -> list[tuple[str, str, str, str, str, str]]:
                 continue
             key = f"{section}.{f.name}" if section else f.name
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            free = (section or f.name) in RESULT_FREE
+            free = config.result_free(key)
             rows.append((key, _type_name(hints[f.name]), f"`{config.toml_value(default)}`", _allowed(key),
                          "no (recorded)" if free else "yes (frozen)", notes.get(f.name) or helps.get(key, "")))
     return rows
@@ -141,7 +141,7 @@ def flag_rows(path: tuple[str, ...], parser: argparse.ArgumentParser) -> list[tu
         shown = "" if default in (None, False, argparse.SUPPRESS) else f"`{default}`"
         key = keys.get(a.dest) if path[0] in ("run", "compare") else None
         if key is not None:
-            free = key.split(".")[0] in RESULT_FREE
+            free = config.result_free(key)
             effect = f"`{key}`, " + ("no (recorded)" if free else "yes (frozen)")
         else:
             effect = "required" if a.required else ""

@@ -17,7 +17,7 @@ import polars as pl
 
 from clarify import console, faults, schemas, stops
 from clarify.batch import cluster
-from clarify.batch.config import PART_TREES, RESULT_FREE, TOKENS_PER_QUESTION, RunConfig
+from clarify.batch.config import PART_TREES, RESULT_FREE, RunConfig, calls_per_question, tokens_per_question
 from clarify.batch.records import RunInputs, RunSummary
 from clarify.batch.resources import PreparedRun, open_resources, passages_only, prepare, tables
 from clarify.batch.rundir import Run, RunDir
@@ -27,6 +27,7 @@ from clarify.batch.toc.program import Resources, Step, TreeRows
 from clarify.batch.toc.tree import Tree
 from clarify.errors import InputError
 from clarify.eval.datasets import Dataset
+from clarify.local_llm.hardware import peak_memory
 from clarify.local_llm.models import parameter_count
 
 
@@ -43,14 +44,15 @@ PART_S = 60.0  # seconds between parts while trees finish
 
 def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, progress: bool = True,
         stop_after_parts: int | None = None, part_trees: int = PART_TREES, search_cache: Path | None = None,
-        restart: bool = False, on_part=None) -> dict:
+        restart: bool = False, on_part=None, estimate_s: float | None = None) -> dict:
     """Run (or resume, or just report) the configured job in run directory `out`; returns the summary.
 
     Every input is checked before the run directory is touched, the directory is locked for this
     process, and checkpoints are verified before the model loads. restart: start over (the completion
     cache is kept). part_trees: finished trees per part; stop_after_parts: stop once that many parts
     exist (tests of resume). With `[cluster]` workers the trees run on Ray (batch/cluster.py; `on_part`:
-    called with its worker pool after each part, for tests of faults)."""
+    called with its worker pool after each part, for tests of faults). estimate_s: the ToC time the caller
+    expected (the demo's probe), re-estimated on the progress display once the first tree finishes."""
     from clarify.local_llm.cache import check_caches
 
     rd = RunDir(out)
@@ -72,7 +74,7 @@ def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, pro
         rd.freeze(json.loads(cfg.to_json()), pinned, ignore=RESULT_FREE)
         if rd.finished:
             return Run.open(rd.path).summary
-        return _run_locked(rd, prep, progress, stop_after_parts, part_trees, search_cache, on_part)
+        return _run_locked(rd, prep, progress, stop_after_parts, part_trees, search_cache, on_part, estimate_s)
 
 
 def _limit_words(cfg: RunConfig, pool, n: int) -> str:
@@ -125,7 +127,7 @@ class _Parts:
 
 
 def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts: int | None, part_trees: int,
-                search_cache: Path | None, on_part) -> dict:
+                search_cache: Path | None, on_part, estimate_s: float | None = None) -> dict:
     cfg, questions = prep.cfg, prep.questions
     t_start = time.perf_counter()
     state = rd.load_state()  # verified: a damaged checkpoint is reported before any model loads
@@ -140,8 +142,9 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
     stats, cluster_done, engine = SchedStats(), None, state.engine if state else None
     if len(finished) < questions.height and cluster.wanted(cfg):  # the trees on Ray workers, as parts
         display = console.RunProgress(questions.height, finished=len(finished),
-                                      expected_tokens=(questions.height - len(finished)) * TOKENS_PER_QUESTION,
-                                      enabled=progress)
+                                      expected_tokens=(questions.height - len(finished)) * tokens_per_question(cfg),
+                                      expected_calls=(questions.height - len(finished)) * calls_per_question(cfg),
+                                      enabled=progress, estimate_s=estimate_s)
         try:
             outcome = cluster.run_chunks(rd, prep, set(finished), search_cache=search_cache, display=display,
                                          run_s=run_s, stop_after_parts=stop_after_parts, on_part=on_part)
@@ -174,7 +177,9 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
                  for q, text in zip(questions["qid"], questions["question"])]
         todo = [t for t in trees if t.qid not in finished]
         display = console.RunProgress(len(trees), finished=len(finished),
-                                      expected_tokens=len(todo) * TOKENS_PER_QUESTION, enabled=progress)
+                                      expected_tokens=len(todo) * tokens_per_question(cfg),
+                                      expected_calls=len(todo) * calls_per_question(cfg), enabled=progress,
+                                      estimate_s=estimate_s)
         res.engine.on_progress = lambda requests, tokens: display.engine_update(requests, tokens,
                                                                                 res.engine.pending())
         before = engine_usage_start(res.engine)
@@ -185,6 +190,7 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
             if parts.add(tree, rows) and stop_after_parts is not None and parts.written >= stop_after_parts:
                 raise _Stop
 
+        t_toc = time.perf_counter()
         try:
             stats = DRIVERS[cfg.scheduler](todo, res, cfg, on_tree)
             parts.flush()
@@ -198,9 +204,12 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
         finally:
             display.close()
             res.engine.on_progress = None
+        toc_s = time.perf_counter() - t_toc
         with console.step("checking quotes and scoring", enabled=progress, timed=False):
             summary = finalize(rd, prep, trees, res, session_start=t_start, stats=stats,
-                               prior_s=prior_s, usage=engine_usage(res.engine, before, stats))
+                               prior_s=prior_s, usage=engine_usage(res.engine, before, stats),
+                               # the ToC part of the session (what the demo's estimate is of)
+                               toc_s=round(toc_s, 2))
         note_run(summary, cfg)
         return summary
     finally:
@@ -277,13 +286,14 @@ class _Stop(Exception):
 
 
 def finalize(rd: RunDir, prep: PreparedRun, trees: list[Tree], res: Resources, *, session_start: float, stats: SchedStats, prior_s: float | None, engine: dict | None = None,
-             usage: dict | None = None, cluster: dict | None = None) -> dict:
+             usage: dict | None = None, cluster: dict | None = None, toc_s: float | None = None) -> dict:
     """Final tables, quote check, scores and summary.json (written last).
 
     session_start: perf_counter at this session's start. prior_s: the run's seconds before this session
     (the `run_s` of the checkpoint it resumed from; 0 for a fresh run, None when unknown). engine: the
     engine facts of the checkpoint, when this session loaded no engine. usage: this session's engine work
-    (`engine_usage`). cluster: what a cluster run's workers did (batch/cluster.py Outcome.summary)."""
+    (`engine_usage`). cluster: what a cluster run's workers did (batch/cluster.py Outcome.summary). toc_s:
+    this session's seconds of ToC (its trees), when it made trees in this process."""
     from clarify.batch.toc.quotes import check_answers, quote_fidelity
 
     cfg, questions = prep.cfg, prep.questions
@@ -314,7 +324,7 @@ def finalize(rd: RunDir, prep: PreparedRun, trees: list[Tree], res: Resources, *
         answers = answers.with_columns(answer_plain=pl.col("answer"))
     answers = schemas.conform(answers, "answers")
 
-    scores, metrics = score(prep.dataset, answers, nodes, prep.gold)
+    scores, metrics, notes = score(prep.dataset, answers, nodes, prep.gold)
     for name, df in (("nodes", nodes), ("hits", hits), ("llm_calls", calls), ("answers", answers),
                      ("spans", spans), ("passages", passages), ("scores", scores)):
         rd.write_table(name, df)
@@ -328,7 +338,7 @@ def finalize(rd: RunDir, prep: PreparedRun, trees: list[Tree], res: Resources, *
         name=rd.path.name, dataset=cfg.dataset, model=cfg.model.model,
         engine_model_id=calls["model"][0] if calls.height else None,
         engine=res.engine.facts() if res.engine is not None else engine,
-        answer_style=cfg.answer_style, n_questions=n_q, metrics=metrics,
+        answer_style=cfg.answer_style, n_questions=n_q, metrics=metrics, metric_notes=notes,
         # the decoding constraints (batch/toc/constraints.py), shown by the report and `clarify compare`
         constraints={"format": cfg.toc.constrain_format, "quotes": cfg.answer.constrain_quotes},
         llm_calls=calls.height, llm_calls_per_question=calls.height / n_q,
@@ -350,11 +360,14 @@ def finalize(rd: RunDir, prep: PreparedRun, trees: list[Tree], res: Resources, *
         seconds_last_session={k: round(v, 2) for k, v in stats.seconds.items()},
         # tokens the engine processed (prompt + output) per second of generate time, this session only
         engine_tokens_per_s=round(stats.tokens / stats.seconds["generate"], 1) if stats.seconds["generate"] else None,
+        # this session's process: peak memory (RSS; GPU where torch reserved it here), the cost table's
+        peak_memory_last_session=peak_memory(),
         # completion-cache rows found damaged (checksum mismatch, unreadable) and recomputed, this session
         cache_recomputed=res.engine.stats.recomputed() if res.engine is not None else {"rows": 0, "reasons": {}},
         quote_fidelity=fidelity,
         params=parameter_count(prep.model_path or cfg.model.model),
         cluster=cluster,
+        toc_s_last_session=toc_s,
     )
     summary.write(rd.summary_file)
     return summary.to_json()
@@ -374,12 +387,13 @@ def _add_quote_notes(calls: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame
             .drop("quote_note"))
 
 
-def score(ds: Dataset, answers: pl.DataFrame, nodes: pl.DataFrame, gold) -> tuple[pl.DataFrame, dict]:
-    """The long scores table and the summary metrics, by the scorer `clarify eval` uses on the run
-    (eval/summary.py score_predictions): a run's answers in question order, one per question."""
+def score(ds: Dataset, answers: pl.DataFrame, nodes: pl.DataFrame, gold) -> tuple[pl.DataFrame, dict, dict]:
+    """The long scores table, the summary metrics and each metric's note (how it was aggregated, or why it is
+    missing: eval/summary.py), by the scorer `clarify eval` uses on the run (eval/summary.py
+    score_predictions): a run's answers in question order, one per question."""
     from clarify.eval.summary import score_predictions
 
     if gold is None:
-        return schemas.empty("scores"), {}
+        return schemas.empty("scores"), {}, {}
     scored = score_predictions(ds, ds.predictions(answers), gold, nodes=nodes)
-    return scored.scores, scored.metrics
+    return scored.scores, scored.metrics, scored.notes

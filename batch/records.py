@@ -102,6 +102,10 @@ class RunInputs(_Record):
         return cls(pins, prompts, version)
 
 
+# summary.json keys written only when the session has them (a cluster run's workers, trees made in this process)
+OPTIONAL = ("cluster", "toc_s_last_session")
+
+
 @dataclass(frozen=True)
 class RunSummary(_Record):
     """summary.json: the run's results and what it cost. Every key is documented where `finalize` computes it."""
@@ -114,6 +118,7 @@ class RunSummary(_Record):
     answer_style: str | None = None
     n_questions: int | None = None
     metrics: dict[str, float | None] = field(default_factory=dict)  # eval/summary.py score_predictions
+    metric_notes: dict[str, str] | None = None  # how each metric was aggregated, or why it is missing
     constraints: dict[str, bool] | None = None  # the decoding constraints (batch/toc/constraints.py)
     llm_calls: int | None = None
     llm_calls_per_question: float | None = None
@@ -133,18 +138,19 @@ class RunSummary(_Record):
     wall_s_total: float | None = None  # None when an earlier session's time was lost
     seconds_last_session: dict[str, float] | None = None
     engine_tokens_per_s: float | None = None
+    peak_memory_last_session: dict | None = None  # local_llm/hardware.py peak_memory
     cache_recomputed: dict | None = None
     quote_fidelity: dict | None = None
     params: int | None = None  # the model's parameter count (local_llm/models.py parameter_count)
     cluster: dict | None = None  # a cluster run's workers (batch/cluster.py Outcome.summary); absent otherwise
+    toc_s_last_session: float | None = None  # this session's seconds of trees in this process; absent otherwise
     extra: dict[str, Any] = field(default_factory=dict)  # keys this clarify does not declare, kept as read
     schema_version: int = SUMMARY_SCHEMA
 
     def to_json(self) -> dict:
-        """The file's content: every declared key (`cluster` only for a cluster run), then `extra`."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
-        if out["cluster"] is None:
-            del out["cluster"]
+        """The file's content: every declared key (those of OPTIONAL only when set), then `extra`."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name != "extra" and not (f.name in OPTIONAL and getattr(self, f.name) is None)}
         return {**self.extra, **out}
 
     @classmethod

@@ -104,11 +104,16 @@ ADDED_SETTINGS = {("toc", "constrain_format"): False, ("answer", "constrain_quot
                   ("model", "backend"): "vllm", ("model", "base_url"): "", ("model", "api_key_env"): "",
                   ("model", "endpoint"): "chat", ("model", "max_concurrency"): 64,
                   ("model", "request_timeout_s"): 600.0, ("model", "max_retries"): 6,
+                  # per-model settings of `clarify compare --models FILE`: the folder's own quantization, the
+                  # chat template where the folder has one (as the engine always chose)
+                  ("model", "quantization"): "", ("model", "chat_template"): "auto",
+                  # the openai backend's total deadline of its checks and its reply size cap (never results)
+                  ("model", "check_timeout_s"): 10.0, ("model", "reply_bytes_per_token"): 128,
                   # issue 27: an index attached from elsewhere (none: the index folder's own parts)
                   ("retrieval", "faiss_index"): "", ("retrieval", "encoder"): "", ("retrieval", "nprobe"): 0,
                   ("retrieval", "ef_search"): 0,
                   # the DQ/DA parser switch: the default reads every pair the official parser reads, which
-                  # the earlier line-start parser missed only for a label in mid-line (docs: fidelity)
+                  # the earlier line-start parser missed only for a label in mid-line (docs/fidelity.md#the-differences)
                   ("toc", "parsing"): "clarify"}
 
 
@@ -117,6 +122,17 @@ def _with_added_settings(old: dict) -> dict:
     for (section, key), value in ADDED_SETTINGS.items():
         if isinstance(out.setdefault(section, {}), dict):
             out[section].setdefault(key, value)
+    return out
+
+
+def _without(config: dict, ignore: tuple[str, ...]) -> dict:
+    """`config` less the settings named in `ignore`: a top-level key, or `table.key` for one field of a table."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
+    for name in ignore:
+        table, _, key = name.rpartition(".")
+        target = out.get(table) if table else out
+        if isinstance(target, dict):
+            target.pop(key, None)
     return out
 
 
@@ -221,8 +237,8 @@ class RunDir:
         """Pin config.json and inputs.json (`RunInputs`, or its pins alone). Once a checkpoint exists they are
         binding: another config, a changed input or, while trees remain to be made, other prompts
         (batch/toc/fingerprint.py) are refused, naming the difference. Before that (a failed start) they are
-        simply rewritten. `ignore`: top-level settings that never change results (the scheduler): a resumed
-        run may change them, and config.json records the latest."""
+        simply rewritten. `ignore`: settings that never change results (the scheduler; `model.max_retries`): a
+        resumed run may change them, and config.json records the latest."""
         if not isinstance(inputs, RunInputs):
             inputs = RunInputs(dict(inputs))
         cfg_path, in_path = self.config_file, self.inputs_file
@@ -230,8 +246,7 @@ class RunDir:
             restart = "use a new --out, or rerun with --restart to start over (the completion cache is kept)"
             raw = read_json(cfg_path, f"restore it, or {restart}")
             old = _with_added_settings(raw)
-            diffs = _diff({k: v for k, v in old.items() if k not in ignore},
-                          {k: v for k, v in config.items() if k not in ignore})
+            diffs = _diff(_without(old, ignore), _without(config, ignore))
             if diffs:
                 raise InputError("this run directory was made with another config; use the same settings, or "
                                  f"{restart}. Differences: " + "; ".join(diffs), path=str(cfg_path))

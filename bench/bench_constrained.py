@@ -125,12 +125,13 @@ def compile_cost(cfg, out: Path) -> dict:
 def paired(work: Path, resamples: int = 10_000, seed: int = 0) -> list[dict]:
     """Each constrained arm against the "off" arm of its model and dataset, question by question: the mean
     difference of every metric (eval/ scores.parquet, the per-question values the summary averages) and
-    its 95 % paired-bootstrap interval (the same resampled questions for both arms; percentile method).
+    its 95 % paired-bootstrap interval (eval/paired.py: the same resampled questions for both arms; percentile method).
     An interval that holds 0 says the arms differ by less than these questions can show. ROUGE-L here is
     the plain mean of the per-question values; the summary's is the official bootstrap mid (eval/summary.py),
     which differs from it by a few tenths."""
-    import numpy as np
     import polars as pl
+
+    from clarify.eval.paired import interval  # the product's paired bootstrap (eval/paired.py)
 
     arms = {}
     for d in sorted(p for p in work.iterdir() if (p / "scores.parquet").exists()):
@@ -138,7 +139,6 @@ def paired(work: Path, resamples: int = 10_000, seed: int = 0) -> list[dict]:
         setting = ("format+quotes" if c["answer"]["constrain_quotes"] else "format") if c["toc"]["constrain_format"] \
             else ("quotes" if c["answer"]["constrain_quotes"] else "off")
         arms[(c["model"]["model"], c["dataset"], setting)] = pl.read_parquet(d / "scores.parquet")
-    rng = np.random.default_rng(seed)
     out = []
     for (model, dataset, setting), scores in arms.items():
         base = arms.get((model, dataset, "off"))
@@ -150,12 +150,10 @@ def paired(work: Path, resamples: int = 10_000, seed: int = 0) -> list[dict]:
             both = a.join(b, on="qid").drop_nulls()
             if both.height == 0:
                 continue
-            diff = (both["on"] - both["off"]).to_numpy()
-            means = diff[rng.integers(0, len(diff), size=(resamples, len(diff)))].mean(axis=1)
-            lo, hi = np.percentile(means, [2.5, 97.5])
+            mean, lo, hi = interval(both["off"].to_numpy(), both["on"].to_numpy(), resamples=resamples, seed=seed)
             out.append({"model": model, "dataset": dataset, "setting": setting, "metric": metric,
                         "questions": int(both.height), "off": round(float(both["off"].mean()), 2),
-                        "on": round(float(both["on"].mean()), 2), "diff": round(float(diff.mean()), 2),
+                        "on": round(float(both["on"].mean()), 2), "diff": round(mean, 2),
                         "ci95": [round(float(lo), 2), round(float(hi), 2)]})
     return out
 

@@ -39,6 +39,8 @@ TITLES = {
     "constrained_10q": ("Constrained decoding, 10 questions", "the first, smaller measurement"),
     "toc": ("Waves vs the per-question loop, 4 questions", "the wave scheduler before the continuous one"),
     "toc12": ("Waves vs the per-question loop, 12 questions", "the wave scheduler before the continuous one"),
+    "paired": ("Paired bootstrap speed", "95 % paired-bootstrap intervals, 10,000 resamples, vectorised vs a plain loop (bench/bench_paired.py)"),
+    "estimate": ("The demo's time estimate against the ToC time", "the probe's estimate, the re-estimate after the first tree and the actual ToC time (bench/bench_estimate.py); earlier rows: earlier probes"),
     "grammar": ("Quote grammar compile time", "xgrammar compile of the `[k span]` grammar for 5,000 and 20,000 source words, capped and uncapped (bench/bench_grammar.py)"),
 }
 

@@ -149,7 +149,8 @@ def score_asqa(
     rows = []
     for (qid, answer), miss in tqdm(
         zip(preds.select("qid", "answer").iter_rows(), missing),
-        total=preds.height, desc="asqa", unit="q", disable=not progress,
+        # `or None`: tqdm's "draw only on a terminal" (a log would keep every redraw), as each bar of clarify
+        total=preds.height, desc="asqa", unit="q", disable=not progress or None,
     ):
         g = by_qid[qid]
         rows.append({

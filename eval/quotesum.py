@@ -210,7 +210,8 @@ def score_quotesum(predictions: pl.DataFrame, gold: pl.DataFrame, *, progress: b
     rows = [
         _score_one(qid, answer, refs_by[qid], bool(miss))
         for (qid, answer), miss in tqdm(zip(preds.select("qid", "answer").iter_rows(), missing),
-                                        total=preds.height, desc="quotesum", unit="q", disable=not progress)
+                                        total=preds.height, desc="quotesum", unit="q",
+                                        disable=not progress or None)
     ]
     return pl.DataFrame(rows, schema=SCORE_SCHEMA)
 
@@ -224,7 +225,7 @@ def score_human_holdout(gold: pl.DataFrame, *, progress: bool = True) -> pl.Data
     from tqdm import tqdm
 
     rows = []
-    for qid, refs in tqdm(_refs_by_qid(gold).items(), desc="holdout", unit="q", disable=not progress):
+    for qid, refs in tqdm(_refs_by_qid(gold).items(), desc="holdout", unit="q", disable=not progress or None):
         if len(refs) < 2:
             continue
         for i, held in enumerate(refs):

@@ -124,7 +124,7 @@ class ExtractiveReader:
         todo = [i for i, c in enumerate(contexts) if c and c.strip()]
         pad_on_right = self.tokenizer.padding_side == "right"
         steps = range(0, len(todo), self.batch_size)
-        for lo in tqdm(steps, desc="reader", unit="batch", disable=not self.progress or len(steps) < 2):
+        for lo in tqdm(steps, desc="reader", unit="batch", disable=not self.progress or len(steps) < 2 or None):
             idx = todo[lo : lo + self.batch_size]
             qs = [questions[i].lstrip() for i in idx]
             cs = [contexts[i] for i in idx]

@@ -103,6 +103,11 @@ class Scored:
         """The summary as {metric: value} (summary.json `metrics`)."""
         return {r["metric"]: r["value"] for r in self.summary.iter_rows(named=True)}
 
+    @property
+    def notes(self) -> dict[str, str]:
+        """Each metric's note, where it has one (summary.json `metric_notes`)."""
+        return {r["metric"]: r["note"] for r in self.summary.iter_rows(named=True) if r["note"]}
+
 
 def score_predictions(ds: Any, predictions: pl.DataFrame, gold: pl.DataFrame, *,
                       nodes: pl.DataFrame | None = None, reader: Any = None) -> Scored:

@@ -213,7 +213,7 @@ class LuceneStore:
 
         reader = LuceneIndexReader(str(self.dir))
         ids = [reader.convert_internal_docid_to_collection_docid(i) for i in
-               tqdm(range(self.num_docs), desc="read stored ids", unit="doc", disable=self.num_docs < 50000)]
+               tqdm(range(self.num_docs), desc="read stored ids", unit="doc", disable=self.num_docs < 50000 or None)]
         return self.passages(ids)
 
 
@@ -258,7 +258,7 @@ class BM25Searcher:
         scores: list[list[float]] = [[] for _ in texts]
         todo = [i for i, t in enumerate(texts) if t.strip()]
         for start in tqdm(range(0, len(todo), self.batch), desc="bm25 search", unit="batch",
-                          disable=len(todo) <= self.batch):
+                          disable=len(todo) <= self.batch or None):
             rows = todo[start : start + self.batch]
             res = self.store.searcher.batch_search([texts[i] for i in rows], [str(i) for i in rows],
                                                    k=int(k), threads=self.threads)

@@ -221,7 +221,7 @@ def encode_to_memmap(encoder: Encoder, passages: pl.DataFrame, path: Path, *, pr
     texts = passage_texts(passages)
     order = np.argsort(-encoder.token_lengths(texts), kind="stable")
     size = encoder.batch_size
-    with tqdm(total=n, desc="encode passages", unit="psg", disable=not progress) as bar:
+    with tqdm(total=n, desc="encode passages", unit="psg", disable=not progress or None) as bar:
         for start in range(0, n, size):
             rows = order[start : start + size]
             emb[rows] = encoder.encode([texts[i] for i in rows], batch_size=size)
@@ -336,7 +336,7 @@ def build_faiss(embeddings: np.ndarray, kind: str = "flat", *, nlist: int | None
     params = search_parameters(index)
     set_search_parameters(index, nprobe=(nprobe or default_nprobe(params["nlist"])) if "nlist" in params else None,
                           ef_search=(ef_search or 128) if "efSearch" in params else None)
-    for start in tqdm(range(0, n, chunk), desc=f"faiss {factory}", unit="chunk", disable=n <= chunk):
+    for start in tqdm(range(0, n, chunk), desc=f"faiss {factory}", unit="chunk", disable=n <= chunk or None):
         index.add(np.ascontiguousarray(embeddings[start : start + chunk], dtype=np.float32))
     return index, {"factory": factory, "train_rows": trained_on, "params": search_parameters(index)}
 
@@ -510,7 +510,7 @@ class DenseSearcher:
         all_scores: list[list[float]] = []
         k_eff = min(int(k), self.dense.index.ntotal)
         for start in tqdm(range(0, len(texts), self.query_batch), desc="dense search", unit="batch",
-                          disable=len(texts) <= self.query_batch):
+                          disable=len(texts) <= self.query_batch or None):
             qv = self.encoder.encode(texts[start : start + self.query_batch])
             scores, rows = self.dense.index.search(qv, k_eff) if k_eff > 0 else (np.zeros((len(qv), 0)), np.zeros((len(qv), 0), dtype=np.int64))
             for srow, rrow in zip(scores, rows):

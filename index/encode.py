@@ -238,7 +238,7 @@ def encode_missing(encoder, store, ckpt: Checkpoints, order: np.ndarray, chunk: 
     done = ckpt.done()
     todo = [k for k in todo if k not in done]
     rows_todo = sum(len(order[k * chunk : (k + 1) * chunk]) for k in todo)
-    with tqdm(total=rows_todo, desc=desc, unit="psg", disable=not progress) as bar:  # rate and ETA
+    with tqdm(total=rows_todo, desc=desc, unit="psg", disable=not progress or None) as bar:  # rate and ETA
         for i, k in enumerate(todo, start=1):
             rows = order[k * chunk : (k + 1) * chunk]
             ckpt.save(k, encode_chunk(encoder, texts_of(store, rows)))
@@ -296,7 +296,7 @@ def run_workers(args: dict, devices: list[str], ckpt: Checkpoints, n_rows: int, 
     start_done = len(ckpt.done())
     try:
         with tqdm(total=todo_rows, desc=f"encode passages ({len(devices)} workers)", unit="psg",
-                  disable=not progress) as bar:
+                  disable=not progress or None) as bar:
             while any(p.poll() is None for p in procs):
                 time.sleep(1.0)
                 rows = min(todo_rows, (len(ckpt.done()) - start_done) * chunk)

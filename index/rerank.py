@@ -75,7 +75,7 @@ class CrossEncoderScorer:
         chunk = 8192
         scores = np.concatenate([
             np.asarray(self.model.predict(pairs[s : s + chunk], batch_size=self.batch_size), dtype=np.float64).reshape(-1)
-            for s in tqdm(range(0, len(pairs), chunk), desc="cross-encoder", unit="chunk", disable=len(pairs) <= chunk)
+            for s in tqdm(range(0, len(pairs), chunk), desc="cross-encoder", unit="chunk", disable=len(pairs) <= chunk or None)
         ])
         out, start = [], 0
         for ids in passage_ids:

@@ -34,7 +34,8 @@ def _vllm_open(m, pin: dict | None = None, **placement):
     model, fingerprint = (pin["path"], pin["fingerprint"]) if pin and pin.get("path") else (m.model, None)
     return get_engine(model, fingerprint=fingerprint, max_model_len=m.max_model_len, gpu_memory_utilization=m.gpu_memory_utilization,
                       tensor_parallel_size=m.tensor_parallel_size, dtype=m.dtype, max_num_seqs=m.max_num_seqs,
-                      batch_invariant=m.batch_invariant, **placement,
+                      batch_invariant=m.batch_invariant, quantization=m.quantization,
+                      chat={"auto": "auto", "on": True, "off": False}[m.chat_template], **placement,
                       progress=False)  # the run shows its own progress (console.RunProgress), not vLLM's
 
 
@@ -50,22 +51,29 @@ def _openai_open(m, pin: dict | None = None, **placement):
 
     return OpenAIEngine(_base_url(m), m.model, api_key_env=m.api_key_env, endpoint=m.endpoint,
                         max_concurrency=m.max_concurrency, request_timeout_s=m.request_timeout_s,
-                        max_retries=m.max_retries, max_model_len=m.max_model_len)
+                        max_retries=m.max_retries, max_model_len=m.max_model_len, check_timeout_s=m.check_timeout_s,
+                        reply_bytes_per_token=m.reply_bytes_per_token)
 
 
 def _openai_identity(m) -> dict:
-    from clarify.local_llm.openai_engine import resolve_served_model
+    from clarify.local_llm.openai_engine import resolve_served_model, split_credentials
 
     url = _base_url(m)
-    return {"backend": "openai", "base_url": url, "served_model": resolve_served_model(url, m.model, m.api_key_env)}
+    served = resolve_served_model(url, m.model, m.api_key_env, m.check_timeout_s)
+    return {"backend": "openai", "base_url": split_credentials(url)[0], "served_model": served}  # no credentials
 
 
 def _base_url(m) -> str:
     from clarify.errors import InputError
+    from clarify.local_llm.openai_engine import split_credentials
 
     if not m.base_url:
         raise InputError("backend \"openai\" needs the server's address, e.g. http://127.0.0.1:8000/v1",
                          field="model.base_url")
+    credentials = split_credentials(m.base_url)[1]
+    if credentials and "***" in credentials:  # a run's config.json records the URL redacted (errors.redacted)
+        raise InputError("a run's config.json records base_url without its credentials (***); give the URL "
+                         "with them in your own config", field="model.base_url")
     return m.base_url.rstrip("/")
 
 

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from clarify import faults, stops
-from clarify.errors import InputError
+from clarify.errors import EngineUnavailable, InputError
 from clarify.files import make_dirs, open_own
 from clarify.local_llm.engine import Completion, Engine, GenParams, Request, as_step_engine, request_key
 
@@ -325,7 +325,13 @@ class CachedEngine:
             if miss_index:
                 idx = list(miss_index.values())
                 self.stats.engine_calls += 1
-                results = self.engine.generate([prompts[i] for i in idx], [params[i] for i in idx])
+                try:
+                    results = self.engine.generate([prompts[i] for i in idx], [params[i] for i in idx])
+                except EngineUnavailable as exc:  # the completions that did come back are kept (resumes)
+                    kept = [(keys[idx[j]], prompts[idx[j]], params[idx[j]], c) for j, c in exc.completed.items()]
+                    if kept:
+                        self._store(kept)
+                    raise
                 if len(results) != len(idx):
                     raise RuntimeError(f"engine returned {len(results)} completions for {len(idx)} prompts")
                 self._store([(keys[i], prompts[i], params[i], c) for i, c in zip(idx, results)])

@@ -108,9 +108,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from clarify.local_llm.vllm_engine import DEFAULT_MAX_MODEL_LEN
 
     if args.base_url:
-        spec = SimpleNamespace(base_url=args.base_url, model="" if args.model == DEFAULT_MODEL else args.model,
-                               api_key_env=args.api_key_env, endpoint="chat", max_concurrency=args.batch_size,
-                               request_timeout_s=600.0, max_retries=6, max_model_len=None)
+        import dataclasses
+
+        from clarify.batch.config import ModelConfig
+
+        # [model]'s declared defaults (deadlines, retries, the reply cap), the flags, no context check
+        spec = SimpleNamespace(**{f.name: f.default for f in dataclasses.fields(ModelConfig)})
+        spec.__dict__.update(base_url=args.base_url, model="" if args.model == DEFAULT_MODEL else args.model,
+                             api_key_env=args.api_key_env, endpoint="chat", max_concurrency=args.batch_size,
+                             max_model_len=None)
         engine = backends.get("openai").open(spec)
     else:
         spec = SimpleNamespace(model=str(model_dir), max_model_len=DEFAULT_MAX_MODEL_LEN, gpu_memory_utilization=0.85,

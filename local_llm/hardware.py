@@ -27,7 +27,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-from clarify.errors import InputError
+from clarify.errors import EngineBusy, InputError
 from clarify.files import open_own, read_holder, write_holder
 from clarify.local_llm.settings import Ask, Device, dtype_for
 
@@ -76,10 +76,6 @@ def describe() -> str:
 # link and never truncated, and engines of different users do not see each other's locks.
 
 BUSY_ENV = "CLARIFY_ENGINE_BUSY"  # "wait" (default): wait, saying for whom; "refuse": raise EngineBusy
-
-
-class EngineBusy(RuntimeError):
-    """Another process's engine is working on the cores this one is bound to."""
 
 
 def cpu_list(cores: set[int]) -> str:
@@ -260,3 +256,21 @@ def check_gpu_memory(utilization: float, devices: int = 1, *, mem_get_info=None)
         raise EngineBusy(f"GPU memory is taken by other processes ({'; '.join(short)}) at "
                          f"gpu_memory_utilization = {utilization}: wait for them (nvidia-smi names them), "
                          f"or lower [model] gpu_memory_utilization")
+
+
+def peak_memory() -> dict:
+    """This process's peak memory so far: resident set (getrusage ru_maxrss, KiB on Linux) and, where torch
+    has initialised CUDA here, the most memory torch's allocator reserved on each GPU of this process
+    (an in-process vLLM engine's weights and KV cache; the shards of a tensor-parallel engine in other
+    processes are not counted). Bytes; None where not known."""
+    import resource
+    import sys
+
+    out: dict = {"rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "gpu_bytes": None}
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_initialized():
+            out["gpu_bytes"] = sum(int(torch.cuda.max_memory_reserved(d)) for d in range(torch.cuda.device_count()))
+    except Exception:  # a CUDA error here only loses a measure
+        pass
+    return out

@@ -88,10 +88,43 @@ class ModelShape:
     def kv_bytes_per_token(self, dtype: str) -> int:
         return 2 * self.layers * self.kv_heads * self.head_dim * DTYPE_BYTES.get(dtype, 2)  # K and V
 
-    def loaded_bytes(self, dtype: str) -> int:
-        """The weights in the engine's dtype (stored float32 weights run in half precision take half)."""
+    def loaded_bytes(self, dtype: str, quantization: str = "") -> int:
+        """The weights in the engine's dtype (stored float32 weights run in half precision take half); fp8
+        quantized on the fly: one byte per 16-bit weight. An AWQ/GPTQ folder's files are already packed:
+        their size as stored."""
         stored = STORED_BYTES.get(str(self.stored_dtype or "").lower(), DTYPE_BYTES.get(dtype, 2))
-        return self.weight_bytes * DTYPE_BYTES.get(dtype, 2) // stored
+        loaded = self.weight_bytes * DTYPE_BYTES.get(dtype, 2) // stored
+        return loaded // 2 if quantization == "fp8" else loaded
+
+
+@dataclass(frozen=True)
+class Need:
+    """One engine's memory on each of its `tp` GPUs: its share of the weights and of one sequence's KV cache
+    at max_model_len (vLLM refuses to start without room for it: vllm/v1/core/kv_cache_utils.py
+    `check_enough_kv_cache_memory`), plus the overhead every GPU of the engine carries."""
+
+    weights: float
+    kv: float
+    tp: int
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.kv + OVERHEAD_BYTES
+
+    def why(self, max_model_len: int, dtype: str) -> str:
+        return (f"weights {_gib(self.weights)} ({dtype}), KV cache for max_model_len {max_model_len} "
+                f"{_gib(self.kv)}, ~{_gib(OVERHEAD_BYTES)} overhead")
+
+
+def need_per_gpu(model: ModelShape, ask: Ask, dtype: str, tp: int) -> Need:
+    """What each of `tp` GPUs must hold for this model and `[model]` table (the preflight's one estimate)."""
+    return Need(model.loaded_bytes(dtype, ask.quantization) / tp,
+                model.kv_bytes_per_token(dtype) * ask.max_model_len / tp, tp)
+
+
+def budget_of(gpu: Gpu, gpu_memory_utilization: float) -> float:
+    """What an engine may use of `gpu`: its free memory, at most `gpu_memory_utilization` of the total."""
+    return min(gpu.free_bytes, gpu_memory_utilization * gpu.total_bytes)
 
 
 def _version(v: str | None) -> tuple[int, ...]:
@@ -156,16 +189,14 @@ def checks(facts: GpuFacts, model: ModelShape, ask: Ask) -> list[Check]:
 
 def _memory(gpus: tuple[Gpu, ...], model: ModelShape, ask: Ask, dtype: str) -> Check:
     tp = len(gpus)
-    weights = model.loaded_bytes(dtype) / tp
-    per_token = model.kv_bytes_per_token(dtype) / tp
-    need = weights + per_token * ask.max_model_len + OVERHEAD_BYTES
+    need = need_per_gpu(model, ask, dtype, tp)
+    weights, per_token = need.weights, model.kv_bytes_per_token(dtype) / tp
     short, spare = [], []
     for i, g in enumerate(gpus):
-        budget = min(g.free_bytes, ask.gpu_memory_utilization * g.total_bytes)
-        if need > budget:
-            short.append(f"GPU {i}: needs {_gib(need)} (weights {_gib(weights)}, KV cache for max_model_len "
-                         f"{ask.max_model_len} {_gib(per_token * ask.max_model_len)}, ~{_gib(OVERHEAD_BYTES)} "
-                         f"overhead), has {_gib(budget)} (free, at gpu_memory_utilization {ask.gpu_memory_utilization})")
+        budget = budget_of(g, ask.gpu_memory_utilization)
+        if need.total > budget:
+            short.append(f"GPU {i}: needs {_gib(need.total)} ({need.why(ask.max_model_len, dtype)}), has "
+                         f"{_gib(budget)} (free, at gpu_memory_utilization {ask.gpu_memory_utilization})")
         else:
             spare.append(budget - weights - OVERHEAD_BYTES)
     if short:

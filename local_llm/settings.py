@@ -29,6 +29,11 @@ from typing import Any
 from clarify.errors import InputError
 
 DTYPES = ("auto", "bfloat16", "float16", "float32")  # what [model] dtype accepts
+# [model] quantization: "" = none asked (vLLM still reads an AWQ/GPTQ folder's `quantization_config`);
+# each method's lowest compute capability: vllm/model_executor/layers/quantization/{awq,gptq}.py
+# `get_min_capability` (75, 60); fp8 weights quantized on the fly run on sm_89+ (Ada, Hopper) FP8 cores.
+QUANTIZATION_MIN_CAPABILITY = {"awq": (7, 5), "gptq": (6, 0), "fp8": (8, 9)}
+QUANTIZATIONS = ("", *QUANTIZATION_MIN_CAPABILITY)
 _HALF = {"bfloat16", "bf16", "float16", "fp16", "half"}
 BF16_MIN_CAPABILITY = (8, 0)  # Ampere: bfloat16 tensor cores; vLLM refuses bf16 below it
 BATCH_INVARIANT_MIN_CAPABILITY = (8, 0)  # vLLM 0.32's batch-invariant kernels: SM80 and newer
@@ -78,6 +83,7 @@ class Ask:
     enable_prefix_caching: bool = True
     batch_invariant: bool = False
     ray_worker: bool = False  # the engine of a Ray worker (batch/cluster.py)
+    quantization: str = ""  # QUANTIZATIONS
 
 
 @dataclass
@@ -148,6 +154,22 @@ def _tensor_parallel(d: Device, a: Ask) -> int:
     return a.tensor_parallel_size
 
 
+def _quantization(d: Device, a: Ask) -> str | None:
+    if not a.quantization:
+        return NOT_SET
+    if a.quantization not in QUANTIZATION_MIN_CAPABILITY:
+        raise InputError(f"unknown quantization {a.quantization!r}; choose one of {QUANTIZATIONS}",
+                         field="model.quantization")
+    if d.kind == "cpu":
+        raise InputError(f"quantization {a.quantization!r} needs a CUDA GPU; a CPU engine runs the weights "
+                         f"unquantized (leave quantization empty)", field="model.quantization")
+    need = QUANTIZATION_MIN_CAPABILITY[a.quantization]
+    if (d.capability or (0, 0)) < need:
+        raise InputError(f"quantization {a.quantization!r} needs compute capability >= {need[0]}.{need[1]}; "
+                         f"{d.label()} has not", field="model.quantization")
+    return a.quantization
+
+
 @dataclass(frozen=True)
 class Row:
     """One setting: its value on CPU and on CUDA (None: not passed) and why they differ."""
@@ -170,6 +192,9 @@ TABLE: tuple[Row, ...] = (
     Row("dtype", _dtype, _dtype,
         "CPU: bfloat16 only where computed natively (AVX512-BF16/AMX), else float32 (~3.7x faster on AVX2); "
         "CUDA: bfloat16 on >= sm_80, float16 below, never silently float32"),
+    Row("quantization", lambda d, a, n: _quantization(d, a), lambda d, a, n: _quantization(d, a),
+        "CUDA only: AWQ (>= sm_75) / GPTQ (>= sm_60) folders are read from their config.json; fp8 on the fly "
+        "needs >= sm_89; refused on CPU"),
     Row("max_model_len", _same(lambda a: a.max_model_len), _same(lambda a: a.max_model_len), "the run's context"),
     Row("tensor_parallel_size", lambda d, a, n: _tensor_parallel(d, a), lambda d, a, n: _tensor_parallel(d, a),
         "shards of one engine: GPUs only"),

@@ -35,6 +35,7 @@ from typing import Any
 from tqdm import std as tqdm_std
 
 from clarify import console, stops
+from clarify.errors import InputError
 from clarify.local_llm.engine import Completion, GenParams, Request, log_tokens
 from clarify.local_llm.hardware import (
     CoreLock,
@@ -167,6 +168,7 @@ class VLLMEngine:
         max_num_seqs: int = 0,
         batch_invariant: bool = False,
         ray_worker: bool = False,
+        quantization: str = "",
         progress: bool = True,
         fingerprint: str | None = None,
         **engine_kwargs: Any,
@@ -179,7 +181,8 @@ class VLLMEngine:
         else:
             raise ValueError(f"chat must be 'auto', True or False, got {chat!r}")
         if self.chat and not has_chat_template(self.path):
-            raise ValueError(f"chat=True but the model at {self.path} has no chat template")
+            raise InputError(f"chat_template = \"on\" but the model at {self.path} has no chat template",
+                             field="model.chat_template")
         name = embedded_name_of(self.path) or self.path.name
         device = device_facts()
         self.device = device.kind
@@ -199,7 +202,8 @@ class VLLMEngine:
         ask = Ask(model=str(self.path), model_dtype=config_dtype(self.path), dtype=dtype, max_model_len=max_model_len,
                   gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
                   max_num_seqs=max_num_seqs, kv_cache_gib=kv_cache_gib, seed=seed,
-                  enable_prefix_caching=enable_prefix_caching, batch_invariant=batch_invariant, ray_worker=ray_worker)
+                  enable_prefix_caching=enable_prefix_caching, batch_invariant=batch_invariant, ray_worker=ray_worker,
+                  quantization=quantization)
         table = engine_settings(device, ask)
         for note in table.notes:
             console.say(note)
@@ -208,7 +212,9 @@ class VLLMEngine:
         if self.device == "cpu":
             bound = parse_cpu_list(os.environ["VLLM_CPU_OMP_THREADS_BIND"]) or affinity()
             self.cores = CoreLock(bound, say=console.say)
+            self.device_count = len(bound)
         else:  # memory other processes hold: one clear error now, not vLLM's after loading
+            self.device_count = tensor_parallel_size
             check_gpu_memory(gpu_memory_utilization, tensor_parallel_size)
         from vllm import LLM
 
@@ -229,6 +235,7 @@ class VLLMEngine:
         # composition), batch-invariant mode, and the vLLM and torch builds.
         self.model_id = (f"{name}@{fingerprint or model_fingerprint(self.path)}:{'chat' if self.chat else 'raw'}:{self.dtype}"
                          f"{':batch-invariant' if batch_invariant else ''}"
+                         f"{f':{quantization}' if quantization else ''}"
                          f":vllm-{self.versions['vllm']}:torch-{self.versions['torch']}")
         self._tokenizer = self._llm.get_tokenizer()
 
@@ -274,7 +281,7 @@ class VLLMEngine:
             raise RuntimeError("generate() while step-loop requests are in flight: use one way at a time")
         requests = [Request(str(i), p, gp) for i, (p, gp) in enumerate(zip(prompts, params))]
         bar = tqdm_std.tqdm(total=len(prompts), desc="Processed prompts",
-                            disable=not self.progress or self.on_progress is not None or len(prompts) < 2)
+                            disable=not self.progress or self.on_progress is not None or len(prompts) < 2 or None)
         got: dict[str, Completion] = {}
         with self._lock:
             self.submit(requests)
@@ -372,7 +379,8 @@ class VLLMEngine:
         """Device, dtype really run (and the one asked for), the CPU's capability: every run records them."""
         return {"model_id": self.model_id, "device": self.device, "dtype": self.dtype,
                 "requested_dtype": self.requested_dtype, "batch_invariant": self.batch_invariant, "cpu": self.cpu,
-                **self.versions}
+                # what the engine held: its GPUs, or the CPU cores it is bound to (device-seconds = wall x this)
+                "device_count": self.device_count, **self.versions}
 
     @property
     def engine_stats(self) -> EngineStats:

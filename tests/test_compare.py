@@ -103,25 +103,101 @@ def test_parallel_runs_get_disjoint_devices(monkeypatch):
 
 
 def test_every_model_runs_on_one_resolved_config(tmp_path, monkeypatch):
-    """compare resolves the TOML and the flags once (<out>/config.json) and hands that file to every
-    model's run: a setting given only in the TOML (here the dataset) reaches each run."""
+    """compare resolves the TOML and the flags once and hands every model's run its own config file
+    (<out>/models/<name>.json): a setting given only in the TOML (here the dataset) reaches each run,
+    with that model's [model] settings (a models file's entry) in place of the TOML's."""
     from types import SimpleNamespace
 
     from clarify.batch import compare as cmp
     from clarify.batch import config
+    from clarify.batch.models_file import Entry
 
     toml = tmp_path / "qs.toml"
-    toml.write_text('dataset = "quotesum"\nlimit = 3\n[toc]\nmax_depth = 2\n')
+    toml.write_text('dataset = "quotesum"\nlimit = 3\n[toc]\nmax_depth = 2\n[model]\nmax_model_len = 4096\n')
     cfg = config.load(toml, {"seed": 7})
     cmds = []
     monkeypatch.setattr(cmp, "_start", lambda cmd, **kw: cmds.append(cmd) or SimpleNamespace(returncode=0, poll=lambda: 0))
-    cmp._launch(["/models/a", "/models/b"], cfg, tmp_path / "out", parallel=False, verbose=False)
-    shared = tmp_path / "out" / "config.json"
-    assert [c[c.index("--config") + 1] for c in cmds] == [str(shared)] * 2
-    assert [c[c.index("--model") + 1] for c in cmds] == ["/models/a", "/models/b"]
-    for model in ("/models/a", "/models/b"):
-        got = config.load(shared, {"model.model": model})
-        assert (got.dataset, got.limit, got.seed, got.toc.max_depth, got.model.model) == ("quotesum", 3, 7, 2, model)
+    entries = [Entry("a", {"model": "/models/a"}), Entry("b", {"model": "/models/b", "dtype": "float32",
+                                                                "max_model_len": 2048, "chat_template": "off"})]
+    cmp._launch({e.name: e.config(cfg) for e in entries}, tmp_path / "out", parallel=False, verbose=False)
+    files = [tmp_path / "out" / "models" / f"{n}.json" for n in ("a", "b")]
+    assert [c[c.index("--config") + 1] for c in cmds] == [str(f) for f in files]
+    assert [c[c.index("--out") + 1] for c in cmds] == [str(tmp_path / "out" / n) for n in ("a", "b")]
+    a, b = (config.load(f) for f in files)
+    for got in (a, b):
+        assert (got.dataset, got.limit, got.seed, got.toc.max_depth) == ("quotesum", 3, 7, 2)
+    assert (a.model.model, a.model.dtype, a.model.max_model_len, a.model.chat_template) == ("/models/a", "auto", 4096, "auto")
+    assert (b.model.model, b.model.dtype, b.model.max_model_len, b.model.chat_template) == ("/models/b", "float32", 2048, "off")
+
+
+def test_models_file_entries_and_one_line_per_bad_entry(tmp_path):
+    from clarify.batch import models_file
+    from clarify.errors import InputError
+
+    good = tmp_path / "models.toml"
+    good.write_text('[[model]]\nmodel = "smollm2-135m-instruct"\n\n[[model]]\nname = "gemma-fp32"\n'
+                    'model = "gemma3-270m"\ndtype = "float32"\ntensor_parallel_size = 1\n')
+    a, b = models_file.load(good)
+    assert (a.name, a.settings) == ("smollm2-135m-instruct", {"model": "smollm2-135m-instruct"})
+    assert (b.name, b.settings) == ("gemma-fp32", {"model": "gemma3-270m", "dtype": "float32", "tensor_parallel_size": 1})
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[model]]\nmodel = "a"\ndtype = "int3"\n\n[[model]]\nmodel = "b"\n\n'
+                   '[[model]]\nmodel = "c"\nquantisation = "awq"\n\n[[model]]\nmax_model_len = 0\n')
+    with pytest.raises(InputError) as got:
+        models_file.load(bad)
+    lines = str(got.value).splitlines()
+    assert lines[0] == f"{bad}: 3 bad model entries:" and len(lines) == 4
+    assert lines[1].startswith(f"  {bad} (field 'model[1].dtype'): entry 'a': unknown value 'int3'")
+    assert lines[2].startswith(f"  {bad} (field 'model[3]'): entry 'c': unknown key(s) ['quantisation']")
+    assert lines[3] == (f"  {bad} (field 'model[4]'): max_model_len: must be >= 1, got 0; model: missing: the "
+                        f"embedded model's name or a model folder")
+    twice = tmp_path / "twice.toml"
+    twice.write_text('[[model]]\nmodel = "/m/x"\n\n[[model]]\nmodel = "/n/x"\n')
+    with pytest.raises(InputError, match=r"field 'model\[2\].name'.*share the run directory 'x'"):
+        models_file.load(twice)
+
+
+def test_compare_checks_every_model_on_this_machine_and_plans_before_starting(tmp_path, monkeypatch, capsys):
+    """A quantization on a CPU machine is refused in one line naming the model, before any run; on faked
+    GPUs `--plan-only` prints the plan (model folders' own config.json sizes) and starts nothing."""
+    import json as _json
+    import struct
+
+    from clarify.batch import compare as cmp
+    from clarify.batch import config
+    from clarify.batch.models_file import Entry
+    from clarify.errors import InputError
+    from clarify.local_llm.preflight import Gpu
+
+    monkeypatch.setattr(cmp, "_start", lambda *a, **k: pytest.fail("nothing may start"))
+    cfg = config.load(None, {"limit": 2})
+    entries = [Entry("smol", {"model": "/m/smol"}), Entry("awq", {"model": "/m/awq", "quantization": "awq"})]
+    with pytest.raises(InputError) as got:
+        cmp.compare(entries, cfg, tmp_path / "out", gpus=[], source="models.toml")
+    assert str(got.value) == ("models.toml: model 'awq': field 'model.quantization': quantization 'awq' needs a "
+                              "CUDA GPU; a CPU engine runs the weights unquantized (leave quantization empty)")
+    assert not (tmp_path / "out").exists()
+    for name, (gib, layers) in {"small": (3, 16), "big": (100, 80)}.items():  # folders as the planner reads them
+        d = tmp_path / name
+        d.mkdir()
+        (d / "config.json").write_text(_json.dumps({"model_type": "llama", "torch_dtype": "bfloat16", "num_hidden_layers": layers,
+                                                    "num_attention_heads": 64, "num_key_value_heads": 8,
+                                                    "hidden_size": 8192}))
+        with open(d / "model.safetensors", "wb") as fh:  # a header, then sparse: its size is what the planner reads
+            fh.write(struct.pack("<Q", 2) + b"{}")
+            fh.truncate(gib << 30)
+    h100 = Gpu("H100", (9, 0), 80 << 30, 80 << 30)
+    entries = [Entry("small", {"model": str(tmp_path / "small")}), Entry("big", {"model": str(tmp_path / "big")})]
+    assert cmp.compare(entries, cfg, tmp_path / "out", plan_only=True, gpus=[(str(i), h100) for i in range(4)]) is None
+    plan = capsys.readouterr().out
+    assert "1. big    GPUs 0,1" in plan and "2. small  GPU 2" in plan and "idle at the start: GPU 3" in plan
+    assert not (tmp_path / "out").exists()
+    # on a Ray cluster the same needs are each run's resource request (batch/cluster.py), Ray queues them
+    ray = config.load(None, {"limit": 2, "cluster.ray_address": "auto"})
+    cmp.compare(entries, ray, tmp_path / "out", plan_only=True, gpus=[(str(i), h100) for i in range(4)])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("  small: num_gpus 1 (tensor_parallel_size 1")
+    assert lines[2].startswith("  big: a placement group of 2 x {GPU: 1, CPU: 1} (tensor_parallel_size 2")
 
 
 def test_a_stopped_compare_passes_the_signal_once_to_each_run(tmp_path):
@@ -146,3 +222,44 @@ def test_a_stopped_compare_passes_the_signal_once_to_each_run(tmp_path):
         cmp._wait(procs)
     assert [p.returncode for p in procs.values()] == [101, 101]  # one SIGINT each
     assert got.value.done == "a: stopped (exit 101); b: stopped (exit 101)"
+
+
+def test_a_planned_run_sees_only_its_own_gpus(tmp_path, monkeypatch):
+    """Each model's run gets CUDA_VISIBLE_DEVICES = the machine ids of its planned GPUs (here the visible
+    GPUs are 4..7), the tensor_parallel_size the planner chose in its frozen config, its output in its log."""
+    from types import SimpleNamespace
+
+    from clarify.batch import compare as cmp
+    from clarify.batch import config, gpu_plan
+    from clarify.local_llm.preflight import Gpu, ModelShape
+    from clarify.local_llm.settings import Ask
+
+    h100 = Gpu("H100", (9, 0), 80 << 30, 80 << 30)
+    shapes = {"big": ModelShape(141 << 30, "bfloat16", 80, 8, 128), "small": ModelShape(3 << 30, "bfloat16", 16, 8, 64)}
+    plan = gpu_plan.plan([gpu_plan.Model(n, s, Ask(model=n, model_dtype="bfloat16", tensor_parallel_size=0))
+                          for n, s in shapes.items()], [h100] * 4)
+    seen = {}
+    monkeypatch.setattr(cmp, "_start", lambda cmd, **kw: seen.setdefault(
+        cmd[cmd.index("--out") + 1], kw["env"]["CUDA_VISIBLE_DEVICES"]) and SimpleNamespace(returncode=0, poll=lambda: 0))
+    configs = {p.name: config.load(None, {"limit": 1, "model.model": p.name, "model.tensor_parallel_size": p.tp})
+               for p in plan.placements}
+    (tmp_path / "out").mkdir()
+    times = cmp._launch(configs, tmp_path / "out", False, False, plan, ["4", "5", "6", "7"])
+    # the 70B-sized model needs all 4 GPUs; the small one waits for them and starts on the first
+    assert seen == {str(tmp_path / "out" / "big"): "4,5,6,7", str(tmp_path / "out" / "small"): "4"}
+    assert times["big"]["devices"] == "CUDA_VISIBLE_DEVICES=4,5,6,7"
+    assert config.load(tmp_path / "out" / "models" / "big.json").model.tensor_parallel_size == 4
+    assert (tmp_path / "out" / "small.log").exists()
+
+
+def test_gpus_read_from_nvidia_smi_lines():
+    """nvidia-smi's CSV (GPU_QUERY: index, name, MiB total, MiB free, compute capability), filtered and
+    ordered by CUDA_VISIBLE_DEVICES; a line it cannot read is left out."""
+    from clarify.batch.compare import parse_gpus
+
+    text = ("0, NVIDIA H100 80GB HBM3, 81559, 81080, 9.0\n1, NVIDIA H100 80GB HBM3, 81559, 1024, 9.0\n"
+            "2, NVIDIA H100 80GB HBM3, [N/A], [N/A], 9.0\n")
+    got = parse_gpus(text, None)
+    assert [i for i, _ in got] == ["0", "1"]
+    assert got[0][1].capability == (9, 0) and got[0][1].total_bytes == 81559 << 20 and got[1][1].free_bytes == 1024 << 20
+    assert [i for i, _ in parse_gpus(text, "1,0")] == ["1", "0"] and parse_gpus(text, "") == []

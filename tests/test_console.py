@@ -157,3 +157,160 @@ def test_a_message_during_a_step_gets_its_own_line(capsys):
     assert lines[1].startswith("waiting for CPU core 0")
     assert lines[2].startswith("starting the engine… ") and lines[2].endswith(" s")
     assert lines[3].startswith("scoring… ") and len(lines) == 4
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _simulate(display: console.RunProgress, clock: FakeClock, seconds: float, total: int) -> None:
+    """A run of `total` trees over `seconds`: the engine reports every 0.25 s, trees finish in bursts (three
+    at a time, as the continuous scheduler's often do), the last ones together at the end."""
+    finish_at = sorted({round(seconds * (i // 3 * 3 + 3) / (total + 2), 2) for i in range(total)})
+    done = 0
+    while clock.now - 1000.0 < seconds:
+        clock.now += 0.25
+        display.engine_update(1, 40, running=5)
+        while done < total and finish_at and clock.now - 1000.0 >= finish_at[0]:
+            finish_at.pop(0)
+            for _ in range(min(3, total - done)):
+                display.tree_done(running=4)
+                done += 1
+    while done < total:
+        display.tree_done(running=0)
+        done += 1
+    display.close()
+
+
+def test_progress_in_a_log_is_a_plain_line_at_most_every_10_s():
+    """Not a terminal (a redirect, CI, nohup): plain lines, one per ~30 s or 5 % of the questions, never two
+    within 10 s, each with questions finished, calls, tokens/s and an ETA; no bar redraws (\\r)."""
+    import io
+
+    clock, log = FakeClock(), io.StringIO()
+    display = console.RunProgress(20, expected_tokens=20 * 1500, stream=log, clock=clock)
+    assert not display.live
+    _simulate(display, clock, 600.0, 20)
+    text = log.getvalue()
+    lines = text.splitlines()
+    assert "\r" not in text and all(line.startswith("ToC ") for line in lines)
+    assert 600 / 30 <= len(lines) <= 600 / 10 + 1  # at least every 30 s, at most one per 10 s (+ the last)
+    assert "ETA ~" in lines[1] and "LLM calls" in lines[1] and "160 tok/s" in lines[1]
+    assert lines[-1].startswith("ToC 20/20 questions (100%)") and "10.0 min elapsed" in lines[-1]
+    assert len(set(lines)) == len(lines)  # the last line is not said twice
+    shares = [int(line.split("(")[1].split("%")[0]) for line in lines]
+    assert shares == sorted(shares)
+
+
+def test_progress_on_a_terminal_is_the_live_bar():
+    import io
+
+    clock, tty = FakeClock(), io.StringIO()
+    display = console.RunProgress(4, expected_tokens=4000, stream=tty, clock=clock, is_live=True)
+    _simulate(display, clock, 20.0, 4)
+    assert "\r" in tty.getvalue() and "ToC 4/4 questions" in tty.getvalue()
+
+
+def test_the_first_tree_re_estimates_the_toc_time():
+    """The demo's estimate is re-estimated from the run's own speed once the first tree is done: 1,000 of
+    the expected 3,000 tokens in 20 s is 50 tok/s, so ~60 s in all."""
+    import io
+
+    clock, log = FakeClock(), io.StringIO()
+    display = console.RunProgress(3, expected_tokens=3000, stream=log, clock=clock, estimate_s=120.0)
+    clock.now += 20
+    display.engine_update(5, 1000)
+    display.tree_done()
+    clock.now += 1
+    display.tree_done()  # said once
+    display.close()
+    said = [line for line in log.getvalue().splitlines() if "re-estimated" in line]
+    assert said == ["ToC re-estimated after the first tree (20 s, 50 tok/s): ~60 s in all (the probe's estimate: "
+                    "~2.0 min)"]
+    assert display.reestimate_s == 60.0
+
+
+SESSION_BARS = textwrap.dedent("""
+    import os, sys
+    from tqdm import tqdm
+    from tqdm.auto import tqdm as auto_tqdm  # imported before the session, as the CLI has
+    from clarify import console
+
+    with console.session(sys.argv[1], "test"):
+        for _ in tqdm(range(3), desc="library bar"):  # a library's bar: tqdm's own defaults
+            pass
+        for _ in auto_tqdm(range(3), desc="auto bar"):  # transformers' GGUF conversion's kind
+            pass
+        for _ in tqdm(range(3), desc="own bar", disable=False):  # clarify's own say for themselves
+            pass
+        print("TQDM_DISABLE in the session:", os.environ.get("TQDM_DISABLE"), file=sys.stderr)
+    print("TQDM_DISABLE after:", os.environ.get("TQDM_DISABLE"), file=sys.stderr)
+""")
+
+
+def test_a_session_into_a_log_draws_no_library_bars(tmp_path):
+    """stderr a pipe (a log): a library's tqdm bar (vLLM's, transformers' GGUF conversion) draws nothing."""
+    env = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    proc = subprocess.run([sys.executable, "-c", SESSION_BARS, str(tmp_path / "logs")], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "library bar" not in proc.stderr and "auto bar" not in proc.stderr and "own bar" in proc.stderr
+    assert "TQDM_DISABLE in the session: 1" in proc.stderr and "TQDM_DISABLE after: None" in proc.stderr
+
+
+def test_a_redirected_run_logs_at_most_one_progress_line_per_10_s(tmp_path, monkeypatch, capsys):
+    """`clarify run` with stderr not a terminal (capsys): the scripted engine takes 3 s of a fake clock per
+    request, so ToC runs for minutes of that clock; its log holds plain progress lines, at most one per 10 s
+    of the run (and the last), and no bar redraw."""
+    from clarify.batch.pipeline import run
+    from clarify.local_llm.scripted import ScriptedEngine
+    from tests.test_toc import _run_cfg, make_responder
+    from tests.toc_fakes import FakeIndex
+
+    clock = FakeClock()
+    monkeypatch.setattr(console, "monotonic", clock)
+
+    class Slow(ScriptedEngine):
+        on_progress = None
+
+        def generate(self, prompts, params):
+            out = super().generate(prompts, params)
+            clock.now += 3.0 * len(out)
+            if self.on_progress:
+                self.on_progress(len(out), sum(c.prompt_tokens + c.output_tokens for c in out))
+            return out
+
+    engine = Slow("scripted", make_responder())
+    start = clock.now
+    summary = run(_run_cfg(tmp_path, limit=6), tmp_path / "r", engine_factory=lambda _c: engine, index=FakeIndex())
+    took = clock.now - start
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("ToC ")]
+    assert took > 60 and "\r" not in err
+    assert 2 <= len(lines) <= took / 10 + 1
+    assert lines[-1].startswith("ToC 6/6 questions (100%)") and f"{summary['llm_calls'] - summary['cached_calls']} LLM calls" in lines[-1]
+
+
+def test_the_eta_counts_calls_at_their_recent_rate():
+    """With an expected call count, the ETA is the calls left at the rate of the last 30 s: the start, when
+    the engine takes every tree's first prompt and no call finishes for half a minute, is not held against
+    the rest of the run."""
+    import io
+
+    clock, log = FakeClock(), io.StringIO()
+    display = console.RunProgress(4, expected_calls=400, expected_tokens=10**9, stream=log, clock=clock,
+                                  estimate_s=200.0)
+    clock.now += 30  # the start: nothing finishes
+    for _ in range(30):  # then 3 calls a second
+        clock.now += 1
+        display.engine_update(3, 100)
+    assert display.calls == 90 and display.call_rate() == 3.0
+    assert display.eta_s() == (400 - 90) / 3.0
+    display.tree_done()
+    assert display.reestimate_s == 60 + (400 - 90) / 3.0
+    assert "ETA ~" in display.status()

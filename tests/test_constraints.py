@@ -415,7 +415,7 @@ def test_demo_decodes_constrained_and_says_so_and_an_unconstrained_demo_resumes_
     monkeypatch.setattr(pipeline, "run", fake_run)
     monkeypatch.setattr(resources, "engine_for", lambda cfg: types.SimpleNamespace(cpu=None, device="cpu",
                                                                                    dtype="float32"))
-    monkeypatch.setattr(commands, "probe_speed", lambda engine: 1000.0)
+    monkeypatch.setattr(commands, "probe_speed", lambda engine, **kw: commands.Probe(1.0, 2.0, 6, 1000.0))
     monkeypatch.setattr("clarify.index.ensure_default_index", lambda: tmp_path / "index")
     with pytest.raises(Ran):
         commands.cmd_demo(build_parser().parse_args(["demo", "--limit", "3", "--out", str(tmp_path / "d")]))

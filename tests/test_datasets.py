@@ -71,7 +71,7 @@ def test_a_registered_dataset_flows_through_questions_and_scoring(toy):
     ds = datasets.get(cfg.dataset)
     assert ds.given_sources(questions) == {}  # searched, like ASQA
     answers = pl.DataFrame({"qid": ["t1", "t2"], "answer": ["In 2022, in Qatar.", "Marlowe."]})
-    scores, metrics = score(ds, answers, pl.DataFrame(), gold)
+    scores, metrics, _notes = score(ds, answers, pl.DataFrame(), gold)
     assert dict(zip(scores["qid"], scores["value"])) == {"t1": 100.0, "t2": 0.0}
     assert metrics == {"hit": 50.0}
 

@@ -129,3 +129,20 @@ def test_max_model_len_has_one_default():
                 "engine": inspect.signature(VLLMEngine.__init__).parameters["max_model_len"].default,
                 "context check": inspect.signature(prompts_over_context).parameters["max_model_len"].default}
     assert defaults == dict.fromkeys(defaults, DEFAULT_MAX_MODEL_LEN)
+
+
+def test_quantization_by_device():
+    """[model] quantization: passed to vLLM on a GPU that has the method's kernels (an AWQ/GPTQ folder
+    needs nothing: vLLM reads its config.json); fp8 on the fly needs sm_89; a CPU engine refuses any."""
+    L40S = Device("cuda", capability=(8, 9), name="L40S", count=2, total_bytes=48 << 30)
+    assert "quantization" not in engine_settings(A100, BF16_MODEL).llm  # none asked: vLLM's reading of the folder
+    for gpu in (L40S, H100):
+        assert engine_settings(gpu, Ask(model="m", quantization="fp8")).llm["quantization"] == "fp8"
+    assert engine_settings(A100, Ask(model="m", quantization="awq")).llm["quantization"] == "awq"
+    assert engine_settings(V100, Ask(model="m", quantization="gptq")).llm["quantization"] == "gptq"
+    with pytest.raises(InputError, match=r"'awq' needs compute capability >= 7.5; CUDA Tesla V100"):
+        engine_settings(V100, Ask(model="m", quantization="awq"))
+    with pytest.raises(InputError, match=r"field 'model.quantization'.*'fp8' needs compute capability >= 8.9"):
+        engine_settings(A100, Ask(model="m", quantization="fp8"))
+    with pytest.raises(InputError, match="'awq' needs a CUDA GPU"):
+        engine_settings(CPU_AVX2, Ask(model="m", quantization="awq"))

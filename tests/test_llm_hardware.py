@@ -133,3 +133,17 @@ def test_gpu_memory_taken_by_another_process_is_one_clear_error():
     assert "GPU 1: 10.0 GiB free of 80.0 GiB, needs 68.0 GiB" in msg and "GPU 0" not in msg
     assert "gpu_memory_utilization" in msg
     check_gpu_memory(0.1, 2, mem_get_info=readings.__getitem__)  # a smaller share fits beside it
+
+
+def test_engine_busy_is_one_line_not_a_traceback(monkeypatch, capsys):
+    """CLARIFY_ENGINE_BUSY=refuse (or a full GPU) ends a command with the one line saying by whom."""
+    from clarify.batch import cli
+    from clarify.errors import EngineBusy
+
+    def busy(args):
+        raise EngineBusy("CPU core 0 is in use by a vLLM engine of pid 4242; wait for it")
+
+    monkeypatch.setattr(cli, "_main", busy)
+    assert cli.main(["doctor"]) == 1
+    err = capsys.readouterr().err
+    assert err == "clarify doctor: error: CPU core 0 is in use by a vLLM engine of pid 4242; wait for it\n"

@@ -53,7 +53,7 @@ class Fake:
                 if code != 200:
                     return self._send(code, {"error": "busy"})
                 text = fake.reply(body)
-                self._send(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                self._send(200, {"model": body["model"], "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                                               "finish_reason": "stop"}],
                                  "usage": {"prompt_tokens": 7, "completion_tokens": len(text.split())},
                                  "system_fingerprint": "fake-1"})

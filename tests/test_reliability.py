@@ -400,7 +400,7 @@ def test_answered_but_unfinalized_run_writes_its_tables_without_a_model(tmp_path
 
     again = run(cfg, out, engine_factory=no_model, index=_INDEX, progress=False)
     timing = ("wall_s_last_session", "wall_s_total", "seconds_last_session", "engine_tokens_per_s",
-              "engine_usage_last_session")
+              "engine_usage_last_session", "peak_memory_last_session", "toc_s_last_session")
     assert {k: v for k, v in again.items() if k not in timing} == {k: v for k, v in first.items() if k not in timing}
     for n in FINAL_TABLES:
         assert pl.read_parquet(out / f"{n}.parquet").equals(tables[n]), n

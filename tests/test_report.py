@@ -630,7 +630,7 @@ def test_plots_are_embedded_pngs(one_run):
         "LLM calls per question",
         "tokens",
         "tree depth and valid nodes",
-        "score distributions",
+        "per-question metrics",
     ]
     for img in imgs:
         src = img.attrs["src"]
@@ -649,24 +649,84 @@ def test_tree_shape_counts(one_run):
     assert (row["valid_nodes"], row["max_depth"], row["nodes"]) == (2, 2, 5)
 
 
-def test_config_and_summary_shown(one_run):
+def _kv(table: Node) -> dict[str, str]:
+    out = {}
+    for tr in table.iter():
+        if tr.tag == "tr":
+            cells = [c for c in tr.children if isinstance(c, Node)]
+            out[cells[0].text()] = cells[1].text()
+    return out
+
+
+def test_report_leads_with_the_answers(one_run):
+    """Headline metrics first, then the questions (tree viewer, answers), then plots; the run summary and
+    the config last, folded, grouped under titles in words."""
     _, written, text = one_run
     dom = parse(text)
-    kv = {}
-    for t in dom.iter():
-        if t.tag == "table" and t.classes & {"metrics", "summary", "config"}:
-            for tr in t.iter():
-                if tr.tag == "tr":
-                    cells = [c for c in tr.children if isinstance(c, Node)]
-                    kv[cells[0].text()] = cells[1].text()
-    assert kv["model.model"] == "SmolLM2-135M-Instruct" and kv["toc.max_depth"] == "3"
+    run = next(n for n in dom.iter() if n.tag == "section" and "run" in n.classes)
+    order = [n for n in run.iter() if n.classes & {"headline", "question", "plots", "runinfo"}]
+    kinds = [next(iter(n.classes & {"headline", "question", "plots", "runinfo"})) for n in order]
+    assert kinds == ["headline", "question", "question", "question", "plots", "runinfo", "runinfo"]
+    cards = {m: n for n in run.iter() if "data-metric" in n.attrs for m in n.attrs["data-metric"].split()}
     for m, v in written["summary"]["metrics"].items():
-        assert kv[m] == f"{v:.4g}"
-    assert kv["quote_fidelity.verbatim"] == str(written["summary"]["quote_fidelity"]["verbatim"])
+        value = next(c for c in cards[m].iter() if "mvalue" in c.classes).text()
+        assert value == f"{v:.4g}"
+    assert "answer length (words)" not in text  # only the run's own metrics
+    # the summary and the config: folded, in groups named in words
+    summary_box, config_box = [n for n in order if "runinfo" in n.classes]
+    assert "open" not in summary_box.attrs and "open" not in config_box.attrs
+    groups = {}
+    for box in (summary_box, config_box):
+        title = None
+        for n in box.children:
+            if isinstance(n, Node) and n.tag == "h4":
+                title = n.text()
+            elif isinstance(n, Node) and n.tag == "table":
+                groups[title] = _kv(n)
+    assert groups["Model and engine"]["model"] == "SmolLM2-135M-Instruct"
+    assert groups["Tree of clarifications"]["max_depth"] == "3" and groups["Run"]["dataset"] == "asqa"
+    fid = written["summary"]["quote_fidelity"]
+    assert groups["Quotes"]["quote fidelity: verbatim"] == str(fid["verbatim"])
+    assert groups["Work per question"]["LLM calls"] == str(written["summary"]["llm_calls"])
+
+
+def test_missing_metrics_say_why_and_bookkeeping_is_not_a_metric(tmp_path):
+    """A metric not computed reads "n/a" with what it needs (Disambig-F1, DR: a reader); the scores' bookkeeping
+    rows (n_gold, n_pairs, n_predicted) are no per-question metric, in the table or the plots."""
+    written = build_run_dir(tmp_path / "r", n_questions=2)
+    summary = {**written["summary"], "metrics": {**written["summary"]["metrics"], "d_f1": None, "dr": None}}
+    (tmp_path / "r" / "summary.json").write_text(json.dumps(summary))
+    scores = written["tables"]["scores"]
+    extra = scores.filter(pl.col("metric") == "str_em").with_columns(metric=pl.lit("n_gold"), value=pl.lit(6.0))
+    pl.concat([scores, extra, extra.with_columns(metric=pl.lit("n_pairs"))]).write_parquet(tmp_path / "r/scores.parquet")
+    dom = parse(report.write_report([tmp_path / "r"], tmp_path / "r.html").read_text())
+    shown = [n for n in dom.iter() if "data-metric" in n.attrs]
+    cards = {m: n for n in shown for m in n.attrs["data-metric"].split()}
+    assert cards["d_f1"] is cards["dr"]  # one card for the metrics missing for one reason, after the others
+    assert shown[-1] is cards["d_f1"] and shown[0].attrs["data-metric"] == "str_em"
+    for m in ("d_f1", "dr"):
+        assert "na" in cards[m].classes
+        words = " ".join(cards[m].text().split())
+        assert "n/a" in words and "needs a reader" in words and "clarify eval --reader DIR" in words
+    assert "Disambig-F1, DR (sqrt Disambig-F1 x ROUGE-L)" in cards["d_f1"].text()
+    header = [th.text() for t in dom.iter() if "qindex" in t.classes for th in t.iter() if th.tag == "th"]
+    assert "str_em" in header and "n_gold" not in header and "n_pairs" not in header
+    per_q = [k for t in dom.iter() if t.tag == "details" and "question" in t.classes
+             for table in t.iter() if table.tag == "table" and "kv" in table.classes for k in _kv(table)]
+    assert "str_em" in per_q and "n_gold" not in per_q
+
+
+def test_plots_fit_the_number_of_questions():
+    """A histogram from plots.HIST_FROM questions; below that one point per question."""
+    fig, (ax_few, ax_many) = plots._figure(2)
+    assert plots._distribution(ax_few, [1.0, 2.0, 2.0], "red") == "one point per question"
+    assert len(ax_few.patches) == 0 and len(ax_few.collections[0].get_offsets()) == 3
+    assert plots._distribution(ax_many, [float(i % 5) for i in range(plots.HIST_FROM)], "red") == "questions"
+    assert len(ax_many.patches) > 1 and not ax_many.collections
 
 
 def test_several_runs_get_sections_and_a_comparison(tmp_path):
-    small = build_run_dir(tmp_path / "smol", model="SmolLM2-135M-Instruct", params=1.35e8, n_questions=2)
+    small = build_run_dir(tmp_path / "smol", model="SmolLM2-135M-Instruct", params=1.35e8, n_questions=3)
     big = build_run_dir(tmp_path / "gemma", model="gemma-3-270m", params=2.68e8, n_questions=3)
     out = report.write_report([tmp_path / "smol", tmp_path / "gemma"], tmp_path / "cmp.html")
     dom = parse(out.read_text())
@@ -680,11 +740,12 @@ def test_several_runs_get_sections_and_a_comparison(tmp_path):
         small["summary"]["metrics"]["str_em"],
         big["summary"]["metrics"]["str_em"],
     ]
-    calls = [small["tables"]["llm_calls"].height / 2, big["tables"]["llm_calls"].height / 3]
+    calls = [small["tables"]["llm_calls"].height / 3, big["tables"]["llm_calls"].height / 3]
     assert table["llm_calls_per_question"].to_list() == calls
     cmp_imgs = [n for n in sections[0].iter() if n.tag == "img"]
-    assert len(cmp_imgs) == 1 and "model size" in cmp_imgs[0].attrs["alt"]
-    rows = [tr for tr in sections[0].iter() if tr.tag == "tr"]
+    assert "model size" in cmp_imgs[0].attrs["alt"]
+    grid = next(t for t in sections[0].iter() if t.tag == "table" and "compare" in t.classes)
+    rows = [tr for tr in grid.iter() if tr.tag == "tr"]
     assert len(rows) == 3  # header + one per run
 
 

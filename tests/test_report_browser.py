@@ -139,7 +139,7 @@ class Browser:
                     raise TimeoutError(f"no {method} event in {timeout}s")
                 self._events_cv.wait(left)
 
-    def open_page(self, url: str) -> None:
+    def open_page(self, url: str, height: int = 1100) -> None:
         target = self.send("Target.createTarget", {"url": "about:blank"}, session=False)["targetId"]
         self.session = self.send(
             "Target.attachToTarget", {"targetId": target, "flatten": True}, session=False
@@ -148,7 +148,7 @@ class Browser:
             self.send(f"{domain}.enable")
         self.send(
             "Emulation.setDeviceMetricsOverride",
-            {"width": 1280, "height": 1100, "deviceScaleFactor": 1, "mobile": False},
+            {"width": 1280, "height": height, "deviceScaleFactor": 1, "mobile": False},
         )
         self.send("Page.navigate", {"url": url})
         self.wait_event("Page.loadEventFired")
@@ -237,7 +237,7 @@ def _publish(path: Path) -> None:
 
 def test_report_renders_and_tree_expands_in_chromium(tmp_path, browser):
     build_run_dir(tmp_path / "runs" / "smol-asqa", n_questions=3)
-    build_run_dir(tmp_path / "runs" / "gemma-asqa", model="gemma-3-270m", params=2.68e8, n_questions=2)
+    build_run_dir(tmp_path / "runs" / "gemma-asqa", model="gemma-3-270m", params=2.68e8, n_questions=3)
     out = report.write_report(
         [tmp_path / "runs" / "smol-asqa", tmp_path / "runs" / "gemma-asqa"], tmp_path / "report.html"
     )
@@ -248,7 +248,7 @@ def test_report_renders_and_tree_expands_in_chromium(tmp_path, browser):
     assert browser.js("document.title").startswith("clarify report")
     assert browser.js("[...document.querySelectorAll('section.run')].map(s => s.id)") == ["run-0", "run-1"]
     imgs = browser.js("[...document.images].map(i => [i.complete, i.naturalWidth, i.naturalHeight])")
-    assert len(imgs) == 9  # comparison plot + 4 per run
+    assert len(imgs) == 10  # comparison plot + forest plot (no cost per device recorded: no quality-cost plot) + 4 per run
     assert all(ok and w > 300 and h > 200 for ok, w, h in imgs)
     # The status colours really apply (computed style, not just class names).
     colours = browser.js(
@@ -291,8 +291,10 @@ def test_report_renders_and_tree_expands_in_chromium(tmp_path, browser):
     browser.click("#r0-q0 button[data-act='expand']")
     assert browser.js("[...document.querySelectorAll('#r0-q0 details.node')].every(d => d.open)") is True
 
-    # A link into a collapsed question (other run) opens it.
+    # A link of the (folded) question index into a collapsed question (other run) opens it.
     assert browser.js("document.getElementById('r1-q1').open") is False
+    browser.click("#run-1 details.qindex-box > summary")
+    assert browser.js("document.querySelector('#run-1 details.qindex-box').open") is True
     browser.click("#run-1 table.qindex a[href='#r1-q1']")
     assert browser.js("document.getElementById('r1-q1').open") is True
 
@@ -307,3 +309,54 @@ def test_report_renders_and_tree_expands_in_chromium(tmp_path, browser):
         time.sleep(0.05)
     assert browser.errors() == ["console.error: ['probe']"]
     assert [u for u in browser.requests() if not u.startswith(("file:", "data:", "about:"))] == []
+
+
+# Every element wider than the viewport, or reaching past its right edge, outside a box that scrolls
+# sideways on purpose (.scroll): [tag.class, right edge].
+OVERFLOW_JS = """[...document.querySelectorAll('body *')].filter(e => !e.closest('.scroll') && e.checkVisibility())
+  .map(e => [e.tagName + '.' + e.className, Math.round(e.getBoundingClientRect().right)])
+  .filter(([, right]) => right > window.innerWidth)"""
+
+
+def test_first_screen_shows_the_headline_and_the_first_tree(tmp_path, browser):
+    """At 1280x800 the first screen holds the headline metrics and the first question's tree; nothing is
+    wider than the page, a long value (the engine's model id) wraps inside its cell."""
+    import json as _json
+
+    run = tmp_path / "runs" / "smol-asqa"
+    written = build_run_dir(run, n_questions=3)
+    long_id = "smollm2-135m-instruct@4e4d7b27b48f:chat:float32:batch-invariant:vllm-0.32.0:torch-2.13.0+cpu" * 2
+    summary = {**written["summary"], "engine_model_id": long_id, "metrics": {**written["summary"]["metrics"],
+                                                                             "d_f1": None}}
+    (run / "summary.json").write_text(_json.dumps(summary))
+    out = report.write_report([run], tmp_path / "report.html")
+    browser.open_page(out.resolve().as_uri(), height=800)
+    assert browser.js("[window.innerWidth, window.innerHeight]") == [1280, 800]
+    assert browser.js("document.documentElement.scrollWidth <= window.innerWidth") is True
+    assert browser.js(OVERFLOW_JS) == []
+    box = browser.js("""(() => { const r = e => { const b = document.querySelector(e).getBoundingClientRect();
+        return [b.top, b.bottom]; };
+      return {headline: r('#run-0 .headline'), tree: r('#r0-q0 ul.tree.root-level'),
+              root: r('#r0-q0 details.node[data-status=root] > summary'),
+              first_child: r('#r0-q0 details.node[data-status=root] ul.tree details.node > summary')}; })()""")
+    assert 0 < box["headline"][0] < box["headline"][1] <= 800, box
+    assert box["headline"][1] <= box["tree"][0] < 800 and box["root"][1] <= 800, box
+    assert box["first_child"][1] <= 800, box  # the tree's first disambiguation is on the first screen too
+    na = browser.js("document.querySelector('#run-0 .metric[data-metric~=d_f1]').innerText")
+    assert "n/a" in na and "needs a reader" in na
+    shot = browser.screenshot(tmp_path / "report_first_screen.png")
+    assert shot.read_bytes()[:4] == b"\x89PNG"
+    _publish(shot)
+
+    # The folded run summary, opened: the long model id wraps in its cell, the page stays 1,280 px wide.
+    browser.click("#run-0 details.summary-box > summary")
+    assert browser.js("document.querySelector('#run-0 details.summary-box').open") is True
+    cell = browser.js(f"""(() => {{ const td = [...document.querySelectorAll('#run-0 table.summary td')]
+        .find(td => td.textContent === {_json.dumps(long_id)}); const b = td.getBoundingClientRect();
+        return [b.right, b.height]; }})()""")
+    assert cell[0] <= 1280 and cell[1] > 30, cell  # inside the page, on several lines
+    assert browser.js(OVERFLOW_JS) == []
+    assert browser.js("document.documentElement.scrollWidth <= window.innerWidth") is True
+    browser.screenshot(tmp_path / "report_summary_open.png")
+    _publish(tmp_path / "report_summary_open.png")
+    assert browser.errors() == []

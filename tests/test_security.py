@@ -195,7 +195,8 @@ def test_compare_log_never_follows_a_planted_link(tmp_path, monkeypatch):
     monkeypatch.setattr(compare, "device_groups", lambda n: [{}] * n)
     monkeypatch.setattr(compare.subprocess, "Popen", lambda *a, **k: pytest.fail("a run was started"))
     with pytest.raises(InputError, match="symbolic link"):
-        compare._launch(["/models/m1", "/models/m2"], config.load(None), out, parallel=True, verbose=False)
+        compare._launch({m: config.load(None, {"model.model": f"/models/{m}"}) for m in ("m1", "m2")}, out,
+                        parallel=True, verbose=False)
     assert victim.read_text() == PRECIOUS
 
 
@@ -298,8 +299,8 @@ def test_read_only_cache_uri_escapes_the_path(tmp_path, echo_engine):
 
 def test_show_answer_escapes_control_characters(tmp_path, capsys):
     """Protects the terminal from the data: a question, answer or title with escape sequences is shown
-    escaped by `clarify demo`'s answer printout."""
-    from clarify.batch.commands import show_answer
+    escaped by `clarify demo`'s and `clarify show`'s printout."""
+    from clarify.batch.show import show
     from tests.run_fixtures import write_run
 
     run = write_run(tmp_path / "run",
@@ -308,7 +309,8 @@ def test_show_answer_escapes_control_characters(tmp_path, capsys):
                     spans=pl.DataFrame({"qid": ["q1"], "span_no": [0], "source_k": [1], "text": ["her"],
                                         "passage_id": ["p1"], "start": [0], "end": [3], "status": ["verbatim"]}),
                     passages=pl.DataFrame({"passage_id": ["p1"], "title": ["T\x1b[31mitle"], "text": ["her"]}))
-    show_answer(run, "q1")
+    show(run, "q1")
+    show(run)  # the question chosen by the rule: the same one
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
     assert "who\\x1b[2J?" in out and "\\u202eher" in out and "T\\x1b[31mitle" in out

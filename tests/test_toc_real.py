@@ -191,9 +191,13 @@ def test_quoted_asqa_and_quotesum_runs_make_spans(tmp_path, default_local_index,
     hits = pl.read_parquet(tmp_path / "qs" / "hits.parquet")
     assert hits.height == 0 and set(schemas.HITS) <= set(hits.columns)  # typed, though empty
 
-    # both runs, the treeless QuoteSum one included, render in one report with their quotes
+    # both runs, the treeless QuoteSum one included, render their reports with their quotes (one report of
+    # both is refused: runs are compared question by question, and these have different questions)
     from clarify.batch.report.html import write_report
+    from clarify.errors import InputError
 
-    html = write_report([tmp_path / "asqa", tmp_path / "qs"], tmp_path / "report.html").read_text()
+    html = "".join(write_report([tmp_path / d], tmp_path / f"{d}.html").read_text() for d in ("asqa", "qs"))
+    with pytest.raises(InputError, match="cannot be compared question by question"):
+        write_report([tmp_path / "asqa", tmp_path / "qs"], tmp_path / "report.html")
     for qid in answers["qid"].to_list():
         assert qid in html

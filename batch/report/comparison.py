@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import polars as pl
 
 from clarify.batch.rundir import Run
+from clarify.errors import InputError
 
 
 def flatten(d: dict, prefix: str = "") -> dict:
@@ -30,6 +32,7 @@ def split_summary(summary: dict) -> tuple[dict, dict]:
     """summary.json as (its metrics, everything else), each flattened with dots (`flatten`)."""
     rest = dict(summary)
     metrics = rest.pop("metrics", {}) or {}
+    rest.pop("metric_notes", None)  # words about the metrics (the run report shows them beside each)
     return flatten(metrics), flatten(rest)
 
 
@@ -54,8 +57,8 @@ def model_params(run: Run) -> float | None:
 
 def summary_row(run: Run) -> dict:
     """One comparison row: run, model, dataset, questions, params, metrics (bare names), the rest of
-    summary.json flattened with dots, and llm_calls_per_question / model_calls_per_question computed
-    from llm_calls (model_calls = calls not answered from the cache)."""
+    summary.json flattened with dots, and the run's cost (`cost_row`: llm_calls_per_question and
+    model_calls_per_question from llm_calls, model_calls = calls not answered from the cache, ...)."""
     n_q = run.questions["qid"].n_unique()
     row: dict = {
         "run": run.name,
@@ -67,11 +70,7 @@ def summary_row(run: Run) -> dict:
     metrics, rest = split_summary(run.summary)
     row.update(metrics)
     row.update({k: v for k, v in rest.items() if k not in row and k != "params"})
-    calls = run.llm_calls
-    row["llm_calls_per_question"] = calls.height / n_q if n_q else None
-    row["model_calls_per_question"] = (
-        calls.filter(~pl.col("cached").fill_null(False)).height / n_q if n_q else None
-    )
+    row.update(cost_row(run))
     return row
 
 
@@ -100,6 +99,182 @@ def plotted_metrics(runs: list[Run], table: pl.DataFrame) -> list[str]:
         names += [m for m in split_summary(run.summary)[0] if m not in names]
     return [
         c
-        for c in [*names, "llm_calls_per_question", "wall_s"]
+        for c in [*names, "llm_calls_per_question", "wall_s_per_question"]
         if c in table.columns and table.schema[c] == pl.Float64
     ]
+
+
+# --- cost per run, and runs compared question by question ------------------------------------------
+
+COST_COLUMNS = ("engine_tokens_per_question", "llm_calls_per_question", "model_calls_per_question",
+                "wall_s_per_question", "device_s_per_question", "tokens_per_s", "peak_rss_gib", "peak_gpu_gib")
+
+
+def wall_s(summary: dict) -> float | None:
+    """The run's wall time: every session up to its last checkpoint plus finalize (`wall_s_total`,
+    batch/pipeline.py finalize), else the last session's when an earlier session's time was lost."""
+    for key in ("wall_s_total", "wall_s_last_session"):
+        value = summary.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
+def cost_row(run: Run) -> dict:
+    """What the run cost, per question: engine tokens (prompt + output of the calls the engine computed,
+    not those answered from the completion cache), LLM calls (all, and those that reached the model), wall
+    seconds, device-seconds (wall x the GPUs, or CPU cores, the engine held: summary `engine.device_count`;
+    for runs made before it was recorded, tensor_parallel_size on CUDA), engine tokens per second of
+    generation (summary `engine_tokens_per_s`) and peak memory (summary `peak_memory_last_session`, where recorded)."""
+    summary = run.summary
+    n_q = run.questions["qid"].n_unique() or summary.get("n_questions") or 0
+    calls = run.llm_calls
+    computed = calls.filter(~pl.col("cached").fill_null(False))
+    engine = summary.get("engine") if isinstance(summary.get("engine"), dict) else {}
+    devices = engine.get("device_count")
+    if devices is None and engine.get("device") == "cuda":
+        devices = run.config.model.tensor_parallel_size
+    wall = wall_s(summary)
+    peak = summary.get("peak_memory_last_session") if isinstance(summary.get("peak_memory_last_session"), dict) else {}
+
+    def per_q(value):
+        return value / n_q if value is not None and n_q else None
+
+    def gib(value):
+        return value / 2**30 if isinstance(value, int | float) else None
+
+    tokens = int(computed["prompt_tokens"].fill_null(0).sum() + computed["output_tokens"].fill_null(0).sum())
+    return {
+        "device": engine.get("device"),
+        "devices": devices,
+        "engine_tokens_per_question": per_q(tokens),
+        "llm_calls_per_question": per_q(calls.height),
+        "model_calls_per_question": per_q(computed.height),
+        "wall_s": wall,
+        "wall_s_per_question": per_q(wall),
+        "device_s_per_question": per_q(wall * devices) if wall is not None and devices else None,
+        "tokens_per_s": summary.get("engine_tokens_per_s"),
+        "peak_rss_gib": gib(peak.get("rss_bytes")),
+        "peak_gpu_gib": gib(peak.get("gpu_bytes")),
+    }
+
+
+def cost_table(runs: list[Run]) -> pl.DataFrame:
+    """One row per run: run, model and `cost_row`."""
+    rows = [{"run": r.name, "model": r.config.model.model, **cost_row(r)} for r in runs]
+    return pl.DataFrame(rows, schema={"run": pl.String, "model": pl.String, "device": pl.String,
+                                      "devices": pl.Float64, "engine_tokens_per_question": pl.Float64,
+                                      "llm_calls_per_question": pl.Float64, "model_calls_per_question": pl.Float64,
+                                      "wall_s": pl.Float64, "wall_s_per_question": pl.Float64,
+                                      "device_s_per_question": pl.Float64, "tokens_per_s": pl.Float64,
+                                      "peak_rss_gib": pl.Float64, "peak_gpu_gib": pl.Float64})
+
+
+def check_same_questions(runs: list[Run]) -> None:
+    """InputError, in one line naming the run and the difference, unless every run answered the same
+    questions (qid) of the same dataset as the first: paired statistics compare question by question."""
+    first = runs[0]
+    qids = set(first.questions["qid"].to_list())
+    for run in runs[1:]:
+        if run.config.dataset != first.config.dataset:
+            raise InputError(f"a run over dataset {run.config.dataset!r} cannot be compared question by question "
+                             f"with {first.path} (dataset {first.config.dataset!r})", path=str(run.path))
+        other = set(run.questions["qid"].to_list())
+        if other != qids:
+            only_first, only_this = sorted(qids - other), sorted(other - qids)
+
+            def few(ids: list[str]) -> str:
+                return ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else "")
+
+            parts = ([f"lacks {len(only_first)} of {first.path}'s questions ({few(only_first)})"] if only_first else []) + \
+                    ([f"has {len(only_this)} that {first.path} lacks ({few(only_this)})"] if only_this else [])
+            raise InputError("not over the same questions: " + "; ".join(parts) + " (run both with the same "
+                             "--dataset, --offset and --limit)", path=str(run.path))
+
+
+PAIRED_SCHEMA = {"a": pl.String, "b": pl.String, "metric": pl.String, "questions": pl.Int64, "a_mean": pl.Float64,
+                 "b_mean": pl.Float64, "diff": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64,
+                 "excludes_zero": pl.Boolean, "wins": pl.Int64, "ties": pl.Int64, "losses": pl.Int64}
+
+
+def paired_table(runs: list[Run], *, resamples: int | None = None, seed: int | None = None) -> pl.DataFrame:
+    """Every pair of runs (a before b in the given order) on every metric they report and scored per
+    question (summary.json `metrics` found in scores.parquet): the mean of b - a, its 95 % paired-bootstrap interval (eval/paired.py: one draw of
+    questions for every pair and metric, fixed seed), whether the interval excludes 0, and on how many
+    questions b scored higher (wins), the same (ties) or lower (losses). The runs must share their
+    questions (`check_same_questions`)."""
+    from clarify.eval import paired
+
+    check_same_questions(runs)
+    qids = runs[0].questions["qid"].unique(maintain_order=True).to_list()
+    # the metrics the runs report (summary.json `metrics`, in its order) that are scored per question; the
+    # per-question helper counts of scores.parquet (n_gold, n_pairs, ...) are not compared
+    scored: list[str] = []
+    for run in runs:
+        scored += [m for m in run.scores["metric"].unique(maintain_order=True).to_list() if m not in scored]
+    reported = [m for run in runs for m in (run.summary.get("metrics") or {}) if m in scored]
+    metrics = list(dict.fromkeys(reported)) or scored
+    # (question x metric) value matrix per run, NaN where a run has no value
+    frame = pl.DataFrame({"qid": qids}, schema={"qid": pl.String})
+    values = {}
+    for run in runs:
+        wide = (run.scores.filter(pl.col("value").is_not_nan()).group_by("qid", "metric").agg(pl.col("value").mean())
+                .pivot(on="metric", index="qid", values="value"))
+        wide = frame.join(wide, on="qid", how="left", maintain_order="left")
+        values[run.name] = np.column_stack([wide[m].cast(pl.Float64).fill_null(np.nan).to_numpy() if m in wide.columns
+                                            else np.full(len(qids), np.nan) for m in metrics]) if metrics else None
+    pairs = [(i, j) for i in range(len(runs)) for j in range(i + 1, len(runs))]
+    if not metrics or not pairs:
+        return pl.DataFrame(schema=PAIRED_SCHEMA)
+    a_vals = np.concatenate([values[runs[i].name] for i, _ in pairs], axis=1)
+    b_vals = np.concatenate([values[runs[j].name] for _, j in pairs], axis=1)
+    got = paired.paired_bootstrap(b_vals - a_vals, resamples=resamples or paired.RESAMPLES,
+                                  seed=paired.SEED if seed is None else seed)
+    rows = []
+    for k, ((i, j), metric) in enumerate((p, m) for p in pairs for m in metrics):
+        both = ~np.isnan(a_vals[:, k]) & ~np.isnan(b_vals[:, k])
+        if not both.any():
+            continue
+        lo, hi = float(got.lo[k]), float(got.hi[k])
+        rows.append({"a": runs[i].name, "b": runs[j].name, "metric": metric, "questions": int(got.n[k]),
+                     "a_mean": float(a_vals[both, k].mean()), "b_mean": float(b_vals[both, k].mean()),
+                     "diff": float(got.mean[k]), "ci_low": lo, "ci_high": hi, "excludes_zero": lo > 0 or hi < 0,
+                     "wins": int(got.wins[k]), "ties": int(got.ties[k]), "losses": int(got.losses[k])})
+    return pl.DataFrame(rows, schema=PAIRED_SCHEMA)
+
+
+def paired_markdown(table: pl.DataFrame) -> str:
+    """The paired table as Markdown (printed by `clarify compare`): * marks an interval that excludes 0."""
+    lines = ["| b − a | metric | q | a | b | b − a | 95 % CI | wins/ties/losses |", "|---|---|---|---|---|---|---|---|"]
+    for r in table.iter_rows(named=True):
+        mark = " *" if r["excludes_zero"] else ""
+        lines.append(f"| {r['b']} − {r['a']} | {r['metric']} | {r['questions']} | {r['a_mean']:.2f} | {r['b_mean']:.2f} "
+                     f"| {r['diff']:+.2f}{mark} | {r['ci_low']:+.2f} … {r['ci_high']:+.2f} | "
+                     f"{r['wins']}/{r['ties']}/{r['losses']} |")
+    return "\n".join(lines) + "\n"
+
+
+def compare_stats(runs: list[Run], table: pl.DataFrame, metrics: list[str]) -> dict:
+    """What the report's comparison adds for runs over the same questions (refused otherwise): the paired
+    table and its forest plot, the cost table and quality (the first metric) against device-seconds per
+    question. Values for the `compare_stats.html.j2` template part (plots as PNG bytes)."""
+    from clarify.batch.report.compare_plots import forest_png, quality_cost_png
+
+    paired = paired_table(runs)
+    costs = cost_table(runs)
+    # the quality axis: the first metric on which the runs differ (else the first)
+    varied = [m for m in metrics if table[m].drop_nulls().n_unique() > 1]
+    quality = (varied or metrics or [None])[0]
+    shown = costs.join(table.select("run", *([quality] if quality else [])), on="run", how="left")
+    return {
+        "paired_columns": ["b − a", "metric", "questions", "a", "b", "b − a", "95 % CI", "wins/ties/losses"],
+        "paired_rows": [{"pair": f"{r['b']} − {r['a']}", "metric": r["metric"], "questions": r["questions"],
+                         "a_mean": r["a_mean"], "b_mean": r["b_mean"], "diff": r["diff"],
+                         "ci": f"{r['ci_low']:+.3g} … {r['ci_high']:+.3g}", "excludes_zero": r["excludes_zero"],
+                         "wtl": f"{r['wins']}/{r['ties']}/{r['losses']}"} for r in paired.iter_rows(named=True)],
+        "forest": forest_png(paired),  # PNG bytes (html.py embeds them)
+        "cost_columns": costs.columns,
+        "cost_rows": list(costs.iter_rows()),
+        "quality_cost": quality_cost_png(shown, quality) if quality else None,
+        "quality_metric": quality,
+    }

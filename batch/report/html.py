@@ -7,8 +7,9 @@ questions, and a tree viewer per question: the ambiguous question, its tree of d
 (root / valid / pruned / duplicate / pending, colour + text label, collapsible `<details>`), each
 node's retrieved passages, and the final answer as the model wrote it with each quoted `[k span]`
 linked to the span's offsets highlighted inside source passage k. Spans that are not verbatim are
-marked. Several runs get one section each plus a comparison table (`batch/report/comparison.py`; and a
-metric-vs-size plot when parameter counts are known).
+marked. Several runs over the same questions get one section each plus a comparison table
+(`batch/report/comparison.py`: paired-bootstrap intervals, cost per run, and a metric-vs-size plot when
+parameter counts are known); runs over different questions are refused.
 
 The HTML comes from Jinja2 templates in `batch/report/templates/` (`report.html.j2`, its macros in
 `macros.html.j2`; `report.css` and `report.js` are inlined). The environment autoescapes: every value
@@ -37,7 +38,14 @@ from markupsafe import Markup, escape
 from tqdm import tqdm
 
 from clarify.batch.report import plots
-from clarify.batch.report.comparison import comparison_table, flatten, fmt, plotted_metrics, split_summary
+from clarify.batch.report.comparison import (
+    compare_stats,
+    comparison_table,
+    flatten,
+    fmt,
+    plotted_metrics,
+    split_summary,
+)
 from clarify.batch.rundir import Run, RunDir
 from clarify.batch.toc import quotes
 from clarify.errors import InputError
@@ -62,6 +70,39 @@ SPAN_LABELS = {
     "empty": "empty marker, no quote",
     "unverified": "not verbatim",
 }
+# The headline metrics in words (eval/asqa.py, eval/quotesum.py, eval/reader.py name them); others keep their key.
+METRIC_WORDS = {  # in the order the headline shows them
+    "rouge_l": "ROUGE-L", "str_em": "STR-EM", "answer_f1": "Answer-F1", "d_f1": "Disambig-F1",
+    "dr": "DR (sqrt Disambig-F1 x ROUGE-L)", "sem_f1": "Sem-F1", "sem_rec": "Sem-Rec",
+    "semqa": "SEMQA (sqrt Sem-F1 x ROUGE-L)", "rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "qa_em": "QA exact match",
+    "qa_hit": "QA hit", "length": "answer length (words)", "missing_predictions": "questions without an answer",
+}
+READER_NOTE = ("needs a reader: a SQuAD 2.0 extractive QA model, given to `clarify eval --reader DIR` "
+               "(eval/reader.py)")
+# summary.json grouped for the folded run summary: (group title, its keys' prefixes); the rest go last.
+SUMMARY_GROUPS = (
+    ("Run", ("name", "dataset", "model", "engine_model_id", "params", "answer_style", "n_questions", "constraints",
+             "scheduler", "parts")),
+    ("Work per question", ("llm_calls", "cached_calls", "tokens", "parse_errors", "prompts_too_long",
+                           "valid_nodes_per_question", "max_depth", "node_status")),
+    ("Quotes", ("quote_fidelity",)),
+    ("Time", ("wall_s_last_session", "wall_s_total", "toc_s_last_session", "seconds_last_session",
+              "engine_tokens_per_s")),
+    ("Engine", ("engine", "engine_usage_last_session", "cache_recomputed", "cluster")),
+)
+SUMMARY_WORDS = {
+    "n_questions": "questions", "engine_model_id": "engine model id", "params": "model parameters",
+    "llm_calls": "LLM calls", "llm_calls_per_question": "LLM calls per question",
+    "llm_calls_per_question_max": "LLM calls, most for one question", "cached_calls": "calls from the cache",
+    "tokens.prompt": "prompt tokens", "tokens.output": "output tokens", "parse_errors": "completions not parsed",
+    "prompts_too_long": "prompts over the context", "valid_nodes_per_question": "valid nodes per question",
+    "max_depth": "deepest node", "wall_s_last_session": "wall seconds, last session",
+    "wall_s_total": "wall seconds, all sessions", "toc_s_last_session": "ToC seconds, last session",
+    "engine_tokens_per_s": "engine tokens/s (prompt + output)", "parts": "checkpoint parts",
+}
+# config.json's sections in words (batch/config.py); top-level settings are the run's own.
+CONFIG_SECTIONS = {"": "Run", "model": "Model and engine", "retrieval": "Retrieval", "toc": "Tree of clarifications",
+                   "answer": "Answer", "cluster": "Cluster"}
 TEMPLATES = Path(__file__).parent / "templates"  # package data (pyproject `[tool.setuptools.package-data]`)
 
 
@@ -326,11 +367,99 @@ def _question(ri: int, qi: int, q: dict, frames: dict, k: int, open_: bool) -> d
     }
 
 
+def per_question_metrics(scores: pl.DataFrame) -> pl.DataFrame:
+    """The scores table without its bookkeeping rows (n_gold, n_pairs, n_predicted: eval/summary.py
+    NON_METRICS), which runs before the scores table dropped them still hold."""
+    from clarify.eval.summary import NON_METRICS
+
+    return scores.filter(~pl.col("metric").is_in(sorted(NON_METRICS)))
+
+
 def _group(df: pl.DataFrame, key: str = "qid") -> dict:
     out: dict = {}
     for row in df.iter_rows(named=True):
         out.setdefault(row[key], []).append(row)
     return out
+
+
+def _metric_note(name: str, value, notes: dict) -> str | None:
+    """The note shown beside a headline metric: the run's own (summary.json `metric_notes`), else, for a
+    metric not computed, why (eval/summary.py DEFAULT_NOTES; a derived one names what it needs)."""
+    from clarify.eval.asqa import NO_READER
+    from clarify.eval.summary import DEFAULT_NOTES, DERIVED
+
+    note = notes.get(name)
+    if note is None and value is None:
+        needs = [m for m in DERIVED.get(name, ()) if m in DEFAULT_NOTES]
+        note = DEFAULT_NOTES.get(name) or (f"needs {needs[0]}: {DEFAULT_NOTES[needs[0]]}" if needs else None)
+    if note and NO_READER in note:
+        return READER_NOTE
+    return note
+
+
+def headline(run: Run) -> list[dict]:
+    """The run's metrics in words, each with its value and note (`_metric_note`), in METRIC_WORDS' order;
+    the metrics not computed come last, one card per reason (four of ASQA's need a reader)."""
+    metrics = run.summary.get("metrics") or {}
+    notes = run.summary.get("metric_notes") or {}
+    order = list(METRIC_WORDS)
+    names = sorted(metrics, key=lambda m: (order.index(m) if m in order else len(order), m))
+    cards = [{"ids": [m], "name": METRIC_WORDS.get(m, m), "value": metrics[m], "note": _metric_note(m, metrics[m], notes)}
+             for m in names if metrics[m] is not None]
+    missing: dict[str | None, list[str]] = {}
+    for m in names:
+        if metrics[m] is None:
+            missing.setdefault(_metric_note(m, None, notes), []).append(m)
+    cards += [{"ids": ms, "name": ", ".join(METRIC_WORDS.get(m, m) for m in ms), "value": None, "note": note}
+              for note, ms in missing.items()]
+    return cards
+
+
+def run_facts(run: Run) -> list[tuple[str, str]]:
+    """What the trees and answers amount to, beside the metrics: questions, valid nodes and LLM calls per
+    question, quotes verbatim."""
+    s = run.summary
+    facts = [("questions", fmt(s.get("n_questions", run.questions.height)))]
+    if s.get("valid_nodes_per_question") is not None:
+        facts.append(("valid nodes per question", f"{s['valid_nodes_per_question']:.1f}"))
+    if s.get("llm_calls_per_question") is not None:
+        facts.append(("LLM calls per question", f"{s['llm_calls_per_question']:.1f}"))
+    fid = s.get("quote_fidelity") or {}
+    if fid.get("n_spans"):
+        facts.append(("quotes verbatim", f"{fid.get('n_verbatim', 0)} of {fid['n_spans']}"))
+    return facts
+
+
+def _words(key: str) -> str:
+    """A flattened summary key in words: SUMMARY_WORDS, else its parts with spaces (`quote_fidelity.n_spans`
+    -> `quote fidelity: n spans`)."""
+    return SUMMARY_WORDS.get(key) or ": ".join(part.replace("_", " ") for part in key.split("."))
+
+
+def summary_groups(summary: dict) -> list[tuple[str, list[tuple[str, object]]]]:
+    """summary.json but its metrics (shown first), flattened, in SUMMARY_GROUPS, keys in words."""
+    _, rest = split_summary(summary)
+    groups, taken = [], set()
+    for title, prefixes in SUMMARY_GROUPS:
+        keys = [k for k in rest if k not in taken and any(k == p or k.startswith(p + ".") or k.startswith(p + "_")
+                                                          for p in prefixes)]
+        taken.update(keys)
+        if keys:
+            groups.append((title, [(_words(k), rest[k]) for k in keys]))
+    other = [k for k in rest if k not in taken]
+    if other:
+        groups.append(("Other", [(_words(k), rest[k]) for k in other]))
+    return groups
+
+
+def config_groups(settings: dict) -> list[tuple[str, list[tuple[str, object]]]]:
+    """config.json by section (CONFIG_SECTIONS), each setting by its name in the section."""
+    top = [(k, v) for k, v in settings.items() if not isinstance(v, dict)]
+    groups = [(CONFIG_SECTIONS[""], top)] if top else []
+    for section, values in settings.items():
+        if isinstance(values, dict):
+            groups.append((CONFIG_SECTIONS.get(section, section), list(flatten(values).items())))
+    return groups
 
 
 def _run(run: Run, ri: int, k: int, max_questions: int | None) -> dict:
@@ -339,14 +468,13 @@ def _run(run: Run, ri: int, k: int, max_questions: int | None) -> dict:
     if max_questions is not None:
         questions = questions.head(max_questions)
     shown = pl.col("qid").is_in(questions["qid"].implode())  # --max-questions: group only those rows
-    frames = {
-        name: _group(run.table(name).filter(shown)) for name in ("nodes", "hits", "answers", "spans", "scores")
-    }
+    frames = {name: _group(run.table(name).filter(shown)) for name in ("nodes", "hits", "answers", "spans")}
+    per_q = per_question_metrics(run.scores)
+    frames["scores"] = _group(per_q.filter(shown))
     frames["passages"] = {
         r["passage_id"]: (r["title"], r["text"])
         for r in run.passages.unique("passage_id", keep="first").iter_rows(named=True)
     }
-    metrics, summary = split_summary(run.summary)
     trees = [
         _question(ri, qi, q, frames, k, open_=qi == 0)
         for qi, q in enumerate(
@@ -361,7 +489,7 @@ def _run(run: Run, ri: int, k: int, max_questions: int | None) -> dict:
     ]
     # Question index: one row per question, linking to its tree.
     calls = dict(run.llm_calls.group_by("qid").len().iter_rows())
-    metric_names = sorted(run.scores["metric"].unique().to_list())
+    metric_names = sorted(per_q["metric"].unique().to_list())
     index = []
     for t in trees:
         scores = dict(t["scores"])
@@ -384,14 +512,15 @@ def _run(run: Run, ri: int, k: int, max_questions: int | None) -> dict:
         "n_shown": questions.height,
         "n_questions": run.questions.height,
         "missing": ", ".join(run.missing),
-        "metrics": metrics,
-        "summary": summary,
-        "config": flatten(run.settings),
+        "headline": headline(run),
+        "facts": run_facts(run),
+        "summary_groups": summary_groups(run.summary),
+        "config_groups": config_groups(run.settings),
         "plots": [
             (_data_uri(plots.llm_calls_png(run.llm_calls)), "LLM calls per question"),
             (_data_uri(plots.tokens_png(run.llm_calls)), "tokens"),
             (_data_uri(plots.tree_png(run.nodes)), "tree depth and valid nodes"),
-            (_data_uri(plots.scores_png(run.scores)), "score distributions"),
+            (_data_uri(plots.scores_png(per_q)), "per-question metrics"),
         ],
         "metric_names": metric_names,
         "index": index,
@@ -408,7 +537,9 @@ def render_report(runs: list[Run], *, passages_per_node: int = 5, max_questions:
         plot = None
         if table["params"].drop_nulls().len() >= 2 and metric_cols:
             plot = _data_uri(plots.compare_png(table, metric_cols))
-        comparison = {"columns": table.columns, "rows": list(table.iter_rows()), "plot": plot}
+        stats = compare_stats(runs, table, metric_cols)
+        stats.update(forest=_data_uri(stats["forest"]), quality_cost=_data_uri(stats["quality_cost"]))
+        comparison = {"columns": table.columns, "rows": list(table.iter_rows()), "plot": plot, **stats}
     return environment().get_template("report.html.j2").render(
         written=_dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
         runs=[_run(run, ri, passages_per_node, max_questions) for ri, run in enumerate(runs)],
@@ -454,7 +585,7 @@ def register(sub) -> None:
         "run_dirs",
         nargs="+",
         metavar="RUN_DIR",
-        help="run directories (several: one section each + a comparison)",
+        help="run directories (several, over the same questions: one section each, a comparison with paired 95%% intervals and cost per run)",
     )
     p.add_argument(
         "--out",

@@ -38,17 +38,36 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
-def _integer_ticks(ax, x: bool = True) -> None:
-    """Whole-number ticks for counts (questions on y; calls, depth, nodes on x)."""
+def _integer_ticks(ax, x: bool = True, y: bool = True) -> None:
+    """Whole-number ticks for counts (questions on y, unless a strip plot has no y scale; calls, depth,
+    nodes on x)."""
     from matplotlib.ticker import MaxNLocator
 
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    if y:
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     if x:
         lo, hi = (math.ceil(v) for v in ax.get_xlim())
         if hi - lo <= 20:  # few values: one tick per integer, even when there is only one
             ax.set_xticks(range(lo, hi))
         else:
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+# A histogram needs enough questions to have a shape; below this many each question is a point (a strip plot).
+HIST_FROM = 20
+
+
+def _distribution(ax, values: list[float], color: str, *, integer: bool = False) -> str:
+    """One value per question on `ax`: a histogram from HIST_FROM values, else one point per question (spread
+    vertically so equal values stay visible). Returns the y-axis label."""
+    if len(values) >= HIST_FROM:
+        ax.hist(values, bins=_int_bins(values) if integer else min(20, len(values)), color=color, edgecolor="white")
+        return "questions"
+    spread = [((i * 7) % 11) / 10 - 0.5 for i in range(len(values))]  # fixed, not random: the same each time
+    ax.scatter(values, spread, color=color, s=36, alpha=0.8, edgecolors="white")
+    ax.set_ylim(-1, 1)
+    ax.set_yticks([])
+    return "one point per question"
 
 
 def _int_bins(values: list[int]) -> list[float]:
@@ -70,11 +89,10 @@ def llm_calls_png(llm_calls: pl.DataFrame) -> bytes | None:
     steps = sorted(llm_calls["step"].unique().to_list(), key=lambda s: (STEP_ORDER + (s,)).index(s))
     by_step = llm_calls.group_by("step", "cached").len()
     fig, (ax1, ax2) = _figure(2)
-    ax1.hist(per_q, bins=_int_bins(per_q), color="#4c72b0", edgecolor="white")
+    ax1.set_ylabel(_distribution(ax1, per_q, "#4c72b0", integer=True))
     ax1.set_xlabel("LLM calls per question")
-    ax1.set_ylabel("questions")
     ax1.set_title(f"calls per question (n={n_q}, mean {sum(per_q) / n_q:.1f})")
-    _integer_ticks(ax1)
+    _integer_ticks(ax1, y=len(per_q) >= HIST_FROM)
     bottoms = [0.0] * len(steps)
     for cached, colour, label in ((False, "#4c72b0", "model"), (True, "#a1c9f4", "cache hit")):
         heights = []
@@ -103,11 +121,10 @@ def tokens_png(llm_calls: pl.DataFrame) -> bytes | None:
     steps = sorted(by_step["step"].to_list(), key=lambda s: (STEP_ORDER + (s,)).index(s))
     by_step = {r["step"]: r for r in by_step.iter_rows(named=True)}
     fig, (ax1, ax2) = _figure(2)
-    ax1.hist(per_q["t"].to_list(), bins=min(20, max(per_q.height, 1)), color="#55a868", edgecolor="white")
+    ax1.set_ylabel(_distribution(ax1, per_q["t"].to_list(), "#55a868"))
     ax1.set_xlabel("tokens per question (prompt + output)")
-    ax1.set_ylabel("questions")
     ax1.set_title(f"tokens per question (mean {per_q['t'].mean():.0f})")
-    _integer_ticks(ax1, x=False)
+    _integer_ticks(ax1, x=False, y=per_q.height >= HIST_FROM)
     xs = range(len(steps))
     ax2.bar([x - 0.2 for x in xs], [by_step[s]["prompt_tokens"] for s in steps], 0.4, label="prompt")
     ax2.bar([x + 0.2 for x in xs], [by_step[s]["output_tokens"] for s in steps], 0.4, label="output")
@@ -135,28 +152,28 @@ def tree_shape(nodes: pl.DataFrame) -> pl.DataFrame:
 
 
 def tree_png(nodes: pl.DataFrame) -> bytes | None:
-    """Tree depth and valid nodes per question (histograms). In: nodes[qid, depth, status]."""
+    """Tree depth and valid nodes per question (histograms, or points below HIST_FROM questions). In:
+    nodes[qid, depth, status]."""
     if nodes.height == 0:
         return None
     shape = tree_shape(nodes)
     fig, (ax1, ax2) = _figure(2)
     depth = shape["max_depth"].to_list()
     valid = shape["valid_nodes"].to_list()
-    ax1.hist(depth, bins=_int_bins(depth), color="#8172b2", edgecolor="white")
+    ax1.set_ylabel(_distribution(ax1, depth, "#8172b2", integer=True))
     ax1.set_xlabel("tree depth (deepest node)")
-    ax1.set_ylabel("questions")
     ax1.set_title(f"tree depth (n={shape.height})")
-    ax2.hist(valid, bins=_int_bins(valid), color="#55a868", edgecolor="white")
+    ax2.set_ylabel(_distribution(ax2, valid, "#55a868", integer=True))
     ax2.set_xlabel("valid disambiguations")
-    ax2.set_ylabel("questions")
     ax2.set_title(f"valid nodes per question (mean {sum(valid) / len(valid):.1f})")
-    _integer_ticks(ax1)
-    _integer_ticks(ax2)
+    _integer_ticks(ax1, y=len(depth) >= HIST_FROM)
+    _integer_ticks(ax2, y=len(valid) >= HIST_FROM)
     return _png(fig)
 
 
 def scores_png(scores: pl.DataFrame) -> bytes | None:
-    """Distribution of each per-question metric (one histogram per metric). In: scores[qid, metric, value]."""
+    """Distribution of each per-question metric (a histogram from HIST_FROM questions, else one point per
+    question). In: scores[qid, metric, value], metrics only (html.per_question_metrics)."""
     scores = scores.drop_nulls("value").filter(pl.col("value").is_finite())
     if scores.height == 0:
         return None
@@ -171,12 +188,11 @@ def scores_png(scores: pl.DataFrame) -> bytes | None:
     for i, metric in enumerate(metrics):
         ax = fig.add_subplot(rows, cols, i + 1)
         values = scores.filter(pl.col("metric") == metric)["value"].to_list()
-        ax.hist(values, bins=min(20, max(len(values), 1)), color="#c44e52", edgecolor="white")
+        ax.set_ylabel(_distribution(ax, values, "#c44e52"), fontsize=8)
         mean = sum(values) / len(values)
         ax.axvline(mean, color="black", linestyle="--", linewidth=1)
         ax.set_title(f"{metric} (mean {mean:.3g}, n={len(values)})", fontsize=10)
-        ax.set_ylabel("questions")
-        _integer_ticks(ax, x=False)
+        _integer_ticks(ax, x=False, y=len(values) >= HIST_FROM)
     return _png(fig)
 
 

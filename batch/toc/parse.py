@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-# What the default parser reads, and how it relates to the official one (docs: README "Differences from
-# the official code", clarification parsing).
+# What the default parser reads, and how it relates to the official one (docs/fidelity.md#the-differences,
+# the row "clarification parsing").
 #
 # The official parser (toc/utils.py:25-46 parse_disambig, transcribed in `official_pairs` below) splits the
 # field on "\n", pairs line i with line i+1 (i = 0, 2, 4, ...), keeps the pair when line i *contains* "DQ"

@@ -467,7 +467,7 @@ def check_answers(
     notes: list[str | None] = []
     for qid, answer, pids in tqdm(
         zip(answers["qid"], answers["answer"], answers["passage_ids"]),
-        total=answers.height, desc="check quotes", disable=not progress, leave=False,
+        total=answers.height, desc="check quotes", disable=not progress or None, leave=False,
     ):
         pids = list(pids) if pids is not None else []
         missing = [p for p in pids if p and p not in by_id]

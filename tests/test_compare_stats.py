@@ -1,0 +1,104 @@
+"""Runs compared question by question (batch/report/comparison.py): the paired table, the cost table read
+from what finalize really writes into summary.json, the report's forest plot and cost table, and runs
+over different questions refused."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+
+from clarify.batch.report import html as report
+from clarify.batch.report.comparison import cost_row, paired_markdown, paired_table
+from clarify.batch.rundir import Run
+from clarify.errors import InputError
+from clarify.eval.paired import paired_bootstrap
+from tests.test_report import build_run_dir, parse
+
+
+def _as_finalized(run_dir, *, wall_total, device_count, peak_rss=3 << 30, tokens_per_s=512.0):
+    """summary.json with the cost keys batch/pipeline.py finalize writes (no `wall_s`)."""
+    path = run_dir / "summary.json"
+    summary = json.loads(path.read_text())
+    summary.pop("wall_s", None)
+    summary.update(wall_s_total=wall_total, wall_s_last_session=wall_total / 2, engine_tokens_per_s=tokens_per_s,
+                   engine={"device": "cpu", "device_count": device_count},
+                   peak_memory_last_session={"rss_bytes": peak_rss, "gpu_bytes": None})
+    path.write_text(json.dumps(summary))
+
+
+def _shift_scores(run_dir, metric: str, by: list[float]) -> None:
+    path = run_dir / "scores.parquet"
+    scores = pl.read_parquet(path)
+    qids = scores["qid"].unique(maintain_order=True).to_list()
+    shift = pl.DataFrame({"qid": qids, "metric": [metric] * len(qids), "shift": by})
+    scores = (scores.join(shift, on=["qid", "metric"], how="left", maintain_order="left")
+              .with_columns(value=pl.col("value") + pl.col("shift").fill_null(0.0)).drop("shift"))
+    scores.write_parquet(path)
+
+
+@pytest.fixture
+def two_runs(tmp_path):
+    build_run_dir(tmp_path / "smol", model="SmolLM2-135M-Instruct", params=1.35e8, n_questions=3)
+    build_run_dir(tmp_path / "gemma", model="gemma-3-270m", params=2.68e8, n_questions=3)
+    _shift_scores(tmp_path / "gemma", "str_em", [10.0, 20.0, 30.0])  # gemma better on every question
+    _shift_scores(tmp_path / "gemma", "answer_words", [1.0, -1.0, 0.0])  # a win, a loss, a tie
+    _as_finalized(tmp_path / "smol", wall_total=30.0, device_count=2)
+    _as_finalized(tmp_path / "gemma", wall_total=90.0, device_count=2)
+    return [tmp_path / "smol", tmp_path / "gemma"]
+
+
+def test_paired_table_of_two_runs(two_runs):
+    runs = [Run.open(d) for d in two_runs]
+    table = paired_table(runs)
+    em = table.filter(pl.col("metric") == "str_em").row(0, named=True)
+    assert (em["a"], em["b"], em["questions"], em["diff"]) == ("smol", "gemma", 3, pytest.approx(20.0))
+    assert em["excludes_zero"] and 10.0 <= em["ci_low"] <= em["ci_high"] <= 30.0
+    assert (em["wins"], em["ties"], em["losses"]) == (3, 0, 0)
+    words = table.filter(pl.col("metric") == "answer_words").row(0, named=True)
+    assert (words["wins"], words["ties"], words["losses"]) == (1, 1, 1) and not words["excludes_zero"]
+    # the same numbers as the bootstrap on the per-question differences, metric columns in table order
+    a, b = (r.scores.pivot(on="metric", index="qid", values="value").sort("qid") for r in runs)
+    metrics = table["metric"].to_list()
+    got = paired_bootstrap(np.column_stack([(b[m] - a[m]).to_numpy() for m in metrics]))
+    assert table["ci_low"].to_list() == pytest.approx(got.lo.tolist())
+    assert "| gemma − smol | str_em | 3 |" in paired_markdown(table) and "+20.00 *" in paired_markdown(table)
+
+
+def test_cost_reads_what_finalize_writes(two_runs):
+    row = cost_row(Run.open(two_runs[1]))
+    calls = pl.read_parquet(two_runs[1] / "llm_calls.parquet")
+    computed = calls.filter(~pl.col("cached").fill_null(False))
+    assert row["wall_s"] == 90.0 and row["wall_s_per_question"] == 30.0 and row["device_s_per_question"] == 60.0
+    assert row["engine_tokens_per_question"] == (computed["prompt_tokens"].sum() + computed["output_tokens"].sum()) / 3
+    assert row["model_calls_per_question"] == computed.height / 3 and row["llm_calls_per_question"] == calls.height / 3
+    assert row["tokens_per_s"] == 512.0 and row["peak_rss_gib"] == 3.0 and row["peak_gpu_gib"] is None
+
+
+def test_report_shows_paired_table_forest_plot_and_cost(two_runs, tmp_path):
+    out = report.write_report(two_runs, tmp_path / "cmp.html")
+    dom = parse(out.read_text())
+    section = next(n for n in dom.iter() if n.tag == "section" and n.attrs.get("id") == "comparison")
+    paired = next(t for t in section.iter() if t.tag == "table" and "paired" in t.classes)
+    marked = [tr for tr in paired.iter() if tr.tag == "tr" and "excludes-zero" in tr.classes]
+    assert [tr.attrs["data-metric"] for tr in marked] == ["str_em"]
+    imgs = {n.attrs["alt"]: n.attrs["src"] for n in section.iter() if n.tag == "img"}
+    forest = next(src for alt, src in imgs.items() if alt.startswith("forest plot"))
+    assert forest.startswith("data:image/png;base64,")
+    assert any("against device-seconds per question" in alt for alt in imgs)
+    cost = next(t for t in section.iter() if t.tag == "table" and "cost" in t.classes)
+    head = [th.text() for th in cost.iter() if th.tag == "th"]
+    cells = [[td.text() for td in tr.iter() if td.tag == "td"] for tr in cost.iter() if tr.tag == "tr"][1:]
+    assert [c[head.index("wall_s_per_question")] for c in cells] == ["10", "30"]
+
+
+def test_runs_over_different_questions_are_refused_in_one_line(tmp_path):
+    build_run_dir(tmp_path / "a", n_questions=3)
+    build_run_dir(tmp_path / "b", n_questions=2)
+    with pytest.raises(InputError) as got:
+        report.write_report([tmp_path / "a", tmp_path / "b"], tmp_path / "x.html")
+    line = str(got.value)
+    assert "\n" not in line and line.startswith(str(tmp_path / "b")) and "lacks 1 of" in line
+    assert not (tmp_path / "x.html").exists()
