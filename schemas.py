@@ -135,6 +135,9 @@ METRICS = {"metric": pl.String, "value": pl.Float64, "n": pl.Int64, "note": pl.S
 GENERATIONS = {"id": pl.String, **{c: LLM_CALLS[c] for c in ("prompt", "completion", "finish_reason",
                                                              "prompt_tokens", "output_tokens", "cached")}}
 
+# What a searcher is asked (index/search.py): one row per query; qids may repeat.
+QUERIES = {"qid": pl.String, "query": pl.String}
+
 # Predictions read by `clarify eval` (eval/io.py): an official prediction file or a run's answers.
 PREDICTIONS = {"qid": pl.String, "answer": pl.String}
 
@@ -160,6 +163,7 @@ QUOTESUM_GOLD = {
 SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "questions": QUESTIONS,
     "passages": PASSAGES,
+    "queries": QUERIES,
     "hits": HITS,
     "run_hits": RUN_HITS,
     "search_cache": SEARCH_CACHE,

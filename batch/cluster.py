@@ -74,6 +74,19 @@ def wanted(cfg: RunConfig) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------ worker
+@dataclass(frozen=True)
+class ChunkResult:
+    """A chunk whose trees are all finished, handed by its worker to the driver (`Worker.take`), which writes
+    it as one part (`_write`, batch/rundir.py write_part)."""
+
+    qids: list[str]  # the chunk's questions, in the order the driver gave them
+    trees: list[dict]  # each finished tree (batch/toc/tree.py Tree.to_dict), in `qids` order
+    tables: dict[str, pl.DataFrame]  # their rows (batch/resources.py `tables`)
+    tokens: int  # prompt + output tokens the worker's engine computed for them (cache hits excluded)
+    engine: dict | None  # the worker's engine facts (device, dtype)
+    node: str  # the host the worker ran on
+
+
 class Worker:
     """One engine and its retrieval, in a Ray actor (made one by `_actor_class`, so this module imports
     without Ray). `serve` runs the continuous driver for the actor's whole life, admitting the trees of
@@ -124,7 +137,7 @@ class Worker:
         """One more chunk to run (None: the last has been given)."""
         self.inbox.put(qids)
 
-    def take(self) -> tuple[list[dict], tuple[int, int, int]]:
+    def take(self) -> tuple[list[ChunkResult], tuple[int, int, int]]:
         """The chunks finished since the last call, and (LLM calls finished, tokens processed, requests in
         flight) over this worker's life."""
         done = []
@@ -159,9 +172,9 @@ class Worker:
             return
         self.res.engine.flush()  # committed before the driver writes the part (as pipeline._Parts does)
         ordered = [chunk["rows"][q] for q in chunk["qids"]]
-        self.outbox.put({"qids": chunk["qids"], "trees": [t.to_dict() for t in chunk["trees"]],
-                         "tables": tables(ordered), "tokens": sum(r.tokens for r in ordered),
-                         "engine": self.res.engine.facts(), "node": self.node})
+        self.outbox.put(ChunkResult(qids=chunk["qids"], trees=[t.to_dict() for t in chunk["trees"]],
+                                    tables=tables(ordered), tokens=sum(r.tokens for r in ordered),
+                                    engine=self.res.engine.facts(), node=self.node))
 
     def close(self) -> None:
         self.res.engine.close()
@@ -487,20 +500,20 @@ def _loop(rd: RunDir, pool: Pool, todo: deque, outcome: Outcome, display, run_s,
             display.engine_update(calls, tokens, running)
 
 
-def _write(rd: RunDir, pool: Pool, slot: int, out: dict, outcome: Outcome, display, run_s) -> int:
+def _write(rd: RunDir, pool: Pool, slot: int, out: ChunkResult, outcome: Outcome, display, run_s) -> int:
     """A finished chunk, written as one part; returns the part's number."""
-    trees = [Tree.from_dict(t) for t in out["trees"]]
-    n = rd.write_part(out["tables"], trees, run_s=run_s(), engine=out["engine"],
-                      extra={"worker": slot, "node": out["node"], "qids": out["qids"]})
+    trees = [Tree.from_dict(t) for t in out.trees]
+    n = rd.write_part(out.tables, trees, run_s=run_s(), engine=out.engine,
+                      extra={"worker": slot, "node": out.node, "qids": out.qids})
     faults.point(f"part-done:{n}")
-    pool.given[slot].remove(out["qids"])
+    pool.given[slot].remove(out.qids)
     outcome.chunks += 1
-    outcome.engine = out["engine"] or outcome.engine
-    outcome.stats.tokens += out["tokens"]
-    w = outcome.per_worker.setdefault(slot, {"node": out["node"], "chunks": 0, "trees": 0, "engine_tokens": 0})
+    outcome.engine = out.engine or outcome.engine
+    outcome.stats.tokens += out.tokens
+    w = outcome.per_worker.setdefault(slot, {"node": out.node, "chunks": 0, "trees": 0, "engine_tokens": 0})
     w["chunks"] += 1
     w["trees"] += len(trees)
-    w["engine_tokens"] += out["tokens"]
+    w["engine_tokens"] += out.tokens
     for _ in trees:
         display.tree_done(running=0)
     return n

@@ -17,6 +17,7 @@ import tomllib
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from clarify.eval import datasets
 from clarify.eval.datasets.asqa import pool_spec_problem
 from clarify.index.store import SEARCHER_KINDS
 from clarify.local_llm import backends
-from clarify.local_llm.settings import DTYPES, QUANTIZATIONS
+from clarify.local_llm.settings import DEFAULT_MAX_MODEL_LEN, DTYPES, QUANTIZATIONS
 
 # What a ToC question costs the engine (prompt + output tokens actually computed: identical re-expansion
 # prompts are answered once under the official default) on the embedded model and defaults: ~4,400
@@ -47,9 +48,19 @@ PART_TREES = 64  # finished trees per checkpoint part (batch/rundir.py), unless 
 
 ANSWER_STYLES = ("free", "quoted")
 CHAT_TEMPLATE = ("auto", "on", "off")  # [model] chat_template
-# How trees are driven (batch/scheduler.py). It never changes results: tables are identical under each,
-# so it is a setting a run may change when resumed (RunDir.freeze ignores RESULT_FREE, dotted: one field of a table).
-SCHEDULERS = ("continuous", "waves", "sequential")
+
+
+class Scheduler(StrEnum):
+    """How trees are driven (batch/scheduler.py DRIVERS: one driver each). It never changes results: tables
+    are identical under each, so it is a setting a run may change when resumed (RunDir.freeze ignores
+    RESULT_FREE, dotted: one field of a table)."""
+
+    CONTINUOUS = "continuous"
+    WAVES = "waves"
+    SEQUENTIAL = "sequential"
+
+
+SCHEDULERS = tuple(s.value for s in Scheduler)  # `--scheduler` and the config's choices
 # Where the trees run (one process, or Ray workers: batch/cluster.py) never changes results either, nor how
 # the openai backend talks to its server (a completion it accepts is the same whatever its deadlines,
 # retries or size cap): a run stopped by a deadline resumes with a longer one.
@@ -160,7 +171,7 @@ class AnswerConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     model: str = "smollm2-135m-instruct"
-    max_model_len: int = 6144
+    max_model_len: int = DEFAULT_MAX_MODEL_LEN  # the engine's default (local_llm/settings.py)
     gpu_memory_utilization: float = 0.85
     tensor_parallel_size: int = 1
     stop: tuple[str, ...] = ()  # extra stop strings (base models without a chat template)
@@ -230,7 +241,7 @@ class RunConfig:
     # (the shipped file has no train split); "asqa:train", "asqa:dev[a:b]", either with "@FILE". A run
     # records the pool it used (never "auto") in its config.json.
     demo_pool: str = "auto"
-    scheduler: str = "continuous"  # SCHEDULERS; recorded, never changes results
+    scheduler: str = Scheduler.CONTINUOUS.value  # recorded, never changes results
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     toc: TocConfig = field(default_factory=TocConfig)
     answer: AnswerConfig = field(default_factory=AnswerConfig)

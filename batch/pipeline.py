@@ -18,14 +18,15 @@ import polars as pl
 from clarify import console, faults, schemas, stops
 from clarify.batch import cluster
 from clarify.batch.config import PART_TREES, RESULT_FREE, RunConfig, calls_per_question, tokens_per_question
+from clarify.batch.records import RunInputs, RunSummary
 from clarify.batch.resources import PreparedRun, open_resources, passages_only, prepare, tables
 from clarify.batch.rundir import Run, RunDir
 from clarify.batch.scheduler import DRIVERS, SchedStats
-from clarify.batch.toc.program import Resources, TreeRows
+from clarify.batch.toc.fingerprint import prompts_fingerprint
+from clarify.batch.toc.program import Resources, Step, TreeRows
 from clarify.batch.toc.tree import Tree
 from clarify.errors import InputError
 from clarify.eval.datasets import Dataset
-from clarify.files import write_json
 from clarify.local_llm.hardware import peak_memory
 from clarify.local_llm.models import parameter_count
 
@@ -60,15 +61,17 @@ def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, pro
     check_caches(rd.cache_dir)
     if progress:  # with the stage lines; --no-progress keeps the terminal to errors (inputs.json has it)
         console.say(prep.pool.line(inputs["demo_pool"]["demos"]) + _limit_words(cfg, prep.pool, prep.questions.height))
+    # what pins the run: its inputs, and the code that makes its requests and reads its completions
+    pinned = RunInputs(inputs, prompts=prompts_fingerprint())
     if rd.finished and not restart and not os.access(rd.path, os.W_OK):
         # a finished run on a read-only file system (an archive): nothing to write, nothing to lock
-        rd.freeze(json.loads(cfg.to_json()), inputs, ignore=RESULT_FREE)  # compares only: it is finished
+        rd.freeze(json.loads(cfg.to_json()), pinned, ignore=RESULT_FREE)  # compares only: it is finished
         return Run.open(rd.path).summary
     with rd.lock():
         if restart:
             rd.clear()
         # the scheduler is recorded but never changes results: a run may resume under another one
-        rd.freeze(json.loads(cfg.to_json()), inputs, ignore=RESULT_FREE)
+        rd.freeze(json.loads(cfg.to_json()), pinned, ignore=RESULT_FREE)
         if rd.finished:
             return Run.open(rd.path).summary
         return _run_locked(rd, prep, progress, stop_after_parts, part_trees, search_cache, on_part, estimate_s)
@@ -136,7 +139,7 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
     def run_s() -> float | None:
         return None if prior_s is None else round(prior_s + time.perf_counter() - t_start, 3)
 
-    stats, extra, engine = SchedStats(), {}, state.engine if state else None
+    stats, cluster_done, engine = SchedStats(), None, state.engine if state else None
     if len(finished) < questions.height and cluster.wanted(cfg):  # the trees on Ray workers, as parts
         display = console.RunProgress(questions.height, finished=len(finished),
                                       expected_tokens=(questions.height - len(finished)) * tokens_per_question(cfg),
@@ -155,14 +158,14 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
         state = rd.load_state()
         finished = {t.qid: t for t in state.trees}
         stats = outcome.stats
-        extra = {"cluster": outcome.summary(time.perf_counter() - t_start)}
+        cluster_done = outcome.summary(time.perf_counter() - t_start)
         engine = outcome.engine or state.engine
     if len(finished) == questions.height:  # every tree written (by workers, or before a crash): no model here
         res = passages_only(prep)
         trees = [finished[q] for q in questions["qid"]]
         with console.step("checking quotes and scoring", enabled=progress, timed=False):
             summary = finalize(rd, prep, trees, res, session_start=t_start, stats=stats,
-                               prior_s=prior_s, engine=engine, extra=extra)
+                               prior_s=prior_s, engine=engine, cluster=cluster_done)
         note_run(summary, cfg)
         return summary
     with console.step("opening the index, the encoder and the engine", enabled=progress):
@@ -206,7 +209,7 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
             summary = finalize(rd, prep, trees, res, session_start=t_start, stats=stats,
                                prior_s=prior_s, usage=engine_usage(res.engine, before, stats),
                                # the ToC part of the session (what the demo's estimate is of)
-                               extra={"toc_s_last_session": round(toc_s, 2)})
+                               toc_s=round(toc_s, 2))
         note_run(summary, cfg)
         return summary
     finally:
@@ -283,13 +286,14 @@ class _Stop(Exception):
 
 
 def finalize(rd: RunDir, prep: PreparedRun, trees: list[Tree], res: Resources, *, session_start: float, stats: SchedStats, prior_s: float | None, engine: dict | None = None,
-             usage: dict | None = None, extra: dict | None = None) -> dict:
+             usage: dict | None = None, cluster: dict | None = None, toc_s: float | None = None) -> dict:
     """Final tables, quote check, scores and summary.json (written last).
 
     session_start: perf_counter at this session's start. prior_s: the run's seconds before this session
     (the `run_s` of the checkpoint it resumed from; 0 for a fresh run, None when unknown). engine: the
     engine facts of the checkpoint, when this session loaded no engine. usage: this session's engine work
-    (`engine_usage`). extra: more summary entries (a cluster run's `cluster`)."""
+    (`engine_usage`). cluster: what a cluster run's workers did (batch/cluster.py Outcome.summary). toc_s:
+    this session's seconds of ToC (its trees), when it made trees in this process."""
     from clarify.batch.toc.quotes import check_answers, quote_fidelity
 
     cfg, questions = prep.cfg, prep.questions
@@ -330,42 +334,43 @@ def finalize(rd: RunDir, prep: PreparedRun, trees: list[Tree], res: Resources, *
     session_s = time.perf_counter() - session_start
     per_q = calls.group_by("qid").len()
     valid = nodes.filter(pl.col("status").is_in(schemas.KEPT_STATUSES))
-    summary = {
-        "name": rd.path.name, "dataset": cfg.dataset, "model": cfg.model.model,
-        "engine_model_id": calls["model"][0] if calls.height else None,
-        "engine": res.engine.facts() if res.engine is not None else engine,
-        "answer_style": cfg.answer_style, "n_questions": n_q, "metrics": metrics, "metric_notes": notes,
-        # the decoding constraints of issue 29 (batch/toc/constraints.py), shown by the report and `clarify compare`
-        "constraints": {"format": cfg.toc.constrain_format, "quotes": cfg.answer.constrain_quotes},
-        "llm_calls": calls.height, "llm_calls_per_question": calls.height / n_q,
-        "llm_calls_per_question_max": int(per_q["len"].max()) if per_q.height else 0,
-        "llm_calls_by_step": dict(calls.group_by("step").len().iter_rows()),
-        "cached_calls": int(calls["cached"].sum()) if calls.height else 0,
-        "tokens": {"prompt": int(calls["prompt_tokens"].sum()), "output": int(calls["output_tokens"].sum())},
-        "parse_errors": int(calls["parse_error"].is_not_null().sum()),
-        "prompts_too_long": int((calls["finish_reason"] == "prompt_too_long").sum()) if calls.height else 0,
-        "scheduler": cfg.scheduler,
-        "parts": len(rd.part_dirs()),
-        "engine_usage_last_session": usage,
-        "valid_nodes_per_question": valid.height / n_q,
-        "max_depth": int(nodes["depth"].max()) if nodes.height else 0,
-        "node_status": dict(nodes.group_by("status").len().iter_rows()),
-        "wall_s_last_session": round(session_s, 2),
+    summary = RunSummary(
+        name=rd.path.name, dataset=cfg.dataset, model=cfg.model.model,
+        engine_model_id=calls["model"][0] if calls.height else None,
+        engine=res.engine.facts() if res.engine is not None else engine,
+        answer_style=cfg.answer_style, n_questions=n_q, metrics=metrics, metric_notes=notes,
+        # the decoding constraints (batch/toc/constraints.py), shown by the report and `clarify compare`
+        constraints={"format": cfg.toc.constrain_format, "quotes": cfg.answer.constrain_quotes},
+        llm_calls=calls.height, llm_calls_per_question=calls.height / n_q,
+        llm_calls_per_question_max=int(per_q["len"].max()) if per_q.height else 0,
+        llm_calls_by_step=dict(calls.group_by("step").len().iter_rows()),
+        cached_calls=int(calls["cached"].sum()) if calls.height else 0,
+        tokens={"prompt": int(calls["prompt_tokens"].sum()), "output": int(calls["output_tokens"].sum())},
+        parse_errors=int(calls["parse_error"].is_not_null().sum()),
+        prompts_too_long=int((calls["finish_reason"] == "prompt_too_long").sum()) if calls.height else 0,
+        scheduler=cfg.scheduler,
+        parts=len(rd.part_dirs()),
+        engine_usage_last_session=usage,
+        valid_nodes_per_question=valid.height / n_q,
+        max_depth=int(nodes["depth"].max()) if nodes.height else 0,
+        node_status=dict(nodes.group_by("status").len().iter_rows()),
+        wall_s_last_session=round(session_s, 2),
         # earlier sessions up to their last checkpoint + this one; work lost to a crash is not counted
-        "wall_s_total": None if prior_s is None else round(prior_s + session_s, 2),
-        "seconds_last_session": {k: round(v, 2) for k, v in stats.seconds.items()},
+        wall_s_total=None if prior_s is None else round(prior_s + session_s, 2),
+        seconds_last_session={k: round(v, 2) for k, v in stats.seconds.items()},
         # tokens the engine processed (prompt + output) per second of generate time, this session only
-        "engine_tokens_per_s": round(stats.tokens / stats.seconds["generate"], 1) if stats.seconds["generate"] else None,
+        engine_tokens_per_s=round(stats.tokens / stats.seconds["generate"], 1) if stats.seconds["generate"] else None,
         # this session's process: peak memory (RSS; GPU where torch reserved it here), the cost table's
-        "peak_memory_last_session": peak_memory(),
+        peak_memory_last_session=peak_memory(),
         # completion-cache rows found damaged (checksum mismatch, unreadable) and recomputed, this session
-        "cache_recomputed": res.engine.stats.recomputed() if res.engine is not None else {"rows": 0, "reasons": {}},
-        "quote_fidelity": fidelity,
-        "params": parameter_count(prep.model_path or cfg.model.model),
-        **(extra or {}),
-    }
-    write_json(summary, rd.summary_file)
-    return summary
+        cache_recomputed=res.engine.stats.recomputed() if res.engine is not None else {"rows": 0, "reasons": {}},
+        quote_fidelity=fidelity,
+        params=parameter_count(prep.model_path or cfg.model.model),
+        cluster=cluster,
+        toc_s_last_session=toc_s,
+    )
+    summary.write(rd.summary_file)
+    return summary.to_json()
 
 
 def _add_quote_notes(calls: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame:
@@ -375,7 +380,7 @@ def _add_quote_notes(calls: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame
     notes = answers.filter(pl.col("quote_note").is_not_null()).select("qid", "quote_note")
     if not notes.height:
         return calls
-    return (calls.join(notes.with_columns(step=pl.lit("answer")), on=["qid", "step"], how="left",
+    return (calls.join(notes.with_columns(step=pl.lit(Step.ANSWER.value)), on=["qid", "step"], how="left",
                        maintain_order="left")
             .with_columns(parse_error=pl.when(pl.col("quote_note").is_null()).then("parse_error")
                           .otherwise(pl.concat_str(["parse_error", "quote_note"], separator="; ", ignore_nulls=True)))
@@ -383,15 +388,12 @@ def _add_quote_notes(calls: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame
 
 
 def score(ds: Dataset, answers: pl.DataFrame, nodes: pl.DataFrame, gold) -> tuple[pl.DataFrame, dict, dict]:
-    """Per-question long scores table, summary metrics and each metric's note (how it was aggregated, or
-    why it is missing: eval/summary.py), by the dataset's evaluator (eval/datasets/)."""
+    """The long scores table, the summary metrics and each metric's note (how it was aggregated, or why it is
+    missing: eval/summary.py), by the scorer `clarify eval` uses on the run (eval/summary.py
+    score_predictions): a run's answers in question order, one per question."""
+    from clarify.eval.summary import score_predictions
+
     if gold is None:
         return schemas.empty("scores"), {}, {}
-    per_q = ds.score(ds.predictions(answers), gold, nodes=nodes)
-    summ = ds.summarize(per_q, gold)
-    metrics = {r["metric"]: r["value"] for r in summ.iter_rows(named=True)}
-    notes = {r["metric"]: r["note"] for r in summ.iter_rows(named=True) if r["note"]}
-    value_cols = [c for c, t in per_q.schema.items() if c != "qid" and t.is_numeric()]
-    long = per_q.unpivot(index="qid", on=value_cols, variable_name="metric", value_name="value").with_columns(
-        pl.col("value").cast(pl.Float64))
-    return schemas.conform(long, "scores"), metrics, notes
+    scored = score_predictions(ds, ds.predictions(answers), gold, nodes=nodes)
+    return scored.scores, scored.metrics, scored.notes

@@ -5,7 +5,8 @@ completion cache (no engine call up to where the run stopped: batch/scheduler.py
     runs/NAME/.lock                  flock held by the one process working here; holds its pid and host
     runs/NAME/config.json            frozen effective config (a different config for the same name is an error)
     runs/NAME/inputs.json            what the run reads, pinned with the config: the questions file's
-                                     sha256, the model's and the index's fingerprints
+                                     sha256, the model's and the index's fingerprints, and the prompts'
+                                     (batch/records.py RunInputs, batch/toc/fingerprint.py)
     runs/NAME/questions.parquet
     runs/NAME/parts/0001/            finished trees, appended as they finish (a part is renamed into place
         when complete): llm_calls.parquet hits.parquet answers.parquet state.json (those trees, JSON; the
@@ -14,7 +15,7 @@ completion cache (no engine call up to where the run stopped: batch/scheduler.py
     runs/NAME/cache/                 completion cache (clarify.local_llm.cache): completions.sqlite, and
                                      worker-NN.sqlite of a cluster run's workers (batch/cluster.py)
     runs/NAME/{nodes,hits,llm_calls,answers,spans,passages,scores}.parquet   final tables
-    runs/NAME/summary.json           written last: its presence means the run is finished
+    runs/NAME/summary.json           written last: its presence means the run is finished (RunSummary)
     runs/NAME/logs/                  one log file per session: library logs, warnings, native output (console.py)
 
 Every file is written to a temp name, fsynced and renamed (POSIX rename is atomic: files.py); nothing
@@ -29,6 +30,7 @@ on a run, `compare`, the demo's answer printout and a finished run's re-run: the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -40,7 +42,9 @@ from typing import NamedTuple
 
 import polars as pl
 
-from clarify import faults, schemas
+from clarify import console, faults, schemas
+from clarify.batch.records import RunInputs, RunSummary, read_json
+from clarify.batch.toc import fingerprint
 from clarify.batch.toc.tree import Tree
 from clarify.errors import InputError
 from clarify.files import (
@@ -88,16 +92,6 @@ def input_changes(old: dict, new: dict) -> list[str]:
                 where = now.get("path") or before.get("path") or ""
                 out.append(f"{what} {where} changed ({key} {before[key][:12]} → {now[key][:12]})")
     return out
-
-
-def read_json(path: Path, what_to_do: str) -> object:
-    """A JSON file of the run directory; a damaged one is an InputError naming it and what to do."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"missing; {what_to_do}", path=str(path)) from None
-    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
-        raise InputError(f"damaged ({exc}); {what_to_do}", path=str(path)) from None
 
 
 # Settings added after runs were made whose value then is what earlier clarify did: a config.json written
@@ -239,11 +233,14 @@ class RunDir:
     def has_checkpoint(self) -> bool:
         return self.finished or bool(self.part_dirs()) or (self.path / WAVES).exists()
 
-    def freeze(self, config: dict, inputs: dict, ignore: tuple[str, ...] = ()) -> None:
-        """Pin config.json and inputs.json. Once a checkpoint exists they are binding: another config or
-        a changed input is refused, naming the difference. Before that (a failed start) they are
+    def freeze(self, config: dict, inputs: RunInputs | dict, ignore: tuple[str, ...] = ()) -> None:
+        """Pin config.json and inputs.json (`RunInputs`, or its pins alone). Once a checkpoint exists they are
+        binding: another config, a changed input or, while trees remain to be made, other prompts
+        (batch/toc/fingerprint.py) are refused, naming the difference. Before that (a failed start) they are
         simply rewritten. `ignore`: settings that never change results (the scheduler; `model.max_retries`): a
         resumed run may change them, and config.json records the latest."""
+        if not isinstance(inputs, RunInputs):
+            inputs = RunInputs(dict(inputs))
         cfg_path, in_path = self.config_file, self.inputs_file
         if cfg_path.exists() and self.has_checkpoint():
             restart = "use a new --out, or rerun with --restart to start over (the completion cache is kept)"
@@ -255,14 +252,37 @@ class RunDir:
                                  f"{restart}. Differences: " + "; ".join(diffs), path=str(cfg_path))
             if raw != config:  # only settings in `ignore` (or added since) differ: record the latest
                 write_json(config, cfg_path)
-            changed = input_changes(read_json(in_path, f"restore it, or {restart}"), inputs)
+            pinned = RunInputs.read(in_path, f"restore it, or {restart}")
+            changed = input_changes(pinned.pins, inputs.pins)
             if changed:
                 raise InputError("the inputs of this run changed since it started: " + "; ".join(changed)
                                  + f"; restore them, or {restart}", path=str(self.path))
+            if not self.finished:  # a finished run makes no tree: it is only read back
+                self._check_prompts(pinned, inputs)
             return
-        write_json(inputs, in_path)
+        inputs.write(in_path)
         faults.point("freeze")
         write_json(config, cfg_path)
+
+    def _check_prompts(self, pinned: RunInputs, inputs: RunInputs) -> None:
+        """The run's trees so far were made by the prompts, parser, grammars, stop strings and quote checker
+        pinned in inputs.json: other ones would finish the rest differently, so the resume is refused. A run
+        directory pinned before the fingerprint existed resumes unchecked, said once, and records it now."""
+        if inputs.prompts is None:  # a caller that pins no prompts (tests of the layout)
+            return
+        if pinned.prompts is None:
+            console.note("unpinned-prompts", f"{self.path} was started by a clarify that did not record its prompts "
+                                             f"in inputs.json: resumed without checking them; they are recorded now")
+            if os.access(self.path, os.W_OK):  # a read-only archive is only read
+                dataclasses.replace(pinned, prompts=inputs.prompts, schema_version=inputs.schema_version).write(
+                    self.inputs_file)
+            return
+        changed = fingerprint.changed(pinned.prompts, inputs.prompts)
+        if changed:
+            raise InputError(f"this run was started with other prompts: {', '.join(changed)} changed since; its "
+                             f"finished trees would mix with trees made by the new code. Rerun with --restart to "
+                             f"start over (the completion cache is kept), or finish it with the clarify that "
+                             f"started it", path=str(self.inputs_file))
 
     def clear(self) -> None:
         """`--restart`: remove everything the run wrote except the completion cache (content-addressed:
@@ -383,7 +403,7 @@ class Run:
     """A run directory, read (`Run.open`): what the writer `RunDir` left there, checked on the way in.
 
     config: the frozen `RunConfig`; settings: config.json as written (for display); summary: summary.json
-    ({} while the run is unfinished); tables by name (`run.table("answers")` or `run.answers`), read on
+    as its reader `RunSummary` gives it ({} while the run is unfinished); tables by name (`run.table("answers")` or `run.answers`), read on
     first use and checked against `TABLE_SCHEMAS` — a file that is there but unreadable or lacks a column
     is an InputError naming the file and the column; a table not written (yet) is an empty frame with
     its schema, and its file is listed in `missing`."""
@@ -408,8 +428,8 @@ class Run:
             raise InputError("not a run directory: config.json is missing", path=str(path))
         settings = _json_object(cfg_path, "restore it, or start the run again with --restart")
         config = from_dict(settings, source=str(cfg_path))
-        summary = (_json_object(layout.summary_file, "delete it to rewrite the final tables from the parts")
-                   if layout.summary_file.is_file() else {})
+        summary = (RunSummary.read(layout.summary_file, "delete it to rewrite the final tables from the parts")
+                   .to_json() if layout.summary_file.is_file() else {})
         return cls(path, config, settings, summary)
 
     @property

@@ -29,7 +29,7 @@ import numpy as np
 import polars as pl
 
 from clarify import stops
-from clarify.batch.config import SCHEDULERS, RunConfig
+from clarify.batch.config import SCHEDULERS, RunConfig, Scheduler  # noqa: F401 (SCHEDULERS re-exported beside DRIVERS)
 from clarify.batch.toc.program import (
     EmbedTexts,
     Generate,
@@ -43,6 +43,7 @@ from clarify.batch.toc.program import (
     tree_program,
 )
 from clarify.batch.toc.tree import Tree
+from clarify.index.search import cosine
 from clarify.local_llm.engine import Completion, as_step_engine
 from clarify.local_llm.engine import Request as EngineRequest
 
@@ -115,7 +116,7 @@ class Resolver:
             store = self.res.passages(list(dict.fromkeys(p for i in live for p in lists[i])))
             vecs = self._vectors([queries[i] for i in live] + [passage_string(store[p]) for i in live for p in lists[i]])
             for i in live:
-                scores[i] = np.array([vecs[queries[i]] @ vecs[passage_string(store[p])] for p in lists[i]])
+                scores[i] = cosine(vecs[queries[i]], [vecs[passage_string(store[p])] for p in lists[i]])
         self.stats.seconds["retrieval"] += time.perf_counter() - t0
         out, pos = [], 0
         for r in reqs:
@@ -348,8 +349,8 @@ class _StepLoop:
             self.waiting.clear()
 
 
-DRIVERS = {"continuous": run_continuous, "waves": run_waves, "sequential": run_sequential}
-assert set(DRIVERS) == set(SCHEDULERS)
+DRIVERS = {Scheduler.CONTINUOUS: run_continuous, Scheduler.WAVES: run_waves, Scheduler.SEQUENTIAL: run_sequential}
+assert set(DRIVERS) == set(Scheduler)  # one driver per declared name
 
 
 @dataclass

@@ -55,6 +55,7 @@ def evaluate(args: argparse.Namespace, *, before_scoring: Callable[[], object] |
     `before_scoring` runs once every input has been read and checked, before the scorers (which take
     minutes on a big file): `clarify eval` makes its output folder there."""
     from clarify.eval import io
+    from clarify.eval.summary import score_predictions
 
     if args.limit is not None and args.limit < 0:
         raise InputError("--limit must be >= 0 (0 = every question, as for clarify run)", field="limit")
@@ -99,9 +100,13 @@ def evaluate(args: argparse.Namespace, *, before_scoring: Callable[[], object] |
     if before_scoring is not None:
         before_scoring()
     preds = ds.canonical_markers(al.predictions) if args.canonical_markers else al.predictions
+    if run is not None and not al.missing:
+        # a run answered each question it was asked: scored exactly as `clarify run` scored it (batch/pipeline.py
+        # score), with no missing-predictions count
+        preds = preds.drop("missing")
     nodes = run.nodes if run is not None and "nodes.parquet" not in run.missing else None
-    per_q = ds.score(preds, gold, nodes=nodes, reader=args.reader)
-    summary = ds.summarize(per_q, gold)
+    scored = score_predictions(ds, preds, gold, nodes=nodes, reader=args.reader)
+    per_q, summary = scored.per_question, scored.summary
     report = {"scored": per_q.height, "unknown": al.unknown, "missing": al.missing, "not_scored": al.not_scored,
               "gold": str(gold_path), "predictions": str(pred_path)}
     return per_q, summary, report

@@ -17,7 +17,6 @@ import re
 import string
 from collections import Counter
 
-_PUNCT = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 # str.translate tables: delete vs. replace-by-space (same character set: string.punctuation).
 _DELETE_PUNCT = str.maketrans("", "", string.punctuation)

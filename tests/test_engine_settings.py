@@ -116,6 +116,21 @@ def test_dense_search_goes_to_the_gpu_only_where_faiss_sees_one():
     assert "faiss device" not in engine_settings(gpu_faiss, BF16_MODEL).llm  # never an engine keyword
 
 
+def test_max_model_len_has_one_default():
+    """The run config's, the settings table's and the engine's default context are one declaration
+    (local_llm/settings.py DEFAULT_MAX_MODEL_LEN), not numbers that can drift apart."""
+    import inspect
+
+    from clarify.batch.config import ModelConfig
+    from clarify.local_llm.settings import DEFAULT_MAX_MODEL_LEN
+    from clarify.local_llm.vllm_engine import VLLMEngine, prompts_over_context
+
+    defaults = {"config": ModelConfig().max_model_len, "settings table": Ask().max_model_len,
+                "engine": inspect.signature(VLLMEngine.__init__).parameters["max_model_len"].default,
+                "context check": inspect.signature(prompts_over_context).parameters["max_model_len"].default}
+    assert defaults == dict.fromkeys(defaults, DEFAULT_MAX_MODEL_LEN)
+
+
 def test_quantization_by_device():
     """[model] quantization: passed to vLLM on a GPU that has the method's kernels (an AWQ/GPTQ folder
     needs nothing: vLLM reads its config.json); fp8 on the fly needs sm_89; a CPU engine refuses any."""

@@ -178,3 +178,21 @@ def test_an_output_folder_that_cannot_be_written_fails_before_scoring(tmp_path, 
     bad.write_text("[1, 2]")
     assert main(["eval", "--dataset", "asqa", "--predictions", str(bad)]) == 2
     assert not (tmp_path / "p_eval").exists()
+
+
+@pytest.mark.parametrize(("dataset", "style"), [("asqa", "free"), ("quotesum", "quoted")])
+def test_a_run_and_eval_on_it_write_the_same_scores_and_metrics(tmp_path, dataset, style):
+    """`clarify run` and `clarify eval` on that run score through one function (eval/summary.py
+    score_predictions): identical scores.parquet, and summary.json's metrics are eval's summary."""
+    from clarify.batch import config
+    from tests.test_reliability import _run
+
+    cfg = config.load(None, {"dataset": dataset, "limit": 3, "answer_style": style, "toc.max_expansions": 3})
+    summary = _run(cfg, tmp_path / "run")
+    assert main(["eval", "--dataset", dataset, "--predictions", str(tmp_path / "run")]) == 0
+    ran, evaluated = (pl.read_parquet(p / "scores.parquet") for p in (tmp_path / "run", tmp_path / "run" / "eval"))
+    assert ran.height and ran.equals(evaluated)
+    # metrics only: bookkeeping columns of the per-question table (n_pairs, n_refs ...) are not scores
+    per_q = pl.read_parquet(tmp_path / "run" / "eval" / "per_question.parquet")
+    assert set(ran["metric"]) < set(per_q.columns) and not {"n_pairs", "n_refs", "n_gold"} & set(ran["metric"])
+    assert summary["metrics"] == {m: r["value"] for m, r in _summary(tmp_path / "run" / "eval").items()}

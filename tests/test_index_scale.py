@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from clarify.errors import InputError
-from clarify.index.dense import DenseIndex, DocIds, build_faiss, write_docids
+from clarify.index.dense import DenseIndex, DocIds, build_faiss
 from clarify.index.store import fingerprint
 from clarify.index.textstore import PassageStore, write_store
 
@@ -31,7 +31,7 @@ def _write(tmp_path, name, index, n):
     d = tmp_path / name
     d.mkdir()
     faiss.write_index(index, str(d / "index"))
-    write_docids(d, [f"doc-{i}" for i in range(n)])
+    (d / "docid").write_text("".join(f"doc-{i}\n" for i in range(n)))  # Pyserini's docid file: one id a line
     return d
 
 

@@ -136,7 +136,7 @@ def test_batch_search_handles_duplicates_and_empty_queries(default_local_index):
         assert hits.filter(pl.col("qid") == "a").head(3)["passage_id"].equals(
             hits.filter(pl.col("qid") == "b")["passage_id"]), kind
     assert default_local_index.searcher("bm25").search(queries, 3).filter(pl.col("qid") == "e").height == 0
-    with pytest.raises(InputError, match=r"lacks column\(s\) \['query'\]"):
+    with pytest.raises(InputError, match=r"missing column\(s\) \['query'\]"):
         default_local_index.searcher("bm25").search(pl.DataFrame({"qid": ["x"]}), 3)
     for kind in ("bm25", "dense", "hybrid", "rerank"):
         with pytest.raises(InputError, match="k must be a positive integer"):

@@ -20,6 +20,7 @@ from clarify.batch.cli import main
 from clarify.batch.pipeline import run
 from clarify.errors import InputError
 from clarify.local_llm.scripted import ScriptedEngine
+from clarify.local_llm.settings import DEFAULT_MAX_MODEL_LEN
 from tests.fixtures_llm import write_fake_model
 from tests.test_toc import make_responder
 from tests.toc_fakes import FakeIndex
@@ -399,7 +400,7 @@ def test_answered_but_unfinalized_run_writes_its_tables_without_a_model(tmp_path
 
     again = run(cfg, out, engine_factory=no_model, index=_INDEX, progress=False)
     timing = ("wall_s_last_session", "wall_s_total", "seconds_last_session", "engine_tokens_per_s",
-              "engine_usage_last_session", "peak_memory_last_session")
+              "engine_usage_last_session", "peak_memory_last_session", "toc_s_last_session")
     assert {k: v for k, v in again.items() if k not in timing} == {k: v for k, v in first.items() if k not in timing}
     for n in FINAL_TABLES:
         assert pl.read_parquet(out / f"{n}.parquet").equals(tables[n]), n
@@ -414,10 +415,10 @@ def test_generate_refuses_an_over_long_prompt_by_line_before_loading(tmp_path, c
     monkeypatch.setattr(vllm_engine, "get_engine", no_engine)
     p = tmp_path / "prompts.jsonl"
     p.write_text(json.dumps({"id": "short", "prompt": "Say hi."}) + "\n"
-                 + json.dumps({"id": "long", "prompt": "word " * 5000}) + "\n")
+                 + json.dumps({"id": "long", "prompt": "word " * 8000}) + "\n")
     assert main(["generate", "--prompts", str(p), "--out", str(tmp_path / "o.parquet")]) == 2
     err = capsys.readouterr().err
-    assert f"{p}:2 (field 'prompt'): prompt 'long' has 50" in err and "max_model_len) is 4096" in err
+    assert f"{p}:2 (field 'prompt'): prompt 'long' has 80" in err and f"max_model_len) is {DEFAULT_MAX_MODEL_LEN}" in err
     assert "Traceback" not in err
 
 
@@ -504,6 +505,7 @@ import sys
 from clarify.batch import cli, resources, rundir
 from clarify.local_llm.engine import request_key
 from clarify.local_llm.scripted import ScriptedEngine
+from clarify.local_llm.settings import DEFAULT_MAX_MODEL_LEN
 from tests.test_toc import make_responder
 
 resources.engine_for = lambda cfg, **kw: ScriptedEngine("scripted", make_responder())

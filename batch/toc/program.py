@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,7 +43,8 @@ from clarify.batch.toc.prompts import (
     quoted_answer_prompt,
     verify_prompt,
 )
-from clarify.batch.toc.tree import ROOT, Node, Tree
+from clarify.batch.toc.tree import ROOT, Node, Status, Tree
+from clarify.index.search import cosine
 from clarify.local_llm.engine import Completion, Engine, GenParams, request_key
 
 if TYPE_CHECKING:
@@ -56,6 +58,14 @@ RerankFn = Callable[[list[str], list[list[str]]], list[np.ndarray]]
 CLARIFY_STOP = ("\nAnswer:", "\n---", "\nQuestion:")
 ANSWER_STOP = ("\n---", "\nQuestion:", "\nContext:", "\nSources:")
 TOO_LONG = "prompt longer than the model's context: not sent"
+
+
+class Step(StrEnum):
+    """What a model request is for (the `step` column of llm_calls, schemas.LLM_CALLS)."""
+
+    CLARIFY = "clarify"  # DQ/DA pairs of a node (ToC §3.1)
+    VERIFY = "verify"  # True/False for one candidate (toc/pruning.py)
+    ANSWER = "answer"  # the tree's long-form answer
 
 
 @dataclass
@@ -102,7 +112,7 @@ class Generate:
     """Completions of the prompts (one per node). Result: [Completion] in order; a prompt that does not
     fit the model's context comes back with finish_reason "prompt_too_long" and is never sent."""
 
-    step: str  # clarify | verify | answer
+    step: Step
     node_ids: tuple[str, ...]
     prompts: tuple[str, ...]
     params: tuple[GenParams, ...]
@@ -139,8 +149,8 @@ def clarify_seed(cfg: RunConfig, t: Tree, n: Node, prompt: str) -> int:
     run (run_toc.py:221, temperature 0.7); a different prompt is an independent sample. With the switch
     on, the seed depends on the node and the expansion count instead, so every expansion samples anew."""
     if cfg.toc.restart_resample:
-        return seed_for(cfg.seed, t.qid, n.node_id, t.n_expansions, "clarify")
-    return seed_for(cfg.seed, hashlib.sha256(prompt.encode("utf-8")).hexdigest(), "clarify")
+        return seed_for(cfg.seed, t.qid, n.node_id, t.n_expansions, Step.CLARIFY)
+    return seed_for(cfg.seed, hashlib.sha256(prompt.encode("utf-8")).hexdigest(), Step.CLARIFY)
 
 
 def rank_by_scores(ids: Sequence[str], scores: Sequence[float], k: int) -> list[tuple[str, float]]:
@@ -217,10 +227,10 @@ def answer_passages(t: Tree, store: dict[str, Passage], n_nodes: int, n_passages
 
 # Priorities of the continuous driver (lower = sooner): work that shortens the critical path first.
 # A verification unblocks its tree's next expansion, a clarification starts one, an answer ends a tree.
-PRIORITY = {"verify": 0, "clarify": 1, "answer": 2}
+PRIORITY = {Step.VERIFY: 0, Step.CLARIFY: 1, Step.ANSWER: 2}
 
 
-def _priority(step: str, t: Tree, cfg: RunConfig) -> int:
+def _priority(step: Step, t: Tree, cfg: RunConfig) -> int:
     """Step first; then trees with more expansions ahead of them (fewer done) sooner."""
     return PRIORITY[step] * 1000 + min(t.n_expansions, cfg.toc.max_expansions + 1)
 
@@ -301,7 +311,7 @@ def expand(t: Tree, n: Node, res: Resources, cfg: RunConfig, wave: int, rows: Tr
     params = GenParams(temperature=toc.temperature, max_tokens=toc.clarify_max_tokens,
                        stop=CLARIFY_STOP + cfg.model.stop, seed=clarify_seed(cfg, t, n, prompt),
                        grammar=clarify_grammar(cfg))
-    req = Generate("clarify", (n.node_id,), (prompt,), (params,), _priority("clarify", t, cfg))
+    req = Generate(Step.CLARIFY, (n.node_id,), (prompt,), (params,), _priority(Step.CLARIFY, t, cfg))
     comps = yield req
     parsed = parse_disambiguations(comps[0].text, comps[0].finish_reason, toc.parsing)
     _record(res, rows, t, req, wave, comps, [parsed.error])
@@ -320,15 +330,15 @@ def expand(t: Tree, n: Node, res: Resources, cfg: RunConfig, wave: int, rows: Tr
                                if d not in t.removed_demos)
 
     # 3. Self-verification of the pending children (toc/pruning.py:27-41), one request for all of them.
-    pending = [c for c in children if c.status == "pending"]
+    pending = [c for c in children if c.status == Status.PENDING]
     verdicts: dict[str, tuple[bool, str | None, str | None]] = {}
     if pending:
         evidence = yield from _evidence(t, pending, res, toc.evidence, MATCHING[toc.matching])
         # the proposed answer is the DA string as written (toc/templates/load.py:46 `cur_qa['answer']`)
-        req = Generate("verify", tuple(c.node_id for c in pending),
+        req = Generate(Step.VERIFY, tuple(c.node_id for c in pending),
                        tuple(verify_prompt(ev, t.question, c.pair.da) for c, ev in zip(pending, evidence)),
                        tuple(GenParams(temperature=0.0, max_tokens=toc.verify_max_tokens, choices=("True", "False"))
-                             for _ in pending), _priority("verify", t, cfg))
+                             for _ in pending), _priority(Step.VERIFY, t, cfg))
         comps = yield req
         parsed_verdicts = [parse_verdict(comp.text) for comp in comps]
         _record(res, rows, t, req, wave, comps, [err for _, err in parsed_verdicts])
@@ -364,7 +374,7 @@ def _evidence(t: Tree, pending: list[Node], res: Resources, mode: str,
     if mode == "filter-embed":
         texts = tuple(dict.fromkeys([c.question for c in pending] + [store[p].text for pool in pools for p in pool]))
         vecs = yield EmbedTexts(texts)
-        best = [rank_by_scores(pool, [float(vecs[c.question] @ vecs[store[p].text]) for p in pool], 1)
+        best = [rank_by_scores(pool, cosine(vecs[c.question], [vecs[store[p].text] for p in pool]), 1)
                 for c, pool in zip(pending, pools)]
     else:
         best = yield Rerank(tuple(c.question for c in pending), tuple(tuple(p) for p in pools), 1)
@@ -400,7 +410,7 @@ def answer(t: Tree, res: Resources, cfg: RunConfig, wave: int, rows: TreeRows) -
     # [answer] constrain_quotes: quoted spans decoded as runs of their source's words (batch/toc/constraints.py)
     params = GenParams(temperature=0.0, max_tokens=toc.answer_max_tokens, stop=ANSWER_STOP + cfg.model.stop,
                        grammar=answer_grammar(cfg, ctx))
-    req = Generate("answer", (ROOT,), (prompt,), (params,), _priority("answer", t, cfg))
+    req = Generate(Step.ANSWER, (ROOT,), (prompt,), (params,), _priority(Step.ANSWER, t, cfg))
     comps = yield req
     # the official answer is the whole completion (dsp/templates/template_v2.py:146-176 extract: every field
     # before `answer` is given, the DQ/DA one as "" for an empty tree): after an open prompt, the DQ/DA

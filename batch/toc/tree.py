@@ -21,12 +21,23 @@ is what a wave checkpoint stores.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 
 from clarify.batch.config import TocConfig
 from clarify.batch.toc.parse import Disambiguation
 from clarify.eval.normalize import normalize_answer as normalize  # SQuAD-style, as dsp's normalize_text
 
 ROOT = "0"
+
+
+class Status(StrEnum):
+    """A node's status (the `status` column of the nodes table, schemas.NODES)."""
+
+    ROOT = "root"  # the ambiguous question itself
+    PENDING = "pending"  # a candidate waiting for its verification
+    VALID = "valid"  # kept: verified, or added while pruning is off
+    PRUNED = "pruned"  # the verifier said False
+    DUPLICATE = "duplicate"  # repeats the tree (TocConfig.duplicates)
 
 
 def official_unique(valid: list[Node], pair: Disambiguation) -> bool:
@@ -54,7 +65,7 @@ class Node:
     depth: int
     question: str
     answers: list[str]
-    status: str  # root | pending | valid | pruned | duplicate
+    status: str  # a Status (plain text when read back from a checkpoint: the two compare equal)
     wave: int
     evidence_passage_id: str | None = None
     verdict_text: str | None = None
@@ -87,7 +98,7 @@ class Tree:
 
     @classmethod
     def new(cls, qid: str, question: str, *, verify: bool = True) -> Tree:
-        root = Node(ROOT, None, 0, question, [], "root", 0)
+        root = Node(ROOT, None, 0, question, [], Status.ROOT, 0)
         return cls(qid=qid, question=question, nodes=[root], queue=[ROOT], pruning=verify)
 
     # -- lookups ---------------------------------------------------------------------------------
@@ -123,7 +134,7 @@ class Tree:
         """Children of `parent` from one clarification: `duplicate` when `duplicates` (TocConfig) says so,
         else `pending` while pruning is on (to be verified), `valid` at once when it is off."""
         valid_before = self.valid_nodes()
-        seen_q = {normalize(n.question) for n in self.nodes if n.status in ("root", "valid", "pending")}
+        seen_q = {normalize(n.question) for n in self.nodes if n.status in (Status.ROOT, Status.VALID, Status.PENDING)}
         seen_a = {normalize(a) for n in valid_before for a in n.answers}
         out = []
         for pair in pairs:
@@ -132,7 +143,7 @@ class Tree:
                 dup = self.pruning and not official_unique(valid_before, pair)
             else:
                 dup = strict_duplicate(pair, seen_q, seen_a)
-            status = "duplicate" if dup else ("pending" if self.pruning else "valid")
+            status = Status.DUPLICATE if dup else (Status.PENDING if self.pruning else Status.VALID)
             child = Node(f"{parent.node_id}.{parent.n_children}", parent.node_id, parent.depth + 1,
                          pair.question, list(pair.answers), status, wave, answer_text=pair.text)
             self.nodes.append(child)
@@ -141,7 +152,7 @@ class Tree:
                 # strict: a later sibling is compared with earlier siblings whether or not pruning is on
                 seen_q.add(normalize(pair.question))
                 seen_a |= {normalize(a) for a in pair.answers} - {""}
-                if status == "valid":
+                if status == Status.VALID:
                     self._keep(child)
         return out
 
@@ -151,13 +162,13 @@ class Tree:
         do the end-of-expansion bookkeeping (pruning undo)."""
         kept = 0
         for child in children:
-            if child.status == "pending":
+            if child.status == Status.PENDING:
                 keep, text, evidence = verdicts[child.node_id]
                 child.verdict_text, child.evidence_passage_id = text, evidence
-                child.status = "valid" if keep else "pruned"
+                child.status = Status.VALID if keep else Status.PRUNED
                 if keep:
                     self._keep(child)
-            if child.status == "valid":
+            if child.status == Status.VALID:
                 kept += 1
         if kept == 0 and self.pruning and (self.n_restarts >= cfg.max_restarts
                                            or self.n_expansions >= cfg.undo_pruning_after):

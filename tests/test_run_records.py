@@ -1,0 +1,128 @@
+"""The run directory's JSON records (batch/records.py): inputs.json pins the prompts (batch/toc/fingerprint.py),
+so a resume by other prompts is refused; summary.json is a `RunSummary`; both read their older layouts.
+Scripted engine and the small stand-in index."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import polars as pl
+import pytest
+
+from clarify import console
+from clarify.batch.records import INPUTS_SCHEMA, SUMMARY_SCHEMA, RunSummary
+from clarify.batch.rundir import FINAL_TABLES, Run
+from clarify.batch.toc import fingerprint, program, prompts
+from clarify.errors import InputError
+from tests.test_reliability import QS, _cfg, _Factory, _questions, _run
+
+
+def test_a_prompt_edit_between_start_and_resume_is_refused_and_restart_recomputes(tmp_path, monkeypatch):
+    cfg, out = _cfg(_questions(tmp_path, *QS)), tmp_path / "r"
+    assert _run(cfg, out, stop_after_parts=1, part_trees=1) == {"stopped_after_parts": 1}
+    pinned = json.loads((out / "inputs.json").read_text())
+    assert pinned["schema_version"] == INPUTS_SCHEMA and set(pinned["prompts"]) == set(fingerprint.COMPONENTS)
+
+    monkeypatch.setattr(prompts, "CLARIFY_INSTRUCTIONS", prompts.CLARIFY_INSTRUCTIONS + " Be brief.")
+    factory = _Factory()
+    with pytest.raises(InputError) as err:
+        _run(cfg, out, factory=factory)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(f"{out / 'inputs.json'}: this run was started with other prompts")
+    assert "the prompt templates (batch/toc/prompts.py) changed" in msg and "--restart" in msg
+    assert "parser" not in msg and factory.made == []  # refused before the engine is built
+
+    summary = _run(cfg, out, factory=factory, restart=True)
+    assert summary["n_questions"] == 2 and factory.made[0].prompts_seen  # recomputed: new prompts, new calls
+    clarify = pl.read_parquet(out / "llm_calls.parquet").filter(pl.col("step") == "clarify")
+    assert clarify["prompt"].str.contains("Be brief.").all()
+
+
+def test_a_finished_run_is_read_back_whatever_the_prompts_now(tmp_path, monkeypatch):
+    """Nothing of a finished run is recomputed, so nothing can mix: a re-run returns its summary."""
+    cfg, out = _cfg(_questions(tmp_path, *QS)), tmp_path / "r"
+    summary = _run(cfg, out)
+    monkeypatch.setattr(prompts, "CLARIFY_INSTRUCTIONS", "Other instructions.")
+    factory = _Factory()
+    assert _run(cfg, out, factory=factory) == summary and factory.made == []
+
+
+def test_each_component_is_named_by_what_changed(monkeypatch):
+    before = fingerprint.prompts_fingerprint()
+    assert fingerprint.prompts_fingerprint() == before  # stable: computed from the code, nothing random
+    monkeypatch.setattr(program, "ANSWER_STOP", (*program.ANSWER_STOP, "\nNote:"))
+    assert fingerprint.changed(before, fingerprint.prompts_fingerprint()) == [
+        "the stop strings (batch/toc/program.py)"]
+    monkeypatch.setattr(prompts, "VERIFY_INSTRUCTIONS", "Say True or False.")
+    assert fingerprint.changed(before, fingerprint.prompts_fingerprint()) == [
+        "the prompt templates (batch/toc/prompts.py)", "the stop strings (batch/toc/program.py)"]
+
+
+def test_code_is_fingerprinted_without_its_comments_and_docstrings(tmp_path, monkeypatch):
+    import importlib
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    digests = []
+    for n, text in enumerate(['"""Doc."""\n\ndef f(x):\n    return x + 1\n',
+                              '"""Other doc."""\n\n\ndef f(x):  # why\n    """What f does."""\n    return x + 1\n',
+                              'def f(x):\n    return x + 2\n']):
+        (tmp_path / f"fp_probe{n}.py").write_text(text)
+        digests.append(fingerprint._code(importlib.import_module(f"fp_probe{n}")))
+    assert digests[0] == digests[1] != digests[2]
+
+
+def test_an_unchanged_resume_makes_no_engine_call(tmp_path):
+    """The last part lost after its completions reached the cache: the resume passes the prompts check and
+    replays that tree from the completion cache, without one engine call."""
+    cfg, out = _cfg(_questions(tmp_path, *QS)), tmp_path / "r"
+    first = _run(cfg, out, part_trees=1)
+    tables = {n: pl.read_parquet(out / f"{n}.parquet") for n in FINAL_TABLES}
+    shutil.rmtree(out / "parts" / "0002")
+    (out / "summary.json").unlink()
+    factory = _Factory()
+    again = _run(cfg, out, factory=factory)
+    assert len(factory.made) == 1 and factory.made[0].calls == 0  # the engine was opened, never asked
+    assert again["metrics"] == first["metrics"] and again["llm_calls"] == first["llm_calls"]
+    for n in ("nodes", "hits", "answers", "spans", "passages", "scores"):
+        assert pl.read_parquet(out / f"{n}.parquet").equals(tables[n]), n
+
+
+def test_a_run_directory_without_the_prompts_fingerprint_resumes_says_so_and_records_it(tmp_path):
+    cfg, out = _cfg(_questions(tmp_path, *QS)), tmp_path / "r"
+    _run(cfg, out, stop_after_parts=1, part_trees=1)
+    pinned = json.loads((out / "inputs.json").read_text())
+    old = {k: v for k, v in pinned.items() if k not in ("schema_version", "prompts")}  # as clarify wrote it before
+    (out / "inputs.json").write_text(json.dumps(old))
+    console._notes.clear()
+    assert _run(cfg, out)["n_questions"] == 2
+    assert any("did not record its prompts" in n for n in console.notes())
+    assert json.loads((out / "inputs.json").read_text()) == pinned  # the old layout was read once, and upgraded
+
+
+def test_summary_json_is_a_declared_record_and_older_ones_still_open(tmp_path):
+    cfg, out = _cfg(_questions(tmp_path, *QS)), tmp_path / "r"
+    summary = _run(cfg, out)
+    written = json.loads((out / "summary.json").read_text())
+    assert written == json.loads(json.dumps(summary)) and written["schema_version"] == SUMMARY_SCHEMA
+    assert RunSummary.read(out / "summary.json", "").to_json() == written  # the reader and the writer agree
+    # what wall time, calls and metrics are read under: the keys every reader of summary.json uses
+    assert {"wall_s_total", "wall_s_last_session", "llm_calls_per_question", "metrics", "tokens"} <= set(written)
+
+    del written["schema_version"]  # summary.json as clarify wrote it before the version existed
+    (out / "summary.json").write_text(json.dumps(written))
+    run = Run.open(out)
+    assert run.summary["schema_version"] == 1 and run.summary["wall_s_total"] == summary["wall_s_total"]
+
+    (out / "summary.json").write_text(json.dumps({**written, "schema_version": SUMMARY_SCHEMA + 1}))
+    with pytest.raises(InputError, match=r"summary.json \(field 'schema_version'\): written by a newer clarify"):
+        Run.open(out)
+
+
+def test_inputs_json_of_a_newer_clarify_is_refused_by_name(tmp_path):
+    cfg, out = _cfg(_questions(tmp_path, *QS)), tmp_path / "r"
+    _run(cfg, out, stop_after_parts=1, part_trees=1)
+    pinned = json.loads((out / "inputs.json").read_text())
+    (out / "inputs.json").write_text(json.dumps({**pinned, "schema_version": INPUTS_SCHEMA + 1}))
+    with pytest.raises(InputError, match=r"inputs.json \(field 'schema_version'\): written by a newer clarify"):
+        _run(cfg, out)
