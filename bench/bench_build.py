@@ -1,4 +1,4 @@
-"""Index build throughput and memory vs corpus size (issue 28): corpus read, Lucene build, encoding.
+"""Index build throughput and memory vs corpus size: corpus read, Lucene build, encoding.
 
     nice -n 10 python bench/bench_build.py                          # 125k, 250k, 500k, 1M; 2k encoded
     nice -n 10 python bench/bench_build.py --sizes 125000 --old-max 125000 --encode 1000

@@ -1,4 +1,4 @@
-"""Constrained decoding (issue 29, batch/toc/constraints.py) measured on the embedded models: constraints off,
+"""Constrained decoding (batch/toc/constraints.py) measured on the embedded models: constraints off,
 the DQ/DA format only, format + quotes; on ASQA dev (quoted style, the first N questions) and on QuoteSum
 dev (its own sources, answers only). Every arm is its own process (`clarify run` through `pipeline.run`,
 a fresh run directory and completion cache) on the same questions.
@@ -18,7 +18,7 @@ At the end, each constrained arm against the "off" arm of its model and dataset,
 mean difference of every per-question metric with its 95 % paired-bootstrap interval (`paired`; `--paired
 WORK` computes it for a work folder kept from an earlier bench).
 
-Writes bench/results/constrained.json after every arm (and prints the tables). The issue's sizes ran in one
+Writes bench/results/constrained.json after every arm (and prints the tables). The default sizes ran in one
 sitting on an otherwise idle 2-core AMD EPYC (80 min); the earlier 10-question arms, run on shared cores
 with the grammar versions they replaced, are kept in bench/results/constrained_10q.json.
 """
@@ -209,8 +209,8 @@ def table(results: list[dict]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--asqa", type=int, default=50, help="first N ASQA dev questions (the issue: 50)")
-    ap.add_argument("--quotesum", type=int, default=91, help="first N QuoteSum dev questions (the issue: all 91)")
+    ap.add_argument("--asqa", type=int, default=50, help="first N ASQA dev questions (default 50: dev 0-49)")
+    ap.add_argument("--quotesum", type=int, default=91, help="first N QuoteSum dev questions (default: all 91)")
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--settings", default=",".join(SETTINGS))
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "constrained.json"))

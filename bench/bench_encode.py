@@ -36,7 +36,7 @@ from clarify.index.store import default_corpus_files  # noqa: E402
 
 
 def previous(encoder: Encoder, passages: pl.DataFrame, path: Path, batch_size: int) -> np.ndarray:
-    """The encoding before issue 17: corpus order, chunks of 512 (each sorted by sentence-transformers)."""
+    """The earlier encoding: corpus order, chunks of 512 (each sorted by sentence-transformers)."""
     emb = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(passages.height, encoder.dim))
     for start in range(0, passages.height, 512):
         part = passages.slice(start, 512)

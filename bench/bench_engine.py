@@ -11,7 +11,7 @@ one-at-a-time run: the ratio is, if anything, understated. Writes bench/results/
 
     .venv/bin/python bench/bench_engine.py [--model NAME_OR_DIR] [--n 32] [--max-tokens 64]
 
-`--threads` measures instead whether the engine uses the cores it is given (issue 17 item 2: vLLM-CPU
+`--threads` measures instead whether the engine uses the cores it is given (vLLM-CPU
 logs "Reducing Torch threads from 2 to 1" and skips torch.set_num_threads after binding its OpenMP
 threads, vllm/utils/torch_utils.py and vllm/v1/worker/cpu_worker.py): the same batched run in one fresh
 process per thread setting (OMP_NUM_THREADS unset / 1 / all cores, VLLM_CPU_OMP_THREADS_BIND all cores

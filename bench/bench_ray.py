@@ -1,4 +1,4 @@
-"""One engine vs Ray workers (batch/cluster.py, issue 14) on the same questions, in ONE driver process:
+"""One engine vs Ray workers (batch/cluster.py) on the same questions, in ONE driver process:
 speed as ratios measured in this one run.
 
     .venv/bin/python bench/bench_ray.py --questions 12 [--arms inproc,ray1,ray2,ray1-chunks]

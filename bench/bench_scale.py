@@ -1,4 +1,4 @@
-"""Growth of retrieval with corpus size (issue 27): synthetic corpora of 125k .. 1M (2M) passages built
+"""Growth of retrieval with corpus size: synthetic corpora of 125k .. 1M (2M) passages built
 from the shipped passages and vectors, each phase measured in its own process.
 
     nice -n 10 python bench/bench_scale.py                       # 125k, 250k, 500k, 1M

@@ -1,4 +1,4 @@
-"""The prepared GPU check (issue 30): one script, ~8 minutes on one H100, that a machine with a GPU runs to
+"""The prepared GPU check (docs/engines.md#the-prepared-gpu-check): one script, ~8 minutes on one H100, that a machine with a GPU runs to
 check clarify's CUDA path and record its figures. It installs nothing: run it in a venv made by
 `make install-offline STACK=gpu WHEELS=...` (the pinned vLLM 0.32.0 for CUDA and its torch).
 
