@@ -1,6 +1,6 @@
 """Shared pytest set-up. Fixtures live in plugin modules, one per subpackage, listed here.
 
-Real-engine work is budgeted (issue: the suite must fit CI on the slowest CPU). Every vLLM generate
+Real-engine work is budgeted (the suite must fit CI on the slowest CPU). Every vLLM generate
 call of this process and of the `clarify` subprocesses that tests start appends its prompt and output
 token counts to one log (`CLARIFY_ENGINE_TOKENS_LOG`, local_llm/vllm_engine.py); each test is charged
 what was appended while it ran. The session ends with the heaviest tests and the total, and fails when

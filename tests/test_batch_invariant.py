@@ -1,4 +1,4 @@
-"""`[model] batch_invariant = true` (issue 30): the same questions give identical tables computed FRESH —
+"""`[model] batch_invariant = true` (docs/engines.md#batch-invariance): the same questions give identical tables computed FRESH —
 no completion cache shared, the prefix cache dropped between runs — under the three schedulers in one
 process and on 2 Ray workers. On CPU the mode runs float32, whose texts do not depend on the batch
 (tests/test_llm_engine.py); on CUDA it sets vLLM's batch-invariant kernels (local_llm/settings.py), which

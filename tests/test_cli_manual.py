@@ -1,5 +1,5 @@
-"""`clarify --help` and each command's help read as a manual; `clarify doctor` says what is ready
-(issue 17). Fast: no engine, no JVM."""
+"""`clarify --help` and each command's help read as a manual; `clarify doctor` says what is ready.
+Fast: no engine, no JVM."""
 
 from __future__ import annotations
 

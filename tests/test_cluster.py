@@ -1,8 +1,8 @@
-"""Ray scale-out (batch/cluster.py, issue 14) on this machine: a local Ray cluster, the real engine (vLLM
+"""Ray scale-out (batch/cluster.py, docs/scale.md) on this machine: a local Ray cluster, the real engine (vLLM
 on CPU, the embedded model) in each worker, bound to its own core, and the real embedded index.
 
 - 2 workers on 6 questions build the same tables as one process replaying their union cache (with both
-  decoding constraints of issue 29 on: the grammars travel in each request to the workers' engines);
+  decoding constraints on (the DQ/DA format, verbatim quotes): the grammars travel in each request to the workers' engines);
 - a worker actor killed mid-run: its chunk is requeued and redone, no chunk is answered twice;
 - the driver SIGKILLed after its first part: the same command (with another worker count) resumes from
   the written chunks and builds the same tables.
@@ -143,7 +143,7 @@ def _cli(*args: str) -> list[str]:
 @pytest.mark.parametrize("sig", ["SIGKILL", "SIGINT"])
 def test_killed_or_stopped_driver_resumes_from_written_chunks(two_workers, tmp_path, default_index, sig):
     """`clarify run --workers 2` SIGKILLs itself (or gets a Ctrl-C: one line, exit 130, no traceback, the
-    workers stopped: issue 34) right after writing part 1 (clarify/faults.py); the same command with
+    workers stopped) right after writing part 1 (clarify/faults.py); the same command with
     --workers 1 finishes it: part 1 untouched, only the missing chunks run, and the tables equal the
     uninterrupted 2-worker run's (its caches seeded here, so this costs no engine work)."""
     done, _ = two_workers

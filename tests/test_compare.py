@@ -203,7 +203,7 @@ def test_compare_checks_every_model_on_this_machine_and_plans_before_starting(tm
 def test_a_stopped_compare_passes_the_signal_once_to_each_run(tmp_path):
     """`compare` runs each model in a session of its own (a terminal's Ctrl-C reaches compare only) and
     passes a stop on once: each run then stops as a run does (stops.py) — a second signal would stop it
-    at once. Compare waits for them and says how each ended (issue 34)."""
+    at once. Compare waits for them and says how each ended."""
     import signal
     import threading
 

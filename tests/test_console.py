@@ -1,4 +1,4 @@
-"""Quiet by default, everything kept (issue 17): library logs, warnings and native output go to the log
+"""Quiet by default, everything kept (docs/running-toc.md#what-the-terminal-shows): library logs, warnings and native output go to the log
 file; the terminal keeps clarify's own lines, its progress display and the notes that matter."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Decoding constraints (issue 29, batch/toc/constraints.py): the grammar builders checked with xgrammar's own
+"""Decoding constraints (batch/toc/constraints.py, docs/running-toc.md#constrained-decoding): the grammar builders checked with xgrammar's own
 matcher (the backend vLLM compiles them with), the config switches, the cache key, and — with the real
 engine — constrained clarifications that parse, constrained quotes the checker finds verbatim at their
 offsets, and a constrained run that replays identically under all three schedulers."""
@@ -469,7 +469,7 @@ def test_a_run_started_before_the_switches_existed_resumes(tmp_path):
     old = json.loads(config.load(None).to_json())  # as the pipeline freezes it
     del old["answer"], old["toc"]["constrain_format"]
     for added in ("batch_invariant", "max_num_seqs", "backend", "base_url", "api_key_env", "endpoint",
-                  "max_concurrency", "request_timeout_s", "max_retries"):  # issues 30-31's [model] settings
+                  "max_concurrency", "request_timeout_s", "max_retries"):  # the engine settings added after constraints
         del old["model"][added]
     rd.freeze(old, {})
     (rd.path / "parts" / "0001").mkdir(parents=True)

@@ -139,7 +139,7 @@ def test_asqa_refuses_a_slice_overlapping_the_demo_pool():
 
 
 def test_limit_0_answers_every_asqa_question_outside_the_demo_pool(tmp_path):
-    """issue 35: `--limit 0` on the shipped dev-only file is dev 0..499 (the default pool is dev 500..947);
+    """`--limit 0` on the shipped dev-only file is dev 0..499 (the default pool is dev 500..947);
     with a pool inside the file, the questions on both sides of it; from an offset inside the pool, none."""
     asqa = datasets.get("asqa")
     questions, _ = asqa.load(asqa.default_path())

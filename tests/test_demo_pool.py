@@ -1,4 +1,4 @@
-"""Issue 35: the official demo pool. A user's official-layout ASQA.json (`{"train": …, "dev": …}`) gives the
+"""The official demo pool (docs/running-toc.md#the-whole-asqa-dev-set). A user's official-layout ASQA.json (`{"train": …, "dev": …}`) gives the
 clarification demos from its train split (run_toc.py:23-41, :52 `dsp.knn(train)`, :191 `cur_demos =
 train.copy()`) and `--limit 0` answers every dev question; the shipped dev-only file keeps dev[500:].
 

@@ -35,7 +35,7 @@ def test_kill_point_is_exact(spec, printed, killed):
 
 
 # --- a run killed at every stage finishes, calls nothing twice and writes what an uninterrupted run
-# writes (issue 16). Scripted engine and the stand-in index in a subprocess: the kill is real (SIGKILL),
+# writes. Scripted engine and the stand-in index in a subprocess: the kill is real (SIGKILL),
 # the model is not. The same property with the real engine: test_toc_real.py (SIGKILL mid-run).
 
 RUN = """
@@ -133,7 +133,7 @@ def test_restart_killed_midway_then_plain_rerun(tmp_path, clean_run):
     assert len(keys) == len(set(keys))
 
 
-# --- stopped by a signal (issue 34): SIGINT, SIGTERM and SIGHUP reach Python (the JVM runs with -Xrs), the
+# --- stopped by a signal: SIGINT, SIGTERM and SIGHUP reach Python (the JVM runs with -Xrs), the
 # finished trees are written, the cache is committed, one line says what happened, the exit status is
 # 128 + the signal; the same command resumes with no request made twice. The real `clarify` command line,
 # the real index (JVM: BM25), the scripted engine logging every request; the signal is sent at an exact

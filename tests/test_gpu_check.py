@@ -1,4 +1,4 @@
-"""bench/gpu_check.py, the prepared GPU check (issue 30), on a machine without a GPU: `--dry-run` checks
+"""bench/gpu_check.py, the prepared GPU check (docs/engines.md#the-prepared-gpu-check), on a machine without a GPU: `--dry-run` checks
 every step's arguments against the bench scripts' own parsers and runs `clarify doctor`, writing nothing;
 the summary turns the steps' result files into the targets (fed here with files in the steps' formats)."""
 

@@ -68,7 +68,7 @@ def test_refuses_to_overwrite_foreign_directory(tmp_path, small_corpus):
     with pytest.raises(InputError, match="not a clarify index; refusing"):
         build_index([small_corpus], tmp_path / "mine", dense=False)
     assert (tmp_path / "mine" / "thesis.tex").read_text() == "precious"
-    assert not list(tmp_path.glob(".mine.lock"))  # issue 16: the build lock is not left behind
+    assert not list(tmp_path.glob(".mine.lock"))  # the build lock is not left behind
 
 
 def test_build_lock_serialises_and_leaves_nothing(tmp_path):
@@ -211,7 +211,7 @@ def test_cross_encoder_rerank_path(small_index, tmp_path):
 
 
 def test_batches_by_token_count_keep_vectors_and_top_k(small_index):
-    """The build cuts its batches by token count (index/dense.py encode_to_memmap, issue 17); rows stay
+    """The build cuts its batches by token count (index/dense.py encode_to_memmap); rows stay
     in corpus order and equal encoding in corpus order (batches of mixed lengths) up to float rounding."""
     from clarify.index.dense import passage_texts
 
@@ -228,7 +228,7 @@ def test_batches_by_token_count_keep_vectors_and_top_k(small_index):
 
 
 def test_an_index_being_read_is_not_rebuilt_under_its_reader(tmp_path):
-    """`build --force` replaced an index folder while a run read it (issue 34): now a process that has
+    """`build --force` replaced an index folder while a run read it: now a process that has
     the index open holds a shared lock on its folder, and the rebuild is refused, saying why, before
     any work; once the reader is gone it goes ahead."""
     import gc
@@ -251,7 +251,7 @@ def test_an_index_being_read_is_not_rebuilt_under_its_reader(tmp_path):
 def test_a_stopped_rebuild_says_so_in_one_line_and_keeps_the_old_index(tmp_path, sig):
     """`clarify index build --force` stopped by a signal with the new index complete but not yet in place
     (clarify/faults.py `index-built`): one line, exit 128 + the signal, no build folder left, the old
-    index as it was (issue 34)."""
+    index as it was."""
     import os
     import signal
     import subprocess
@@ -274,7 +274,7 @@ def test_a_stopped_rebuild_says_so_in_one_line_and_keeps_the_old_index(tmp_path,
 
 
 def test_a_dpr_layout_tsv_corpus_builds(tmp_path):
-    """DPR's psgs_w100.tsv layout (header id, text, title; text quoted) builds BM25 + dense (issue 28)."""
+    """DPR's psgs_w100.tsv layout (header id, text, title; text quoted) builds BM25 + dense."""
     rows = read_passages(write_small_corpus(tmp_path / "c.jsonl", n_core=30, n_random=10))
     with open(tmp_path / "psgs_w100.tsv", "w", encoding="utf-8") as fh:
         fh.write("id\ttext\ttitle\n")
@@ -292,7 +292,7 @@ def test_a_dpr_layout_tsv_corpus_builds(tmp_path):
 
 
 def test_a_build_with_nothing_to_do_does_not_read_the_corpus(tmp_path, monkeypatch):
-    """Cheap re-runs (issue 28): unchanged size and mtime -> no checksum; `verify` hashes anyway."""
+    """Cheap re-runs: unchanged size and mtime -> no checksum; `verify` hashes anyway."""
     import os
 
     from clarify import files
@@ -320,7 +320,7 @@ def test_a_build_with_nothing_to_do_does_not_read_the_corpus(tmp_path, monkeypat
 
 
 def test_the_collection_indexer_gives_the_same_bm25_hits_as_the_in_process_indexer(tmp_path):
-    """Issue 28: Anserini's IndexCollection (child JVM, JsonCollection files, several threads) and the former
+    """Anserini's IndexCollection (child JVM, JsonCollection files, several threads) and the former
     in-process SimpleIndexer path index the embedded corpus into indexes with the same BM25 hits, ids and
     scores, and the same stored raw passages."""
     from clarify.eval import datasets

@@ -178,7 +178,7 @@ def test_asqa_retrieval_inputs():
     assert gold["short_answers"].list.len().min() >= 1
 
 
-# ------------------------------------------------------------------ streaming reads (issue 28)
+# ------------------------------------------------------------------ streaming reads (bounded memory)
 def _dpr_tsv(path, rows):
     """DPR's psgs_w100.tsv layout: header `id text title`, text quoted with "" for a quote."""
     with open(path, "wb") as fh:

@@ -1,4 +1,4 @@
-"""Encoding that resumes and shards (issue 28, index/encode.py): a build killed with SIGKILL mid-encoding
+"""Encoding that resumes and shards (index/encode.py): a build killed with SIGKILL mid-encoding
 resumes to the same vectors and FAISS index as an uninterrupted build; two shards merged equal one build.
 
 Every build runs as `clarify index build` in a child process with the same environment (the same torch

@@ -1,4 +1,4 @@
-"""Issue 27: Pyserini's prebuilt layouts used as they are. Small indexes written by Pyserini's own tools
+"""Pyserini's prebuilt layouts (docs/retrieval.md#full-english-wikipedia-with-pyserinis-prebuilt-indexes) used as they are. Small indexes written by Pyserini's own tools
 (Anserini's collection indexer with stored raw JSON as in `wikipedia-dpr-100w`; Pyserini's FAISS writer,
 `index` + `docid`) and tiny DPR encoders built here (tests/prebuilt_layouts.py); searched like Pyserini
 searches them, refused with one clear error when a part is wrong. The ToC run on them end to end, with the

@@ -1,4 +1,4 @@
-"""Issue 27 without a JVM: FAISS factory strings built, opened memory-mapped and searched with their
+"""Wikipedia-scale retrieval without a JVM: FAISS factory strings built, opened memory-mapped and searched with their
 parameters pinned; the numpy docid map; the memory-mapped passage text store; cheap fingerprints;
 the in-memory search cache."""
 

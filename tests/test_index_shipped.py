@@ -1,4 +1,4 @@
-"""Embeddings shipped beside a corpus (index/shipped.py, issue 17): the embedded corpus' vectors in
+"""Embeddings shipped beside a corpus (index/shipped.py): the embedded corpus' vectors in
 data/wiki are what this machine's encoder computes, and a build takes shipped vectors only when they
 are exactly for its corpus and reproduce here."""
 

@@ -1,5 +1,5 @@
 """A regular (non-editable) `pip install .` works on its own: the package finds its shipped data and
-report templates inside site-packages and `clarify run` answers on the embedded defaults (issue 15)."""
+report templates inside site-packages and `clarify run` answers on the embedded defaults."""
 
 from __future__ import annotations
 

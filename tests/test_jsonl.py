@@ -50,7 +50,7 @@ def test_on_error_collects_every_bad_line_and_keeps_reading(tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(InputError, match="nope.jsonl: file not found"):
         list(iter_jsonl(tmp_path / "nope.jsonl"))
-    with pytest.raises(InputError, match="is a directory, not a file"):  # issue 16: not "not found"
+    with pytest.raises(InputError, match="is a directory, not a file"):  # said as it is, not as "not found"
         list(iter_jsonl(tmp_path))
 
 

@@ -155,7 +155,7 @@ def test_sigkill_mid_write_leaves_a_usable_cache(tmp_path):
 def test_a_full_disk_keeps_the_completions_queued_and_says_so(tmp_path):
     """SQLite's "database or disk is full" (SQLITE_FULL: here a page limit stands in for the disk) was
     hidden behind "cannot rollback - no transaction is active", and the group of completions that failed
-    was dropped before it was stored (issue 34). Now it is an OSError ENOSPC naming the cache file (one
+    was dropped before it was stored. Now it is an OSError ENOSPC naming the cache file (one
     line at the command line: errors.write_failure), and the completions wait for the next commit."""
     import errno
 

@@ -38,7 +38,7 @@ def test_cpu_facts_are_consistent_with_torch(monkeypatch):
     facts = cpu_facts()
     assert facts["capability"] == torch.backends.cpu.get_cpu_capability()
     assert facts["bf16_native"] == (facts["avx512_bf16"] or facts["amx"])
-    # the mocked AVX2-only machine of the issue resolves to float32 through the same call the engine makes
+    # a mocked AVX2-only machine (no native bf16) resolves to float32 through the same call the engine makes
     cpu_facts.cache_clear()
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
@@ -103,7 +103,7 @@ def test_core_lock_refuses_or_waits_naming_the_other_process():
 @pytest.mark.integration
 def test_a_second_engines_work_waits_or_refuses(llm_engine):
     """Two engines' worth of work on the same cores: the real engine's generate refuses clearly, or
-    waits for the other process and then runs (issue: one vLLM-CPU engine per core at a time)."""
+    waits for the other process and then runs (one vLLM-CPU engine per core at a time)."""
     from clarify.local_llm.engine import GenParams
     from clarify.local_llm.hardware import EngineBusy
 

@@ -54,7 +54,7 @@ def test_missing_weights_is_named(tmp_path):
     (None, struct.pack("<Q", 5) + b"{oops", "not a safetensors file"),
 ])
 def test_a_folder_that_is_not_a_model_is_refused_before_anything_loads(tmp_path, config, weights, said):
-    """Checked in milliseconds, before a run directory is written or an engine starts (issue 34)."""
+    """Checked in milliseconds, before a run directory is written or an engine starts."""
     write_fake_model(tmp_path)
     if config is not None:
         (tmp_path / "config.json").write_text(json.dumps(config))

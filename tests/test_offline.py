@@ -1,4 +1,4 @@
-"""The locks, the air-gapped bundle's manifest and `clarify doctor` on a faked CUDA machine (issue 30).
+"""The locks, the air-gapped bundle's manifest and `clarify doctor` on a faked CUDA machine (docs/getting-started.md#installing-on-an-air-gapped-server).
 Fast: no engine, no network. The install from a wheelhouse itself (`make wheelhouse`, then
 `make install-offline` with pip's network off) is measured by hand: docs/getting-started.md#installing-on-an-air-gapped-server."""
 

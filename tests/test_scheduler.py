@@ -1,6 +1,6 @@
 """The continuous driver (batch/scheduler.py) on a step engine whose requests finish out of order, as
 vLLM's do: no barrier between trees, admission bounded by the engine's capacity, identical tables to the
-per-question loop, nothing left in the engine when a run stops (issue 13). Scripted engine, stand-in
+per-question loop, nothing left in the engine when a run stops (docs/engines.md#schedulers-how-requests-reach-the-engine). Scripted engine, stand-in
 index (fast); the real step loop: tests/test_toc_real.py."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 34, points 5 and 6: safe on a shared server, offline by construction.
+"""Safe on a shared server, offline by construction.
 
 Each test plants what another local user (or a hostile file) could, and checks the real outcome: the
 target file untouched, the mode of what was created, the environment an engine starts with. The tests
@@ -368,7 +368,7 @@ def test_index_manifest_paths_stay_inside_the_index(tmp_path):
         with pytest.raises(InputError, match="outside the index folder"):
             open_index(idx)
     # the caller's own encoder is theirs to choose: not refused as outside the index, but checked before
-    # anything loads (issue 27: an encoder folder whose dimension matches the FAISS index; here there is none)
+    # anything loads (an encoder folder whose dimension matches the FAISS index; here there is none)
     with pytest.raises(InputError) as err:
         open_index(tmp_path / "d", encoder=str(tmp_path / "enc"))
     assert "outside" not in str(err.value)

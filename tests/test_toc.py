@@ -336,7 +336,7 @@ def test_part_tables_follow_schemas():
     assert got.tokens > 0 and got.stats.trees == 2
 
 
-# --- bugs found in the fidelity read (issue 12) ------------------------------------------------------
+# --- bugs found reading the official code (docs/fidelity.md) --------------------------------------------------
 
 class _NoHits:
     """A searcher that finds nothing (a stop-word-only question, a tiny index)."""
@@ -406,7 +406,7 @@ def test_official_duplicates_check_unique():
 
 
 def test_previous_preset_restores_every_switch():
-    """batch/previous.toml: every fidelity switch set to clarify's choice before issues 12 and 26."""
+    """batch/previous.toml: every fidelity switch set to clarify's earlier choice (docs/fidelity.md)."""
     from pathlib import Path
 
     prev, default = config.load(Path(config.__file__).with_name("previous.toml")), config.load(None)

@@ -1,4 +1,4 @@
-"""The second fidelity pass (issue 26): the tree's answer-matching primitives, empty trees and DA strings as
+"""The second fidelity pass (docs/fidelity.md): the tree's answer-matching primitives, empty trees and DA strings as
 the official code has them (gankim/tree-of-clarifications `run_toc.py`, `toc/`, and the dsp it ships).
 
 Every expectation is read off the official code, cited beside it, never off clarify's output. The passages
@@ -236,7 +236,7 @@ def test_empty_tree_free_answer_prompt_ends_open(tmp_path):
     assert answer == asked  # the root's clarification: the same passages (reranked by the question) and demo
     assert answer.endswith(f"Question: {ROOT_Q}\n\nDisambiguations:\n")
     assert rec.answers[0]["answer"] == "DQ 1: Who won in 2016? DA 1: Cleveland Cavaliers Answer: The Cavaliers won."
-    # toc.empty_tree_answer = "closed" (before issue 26): the answer is asked for directly
+    # toc.empty_tree_answer = "closed" (clarify's earlier choice): the answer is asked for directly
     _, rec, _ = _run(tmp_path / "closed", pool, {CAV: 0.9}, script,
                      **{"toc.max_expansions": 1, "toc.empty_tree_answer": "closed"})
     assert [c for c in rec.llm_calls if c["step"] == "answer"][0]["prompt"].endswith("Disambiguations:\n\n\nAnswer:")

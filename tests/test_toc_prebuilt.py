@@ -1,4 +1,4 @@
-"""Issue 27: ToC end to end on Pyserini's prebuilt layouts (tests/prebuilt_layouts.py: Anserini's collection
+"""ToC end to end on Pyserini's prebuilt layouts (tests/prebuilt_layouts.py: Anserini's collection
 indexer, Pyserini's FAISS writer, a tiny DPR question encoder) with the real engine."""
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.integration
 
 def test_real_schedulers_build_identical_tables_from_one_cache(tmp_path, default_local_index, llm_engine):
     """The continuous driver on vLLM's own step loop, then waves and the per-question loop replayed from
-    its completion cache: zero engine work, identical trees and rows (issue 13)."""
+    its completion cache: zero engine work, identical trees and rows."""
     cfg = config.load(None, {"limit": 3, "answer_style": "free", **SMALL})
     prep = prepare(cfg, index=default_local_index, engine_factory=lambda c: llm_engine)
     questions = prep.questions
@@ -147,7 +147,7 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path, default_inde
 
 
 def test_sigterm_mid_run_writes_finished_trees_and_resumes(tmp_path, default_index):
-    """A real `clarify run` (vLLM, the JVM's BM25) gets SIGTERM right after its first part (issue 34): it
+    """A real `clarify run` (vLLM, the JVM's BM25) gets SIGTERM right after its first part: it
     cancels what is in flight, commits the cache, prints one line and exits 143; the same command
     finishes it, computing no completion the stopped session got back."""
     argv = ["run", "--dataset", "asqa", "--limit", "2", "--answer-style", "free", "--index", str(default_index),

