@@ -1,4 +1,4 @@
-"""What the terminal shows, and where everything else goes (issue 17: quiet by default, everything kept).
+"""What the terminal shows, and where everything else goes (quiet by default, everything kept).
 
 A command that loads the heavy libraries (vLLM, torch, sentence-transformers, the JVM) runs inside
 `session(log_dir, verbose=...)`:

@@ -1,4 +1,4 @@
-"""`clarify run --workers N` / `--ray-address ADDR`: one run spread over many engines with Ray (issue 14).
+"""`clarify run --workers N` / `--ray-address ADDR`: one run spread over many engines with Ray (docs/scale.md).
 
     driver   the `clarify run` process. It holds the run directory (its lock, config, parts, final tables),
              keeps each worker holding `PREFETCH` chunks of `chunk_questions` unfinished questions from

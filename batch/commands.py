@@ -272,7 +272,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 DEMO_TOKENS_PER_QUESTION = TOKENS_PER_QUESTION
 DEMO_BUDGET_S = 210
 DEMO_MIN_QUESTIONS, DEMO_MAX_QUESTIONS = 3, 20
-# The demo decodes under both of issue 29's constraints (the DQ/DA format, quotes copied verbatim), which the
+# The demo decodes under both decoding constraints (the DQ/DA format, quotes copied verbatim), which the
 # embedded model needs for ToC to have a tree and checkable quotes at all: on ASQA dev 0-49 (bench/
 # bench_constrained.py, docs/running-toc.md#constrained-decoding) they took SmolLM2's parse errors from 100 % to 1.5 %,
 # valid nodes from 0.1 to 11.3 per question, answers quoting from 28 % to 100 % and verbatim spans from 0 of

@@ -239,7 +239,7 @@ def engine_usage_start(engine) -> dict:
 
 
 def engine_usage(engine, before: dict, stats: SchedStats) -> dict:
-    """This session's engine work (issue 13): engine steps, the running batch at each step (mean,
+    """This session's engine work: engine steps, the running batch at each step (mean,
     p10/p50/p90), the share of prompt tokens served from vLLM's prefix cache, tokens per second of
     generation, and what the scheduler did."""
     out: dict = {"generate_calls": stats.generate_calls, "scheduler_step_calls": stats.step_calls}

@@ -1,4 +1,4 @@
-"""One place that opens a run's inputs and resources (issue 31).
+"""One place that opens a run's inputs and resources.
 
 `prepare(cfg)` resolves everything a run reads, once, into a `PreparedRun`: the demo pool (made concrete:
 config.json records it, never `auto`), the dataset adapter (eval/datasets/), the questions it answers and
@@ -125,7 +125,7 @@ def searcher_identity(cfg: RunConfig, index) -> dict:
     r = cfg.retrieval
     ident = {"searcher": r.searcher, "candidates": r.candidates, "cross_encoder": r.cross_encoder,
              "index": index_identity(index).get("fingerprint")}
-    # what issue 27 added joins the key only when set: caches made before it stay valid
+    # attached index parts and FAISS search knobs join the key only when set: caches made before they existed stay valid
     ident |= {k: v["fingerprint"] for k, v in index_pins(index).items()}
     ident |= {k: v for k, v in (("nprobe", r.nprobe), ("ef_search", r.ef_search)) if v}
     return ident

@@ -65,7 +65,7 @@ TABLE_SCHEMAS = {"questions": "questions", "nodes": "nodes", "hits": "run_hits",
                  "answers": "answers", "spans": "spans", "passages": "passages", "scores": "scores"}
 # Written by finalize (questions.parquet comes first, when the run starts)
 FINAL_TABLES = tuple(name for name in TABLE_SCHEMAS if name != "questions")
-WAVES = "waves"  # checkpoints of clarify before issue 13: refused, and removed by --restart
+WAVES = "waves"  # checkpoints of clarify before continuous scheduling: refused, and removed by --restart
 
 
 class Checkpoint(NamedTuple):
@@ -95,12 +95,12 @@ def input_changes(old: dict, new: dict) -> list[str]:
 
 
 # Settings added after runs were made whose value then is what earlier clarify did: a config.json written
-# before they existed reads as having them (issue 29's decoding constraints: off, free decoding as before;
-# issues 30-31's engine settings: their defaults, the engine as before), so such a run still resumes.
+# before they existed reads as having them (the decoding constraints: off, free decoding as before;
+# the engine settings: their defaults, the engine as before), so such a run still resumes.
 ADDED_SETTINGS = {("toc", "constrain_format"): False, ("answer", "constrain_quotes"): False,
-                  # issue 30: the in-process engine, batch size from the settings table, results as batched
+                  # the in-process engine, batch size from the settings table, results as batched
                   ("model", "batch_invariant"): False, ("model", "max_num_seqs"): 0,
-                  # issue 31: the engine backends (vLLM in this process, as before)
+                  # the engine backends (vLLM in this process, as before)
                   ("model", "backend"): "vllm", ("model", "base_url"): "", ("model", "api_key_env"): "",
                   ("model", "endpoint"): "chat", ("model", "max_concurrency"): 64,
                   ("model", "request_timeout_s"): 600.0, ("model", "max_retries"): 6,
@@ -109,7 +109,7 @@ ADDED_SETTINGS = {("toc", "constrain_format"): False, ("answer", "constrain_quot
                   ("model", "quantization"): "", ("model", "chat_template"): "auto",
                   # the openai backend's total deadline of its checks and its reply size cap (never results)
                   ("model", "check_timeout_s"): 10.0, ("model", "reply_bytes_per_token"): 128,
-                  # issue 27: an index attached from elsewhere (none: the index folder's own parts)
+                  # an index attached from elsewhere (none: the index folder's own parts)
                   ("retrieval", "faiss_index"): "", ("retrieval", "encoder"): "", ("retrieval", "nprobe"): 0,
                   ("retrieval", "ef_search"): 0,
                   # the DQ/DA parser switch: the default reads every pair the official parser reads, which
@@ -207,7 +207,7 @@ class RunDir:
     def lock(self):
         """Hold the run directory for this process (fcntl.flock on `.lock`: the kernel frees it when the
         holder dies, so a stale lock never blocks). A second process is refused, naming the holder. A
-        directory of another user is refused (clarify writes only into its own: issue 34); a new one is
+        directory of another user is refused (clarify writes only into its own); a new one is
         private (files.make_dirs); `.lock` is never opened through a link, nor truncated."""
         try:
             make_dirs(self.path)

@@ -1,6 +1,6 @@
 """BM25 over a Lucene index with Pyserini (adapter module: starts the JVM, imports pyserini).
 
-Building (`build_lucene`, issue 28): each passage becomes one JsonCollection document
+Building (`build_lucene`): each passage becomes one JsonCollection document
 `{"id", "contents": '"title"\\ntext'}`; the documents are written as JSONL files in a collection folder,
 streamed from the passage store one Arrow batch at a time (Polars builds `contents` and writes the JSON),
 and Anserini's own collection indexer builds the index from them (`io.anserini.index.IndexCollection`,

@@ -1,4 +1,4 @@
-"""Read passage corpora into the passage store (index/textstore.py) in bounded memory (issue 28).
+"""Read passage corpora into the passage store (index/textstore.py) in bounded memory.
 
 Accepted inputs (by file suffix):
 - `.jsonl` / `.json` / `.jsonl.gz`: one JSON object per line, either `{id, title, text}` or Pyserini's

@@ -403,7 +403,7 @@ def mmap_flag() -> int:
 
 
 def to_gpu(index, device: str):
-    """GPU FAISS hook (issue 30's CPU/CUDA settings table chooses `device`): "cpu" returns the index as
+    """GPU FAISS hook (the CPU/CUDA settings table, docs/engines.md, chooses `device`): "cpu" returns the index as
     it is; "cuda" / "cuda:N" copies it onto the GPU(s) with faiss-gpu (faiss.index_cpu_to_gpu /
     index_cpu_to_all_gpus; https://github.com/facebookresearch/faiss/wiki/Faiss-on-the-GPU). A GPU copy
     lives in GPU memory: the page-cache sharing of `mmap_flag` then does not apply. HNSW has no GPU
@@ -517,7 +517,7 @@ class DenseSearcher:
                 keep = rrow >= 0
                 srow, rrow = srow[keep], rrow[keep]
                 # Rounded scores, ties by index row: the query vector moves in the last bits with the batch
-                # it was encoded in, and the ranking must not (issue 13; same rule as batch/toc/program.py).
+                # it was encoded in, and the ranking must not (same rule as batch/toc/program.py).
                 order = np.lexsort((rrow, -np.round(srow.astype(np.float64), 5)))
                 all_pids.append(self.dense.docids.take(rrow[order]))
                 all_scores.append(srow[order].tolist())

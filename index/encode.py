@@ -1,4 +1,4 @@
-"""Passage encoding that scales and resumes (issue 28): length-sorted chunks, checkpoints, shards, workers.
+"""Passage encoding that scales and resumes (docs/retrieval.md#building-your-own-index-at-wikipedia-scale): length-sorted chunks, checkpoints, shards, workers.
 
 The plan. Passages are ordered once by their length in characters (title + newline + text, counted from
 the Arrow store with pyarrow compute, no Python string per passage), longest first, and cut into chunks

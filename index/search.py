@@ -175,7 +175,7 @@ class RerankSearcher:
         for ids, sc in zip(cand_ids, scores):
             sc = np.asarray(sc, dtype=np.float64)
             # Scores rounded to 5 decimals before sorting, ties in fused order: the cross-encoder's floats
-            # move in the last bits with the batch a query is scored in, and a ranking must not (issue 13).
+            # move in the last bits with the batch a query is scored in, and a ranking must not.
             r = np.round(sc, 5)
             order = sorted(range(len(ids)), key=lambda i: (-r[i], i))[: int(k)]
             out_p.append([ids[i] for i in order])

@@ -8,7 +8,7 @@ An index directory built by clarify:
     encoders/NAME/       a copy of the encoder, when the build used one of the user's (`--encoder DIR`)
 
 Every path the manifest names must lie inside the index folder (`_inside`): an index opened from
-elsewhere never makes clarify read another folder or load another encoder (issue 34).
+elsewhere never makes clarify read another folder or load another encoder (docs/reproducibility.md#files-and-permissions).
 
 `open_index` also opens, as they are, a prebuilt Pyserini Lucene index directory (passage text from
 its stored documents) optionally paired with a Pyserini-format FAISS directory and a local encoder.
@@ -96,7 +96,7 @@ class BuildOptions:
         d = {"layout": LAYOUT, **asdict(self)}
         for key in ("threads", "batch_size", "jvm_heap", "device", "processes"):  # speed only
             d.pop(key)
-        for key in ("ef_search", "train_size"):  # added by issue 27: absent when unset, so indexes built
+        for key in ("ef_search", "train_size"):  # added with attached indexes: absent when unset, so indexes built
             if d[key] is None:                    # before it keep their identity (no rebuild)
                 d.pop(key)
         if self.encoder not in ("", "default"):
@@ -539,7 +539,7 @@ class LocalIndex:
     # passages -----------------------------------------------------------------------------------
     @property
     def store(self) -> PassageStore | None:
-        """The memory-mapped text store (index/textstore.py) of an index built since issue 27, else None."""
+        """The memory-mapped text store (index/textstore.py) of an index built with one (arrow-ipc), else None."""
         if self._store is None and self._store_files is not None:
             self._store = PassageStore(self.path, self._store_files)
         return self._store
@@ -562,7 +562,7 @@ class LocalIndex:
             return self.store.lookup(ids)
         if self._passages_file is None and self._passages is None:
             return self.lucene.passages(ids)
-        if self._row is None:  # an index built before issue 27 (passages.parquet, read whole)
+        if self._row is None:  # an index built before the text store (passages.parquet, read whole)
             self._row = {p: i for i, p in enumerate(self.passages["passage_id"].to_list())}
         missing = [p for p in ids if p not in self._row]
         if missing:
@@ -704,7 +704,7 @@ ENCODER_FIX = ("rebuild it with `clarify index build ... --force` (an index now 
 
 def _inside(index: Path, name: object, what: str, *, fix: str = "rebuild the index") -> Path:
     """`index / name` for a path the manifest names, refused (InputError) unless it stays inside the index
-    folder, links resolved (issue 34): an index reads and loads only its own files, never another
+    folder, links resolved: an index reads and loads only its own files, never another
     folder's, and never an encoder someone else's manifest points at."""
     manifest = str(index / MANIFEST)
     if not isinstance(name, str) or not name:
@@ -809,7 +809,7 @@ def open_index(path, *, faiss_dir=None, encoder: str | None = None,
         pinfo = manifest.get("passages") or {}
         passages_file = _inside(path, pinfo.get("file"), "the passages file")
         store = None
-        if pinfo.get("format") == "arrow-ipc":  # built since issue 27: the memory-mapped text store
+        if pinfo.get("format") == "arrow-ipc":  # the memory-mapped text store (older indexes: passages.parquet)
             store = {k: str(_inside(path, pinfo.get(k), "a passage store file").relative_to(path))
                      for k in ("file", "ids", "rows")}
         lucene_dir = _inside(path, bm25.get("dir"), "the BM25 folder") if bm25 else None

@@ -1,4 +1,4 @@
-"""Engine backends behind one seam (issue 31), shaped like the dataset registry (eval/datasets/).
+"""Engine backends behind one seam (docs/engines.md), shaped like the dataset registry (eval/datasets/).
 
 `[model] backend` picks one: "vllm" (default) starts vLLM's offline engine in this process
 (local_llm/vllm_engine.py); "openai" talks to a model that already runs as a server speaking the

@@ -50,7 +50,7 @@ class GenParams:
 
     def as_dict(self) -> dict:
         """The params as the cache key sees them. `grammar` only when set: a request without one keeps
-        the key it had before the field existed (issue 29), so existing caches stay valid."""
+        the key it had before constrained decoding added the field, so existing caches stay valid."""
         d = asdict(self)
         if d["grammar"] is None:
             del d["grammar"]

@@ -70,7 +70,7 @@ def describe() -> str:
 # the `clarify` subprocesses it starts. The locks are flock()s on files in the machine's temp folder:
 # released by the kernel when the holder dies, so there is no stale lock. Engines pinned to disjoint
 # cores (VLLM_CPU_OMP_THREADS_BIND=0 and =1) run side by side.
-# The folder is the user's own (`clarify-cpu-locks-<uid>`, 0700; issue 34): a shared fixed folder let
+# The folder is the user's own (`clarify-cpu-locks-<uid>`, 0700): a shared fixed folder let
 # another local user plant `core-N.lock` -> a file of yours, which the lock's write then overwrote, and
 # its first user's 0755 folder refused everyone else. So the lock files are opened without following a
 # link and never truncated, and engines of different users do not see each other's locks.
@@ -233,7 +233,7 @@ def _open_lock(core: int, flags: int) -> int:
 
 
 # --------------------------------------------------------------------------------------------- CUDA
-# The GPU counterpart of the core lock (issue 17): vLLM reserves `gpu_memory_utilization` x the total
+# The GPU counterpart of the core lock: vLLM reserves `gpu_memory_utilization` x the total
 # memory of each GPU it uses and, when other processes hold too much, fails only after spawning and
 # loading (vllm/v1/worker/utils.py: "Free memory on device ... is less than desired GPU memory
 # utilization"). The same rule, checked before anything loads, fails in one line instead.

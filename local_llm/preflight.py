@@ -1,4 +1,4 @@
-"""GPU preflight (`clarify doctor` on a CUDA machine, issue 30): what would stop vLLM on this server, found
+"""GPU preflight (`clarify doctor` on a CUDA machine, docs/engines.md#gpu-preflight): what would stop vLLM on this server, found
 in seconds and said in one line each, with what to do, before any engine starts.
 
 `gather()` asks torch (and NVML, and FAISS) for the facts; `checks(facts, model_dir, ask)` is pure, so every

@@ -1,4 +1,4 @@
-"""The one CPU/CUDA settings table: every setting clarify gives vLLM, per device, as code (issue 30).
+"""The one CPU/CUDA settings table: every setting clarify gives vLLM, per device, as code (docs/engines.md#the-cpucuda-settings-table).
 
 `engine_settings(device, ask)` evaluates the table for one device and returns what an engine is started
 with: the keywords of `vllm.LLM(...)`, the environment set before vLLM is imported, and notes that say

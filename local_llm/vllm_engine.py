@@ -121,7 +121,7 @@ def stack_versions() -> dict[str, str]:
     return out
 
 
-# Nothing is reported anywhere, by construction (issue 34): vLLM's usage statistics are on unless one of
+# Nothing is reported anywhere, by construction (docs/getting-started.md#offline-by-construction): vLLM's usage statistics are on unless one of
 # these is set, and then a GPU engine posts hardware and model facts to stats.vllm.ai every 10 minutes
 # and writes ~/.config/vllm/usage_stats.json (https://docs.vllm.ai/en/stable/usage/usage_stats.html,
 # vllm/usage/usage_lib.py `is_usage_stats_enabled`); Ray's are off the same way

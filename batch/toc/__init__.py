@@ -6,7 +6,7 @@
     demos.py        few-shot demo pools chosen by kNN (ASQA clarification demos, SEMQA quoted demos)
     match.py        answer matching inside the tree (dsp's rules or SQuAD's)
     quotes.py       SEMQA `[k span]` answers checked against their sources
-    constraints.py  the grammars of constrained decoding (issue 29)
+    constraints.py  the grammars of constrained decoding
 
 It knows nothing of run directories, schedulers or engines beyond the `Engine` contract: the run machinery
 (batch/pipeline.py, batch/scheduler.py, batch/cluster.py) drives many trees at once.

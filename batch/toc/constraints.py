@@ -1,4 +1,4 @@
-r"""Decoding constraints (issue 29): the one place that builds the grammars some steps decode under.
+r"""Decoding constraints (docs/running-toc.md#constrained-decoding): the one place that builds the grammars some steps decode under.
 
 Two switches, both off by default (the official trees stay the default):
 

@@ -13,7 +13,7 @@ rules, chosen by `toc.matching` (batch/config.py):
   is in "2015–16" (the en dash is not ASCII punctuation: it splits), and an answer that normalises to
   nothing ("", "The", "a") is in every passage. `F1` (dsp/utils/metrics.py:15-18, 60-79) is SQuAD's token
   F1 over `normalize_text`, except that two answers without tokens score 0.
-- "squad" (clarify before issue 26): the ASQA/SQuAD normalisation of the metrics (eval/normalize.py
+- "squad" (clarify's earlier choice, docs/fidelity.md): the ASQA/SQuAD normalisation of the metrics (eval/normalize.py
   `has_answer`: whole whitespace tokens, an empty answer is in no passage; `token_f1`: two empties 1.0).
 
 The metrics (STR-EM, Answer-F1, retrieval coverage) never use the "dsp" rule: they keep their own official

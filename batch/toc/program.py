@@ -360,7 +360,7 @@ def _evidence(t: Tree, pending: list[Node], res: Resources, mode: str,
     its characters as a token of its own (`match`: toc.matching).
     mode "filter": the intended filter, the DA string split on ';' as toc/tree.py:55 splits it, against
     "title | text", scored by the reranker; "official": as published, the DA string's characters;
-    "filter-embed": the filter against the text, scored by the dense encoder's cosine (before issue 12)."""
+    "filter-embed": the filter against the text, scored by the dense encoder's cosine (clarify's earlier choice, docs/fidelity.md)."""
     store = res.passages(list(t.seen_passages)) if t.seen_passages else {}
     first: dict[str, str] = {}
     for p in t.seen_passages:
