@@ -206,6 +206,23 @@ def write_text(text: str, path: str | Path) -> Path:
     return write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
+def page_main(argv: list[str] | None, page: Path, render: Callable[[], str], description: str,
+              shown: Callable[[], str] | None = None) -> int:
+    """The command line of a generated docs page (batch/config_doc.py, batch/errors_doc.py,
+    bench/results_doc.py): `--write` writes `render()` to `page`, else `shown()` (default: the page) is printed."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--write", action="store_true", help=f"write {page}")
+    if ap.parse_args(argv).write:
+        page.parent.mkdir(exist_ok=True)
+        page.write_text(render(), encoding="utf-8")
+        print(f"wrote {page}")
+    else:
+        sys.stdout.write((shown or render)())
+    return 0
+
+
 def write_json(obj: object, path: str | Path, *, sort_keys: bool = True) -> Path:
     return write_text(json.dumps(obj, indent=2, sort_keys=sort_keys, default=str) + "\n", path)
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from clarify.batch import config
 from clarify.batch.config import _SECTIONS, RULES, RunConfig
+from clarify.files import page_main
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 _FIELD = re.compile(r"^\s{4}(\w+): [^=]+?(?:=.*?)?(?:\s+#\s*(.*))?$")
@@ -69,7 +70,7 @@ def _flag_help() -> dict[str, str]:
     from clarify.batch.cli import build_parser
 
     keys = _flag_keys()
-    run = dict(_leaves(build_parser()))[("run",)]
+    run = dict(leaves(build_parser()))[("run",)]
     return {keys[a.dest]: a.help or "" for a in run._actions if a.dest in keys}
 
 
@@ -104,13 +105,13 @@ def _flag_keys() -> dict[str, str]:
     return keys
 
 
-def _leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+def leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
     subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     if not subs:
         yield path, parser
         return
     for name, child in subs[0].choices.items():
-        yield from _leaves(child, (*path, name))
+        yield from leaves(child, (*path, name))
 
 
 def _cell(text: str) -> str:
@@ -191,7 +192,7 @@ def render() -> str:
     lines += ["", "## Command-line flags", "",
               "Every command also takes `-v/--verbose` (library logs on the terminal too) and `-h/--help`. "
               "A flag that sets a config key overrides the TOML file; its default is then the key's.", ""]
-    for path, parser in _leaves(build_parser()):
+    for path, parser in leaves(build_parser()):
         lines += [f"### clarify {' '.join(path)}", "", _cell(parser.description or ""), ""]
         rows = flag_rows(path, parser)
         lines += _table(("flag", "type", "default", "choices", "config key / changes results", "what"), rows)
@@ -200,18 +201,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="print (or --write) docs/configuration.md")
-    ap.add_argument("--write", action="store_true", help=f"write {PAGE}")
-    a = ap.parse_args(argv)
-    text = render()
-    if a.write:
-        PAGE.parent.mkdir(exist_ok=True)
-        PAGE.write_text(text, encoding="utf-8")
-        print(f"wrote {PAGE}")
-    else:
-        sys.stdout.write(text)
-    return 0
-
+    return page_main(argv, PAGE, render, "print (or --write) docs/configuration.md")
 
 if __name__ == "__main__":
     sys.exit(main())

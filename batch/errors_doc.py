@@ -11,10 +11,11 @@ regenerates the index and fails when a message changed without the page.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import sys
 from pathlib import Path
+
+from clarify.files import page_main
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "troubleshooting.md"
@@ -110,17 +111,8 @@ def render(page: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="regenerate the message index of docs/troubleshooting.md")
-    ap.add_argument("--write", action="store_true")
-    a = ap.parse_args(argv)
-    text = render(PAGE.read_text(encoding="utf-8"))
-    if a.write:
-        PAGE.write_text(text, encoding="utf-8")
-        print(f"wrote {PAGE}")
-    else:
-        sys.stdout.write(render_index())
-    return 0
-
+    return page_main(argv, PAGE, lambda: render(PAGE.read_text(encoding="utf-8")),
+                     "regenerate the message index of docs/troubleshooting.md", shown=render_index)
 
 if __name__ == "__main__":
     sys.exit(main())

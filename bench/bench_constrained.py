@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from provenance import cpu_model  # bench/ is on sys.path when a script here runs
 
 SETTINGS = {
     "off": {},
@@ -40,17 +41,6 @@ SETTINGS = {
     "format+quotes": {"toc.constrain_format": True, "answer.constrain_quotes": True},
 }
 MODELS = ("smollm2-135m-instruct", "gemma3-270m")
-
-
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo), as the other benches print the CPU they ran on."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def arm(model: str, dataset: str, setting: str, limit: int, out: Path) -> dict:

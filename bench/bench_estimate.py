@@ -23,8 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_constrained import cpu_model  # bench/ is on sys.path when a script here runs
-from provenance import provenance
+from provenance import cpu_model, provenance  # bench/ is on sys.path when a script here runs
 
 RESULTS = Path(__file__).resolve().parent / "results" / "estimate.json"
 

@@ -63,8 +63,7 @@ def main(argv=None) -> dict:
     from clarify.local_llm.models import resolve_model
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_constrained import cpu_model
-    from provenance import provenance
+    from provenance import cpu_model, provenance
 
     model = "smollm2-135m-instruct"
     tok = AutoTokenizer.from_pretrained(resolve_model(model))

@@ -19,8 +19,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ importable from a checkout
-from bench_constrained import cpu_model  # noqa: E402
-from provenance import provenance  # noqa: E402
+from provenance import cpu_model, provenance  # noqa: E402
 
 from clarify.eval.paired import RESAMPLES, paired_bootstrap  # noqa: E402
 

@@ -5,12 +5,22 @@ from __future__ import annotations
 
 import datetime
 import os
+import platform
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
-from bench_constrained import cpu_model
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), as the other benches print the CPU they ran on."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def _capability() -> str:

@@ -10,10 +10,11 @@ under "Superseded". tests/test_results_doc.py regenerates the page and fails whe
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
+
+from clarify.files import page_main
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
@@ -169,18 +170,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="print (or --write) docs/results.md from bench/results/*.json")
-    ap.add_argument("--write", action="store_true")
-    a = ap.parse_args(argv)
-    text = render()
-    if a.write:
-        PAGE.parent.mkdir(exist_ok=True)
-        PAGE.write_text(text, encoding="utf-8")
-        print(f"wrote {PAGE}")
-    else:
-        sys.stdout.write(text)
-    return 0
-
+    return page_main(argv, PAGE, render, "print (or --write) docs/results.md from bench/results/*.json")
 
 if __name__ == "__main__":
     sys.exit(main())

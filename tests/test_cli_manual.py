@@ -3,21 +3,12 @@ Fast: no engine, no JVM."""
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
 
 from clarify.batch.cli import build_parser, main
-
-
-def _leaves(parser: argparse.ArgumentParser, path=()):
-    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    if not subs:
-        yield path, parser
-        return
-    for name, child in subs[0].choices.items():
-        yield from _leaves(child, (*path, name))
+from clarify.batch.config_doc import leaves as _leaves
 
 
 def test_top_help_is_a_manual():
