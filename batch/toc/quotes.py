@@ -443,16 +443,7 @@ def check_answers(
     dup = answers["qid"].filter(answers["qid"].is_duplicated()).unique().to_list()
     if dup:
         raise InputError(f"answers must have one row per qid; duplicated: {dup[:5]}", field="qid")
-    # Index only the cited passages: the table may be a whole corpus.
-    cited = answers["passage_ids"].explode().drop_nulls().unique().implode()
-    passages = passages.filter(pl.col("passage_id").is_in(cited))
-    titles = passages["title"] if "title" in passages.columns else pl.Series([None] * passages.height)
-    by_id: dict[str, tuple[str, str]] = {}
-    for pid, title, text in zip(passages["passage_id"], titles, passages["text"]):
-        entry = (title or "", text or "")
-        if pid in by_id and by_id[pid] != entry:
-            raise InputError(f"passage {pid!r} appears twice with different title/text", field="passage_id")
-        by_id[pid] = entry
+    by_id = _cited_passages(answers, passages)
     prepared: dict[str, list[_Target]] = {}
 
     def targets(pid: str) -> list[_Target]:
@@ -474,29 +465,10 @@ def check_answers(
         if missing:
             raise InputError(f"qid {qid!r} cites passage ids not in the passages table: {missing[:5]}",
                              field="passage_ids")
-        parts, spans = _parse_parts(answer or "")
-        out_marked: list[str] = []
-        out_plain: list[str] = []
-        answer_notes: list[str] = []
-        it = iter(spans)
-        for p in parts:
-            if isinstance(p, str):
-                out_marked.append(p)
-                out_plain.append(p)
-                continue
-            sp = next(it)
-            row, note = _check_span(sp, pids, targets, repair_threshold, repair_budget)
-            row["qid"] = qid
-            if note:
-                answer_notes.append(note)
-            rows.append(row)
-            if row["status"] in KEPT:
-                out_marked.append(f"[ {sp.source_k} {_render(row['text'])} ]")
-            else:
-                out_marked.append(row["text"] or _GAP)
-            out_plain.append(row["text"] or _GAP)
-        repaired_answers.append(_tidy("".join(out_marked)))
-        plains.append(_tidy("".join(out_plain)))
+        marked, plain, answer_notes = _check_answer(qid, answer or "", pids, targets, rows,
+                                                    repair_threshold, repair_budget)
+        repaired_answers.append(marked)
+        plains.append(plain)
         notes.append("; ".join(answer_notes) or None)
 
     spans_df = pl.DataFrame(rows, schema=schemas.SPANS)
@@ -506,6 +478,49 @@ def check_answers(
         pl.Series("quote_note", notes, dtype=pl.String),
     )
     return out, spans_df
+
+
+def _cited_passages(answers: pl.DataFrame, passages: pl.DataFrame) -> dict[str, tuple[str, str]]:
+    """passage_id -> (title, text) of the passages the answers cite (the table may be a whole corpus);
+    InputError for one id given twice with different title/text."""
+    cited = answers["passage_ids"].explode().drop_nulls().unique().implode()
+    passages = passages.filter(pl.col("passage_id").is_in(cited))
+    titles = passages["title"] if "title" in passages.columns else pl.Series([None] * passages.height)
+    by_id: dict[str, tuple[str, str]] = {}
+    for pid, title, text in zip(passages["passage_id"], titles, passages["text"]):
+        entry = (title or "", text or "")
+        if pid in by_id and by_id[pid] != entry:
+            raise InputError(f"passage {pid!r} appears twice with different title/text", field="passage_id")
+        by_id[pid] = entry
+    return by_id
+
+
+def _check_answer(qid, answer: str, pids: list[str], targets, rows: list[dict], threshold: float,
+                  budget: int) -> tuple[str, str, list[str]]:
+    """One answer's spans checked (their rows appended to `rows`): the answer re-rendered with its kept
+    markers, the same without markers, and the notes of repairs that ran out of budget."""
+    parts, spans = _parse_parts(answer)
+    out_marked: list[str] = []
+    out_plain: list[str] = []
+    answer_notes: list[str] = []
+    it = iter(spans)
+    for p in parts:
+        if isinstance(p, str):
+            out_marked.append(p)
+            out_plain.append(p)
+            continue
+        sp = next(it)
+        row, note = _check_span(sp, pids, targets, threshold, budget)
+        row["qid"] = qid
+        if note:
+            answer_notes.append(note)
+        rows.append(row)
+        if row["status"] in KEPT:
+            out_marked.append(f"[ {sp.source_k} {_render(row['text'])} ]")
+        else:
+            out_marked.append(row["text"] or _GAP)
+        out_plain.append(row["text"] or _GAP)
+    return _tidy("".join(out_marked)), _tidy("".join(out_plain)), answer_notes
 
 
 def _check_span(sp: QuotedSpan, pids: list[str], targets, threshold: float, budget: int) -> tuple[dict, str | None]:
