@@ -192,7 +192,7 @@ def open_resources(run: PreparedRun, cache_dir: Path, *, search_cache: Path | No
                    cache_name: str | None = None) -> Resources:
     """Encoder, demo pools, the cached engine and the searcher of a prepared run. The engine's completion
     cache is `cache_dir/cache_name`, read together with the other caches there (a cluster run's workers')."""
-    from clarify.batch.toc.demos import KnnPool, load_quotesum_demos
+    from clarify.batch.toc.demos import KnnPool
     from clarify.local_llm.cache import DEFAULT_FILE, CachedEngine, union_of
 
     cfg, index = run.cfg, run.index
@@ -205,7 +205,7 @@ def open_resources(run: PreparedRun, cache_dir: Path, *, search_cache: Path | No
     demos = KnnPool(run.pool.demos(), embed, name="asqa-demos", encoder_id=enc_id)
     quoted = None
     if cfg.answer_style == "quoted" or run.dataset.quoted_gold:
-        quoted = KnnPool(load_quotesum_demos(), embed, name="quotesum-demos", encoder_id=enc_id)
+        quoted = KnnPool(datasets.get("quotesum").demos(), embed, name="quotesum-demos", encoder_id=enc_id)
 
     own = Path(cache_dir) / (cache_name or DEFAULT_FILE)
     engine = CachedEngine(run.open_engine(), own, also=union_of(cache_dir, own))

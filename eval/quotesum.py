@@ -17,12 +17,16 @@ Per question (0–100):
   spans marked k, max over references, mean over the sources some reference has short answers for;
   null when every reference's covered_short_answers is empty (scorers.py::score_semqa_short_recall).
 SEMQA = sqrt(Sem-F1 × ROUGE-L) at corpus level (evals/semqa_metrics.ipynb), in summarize.
+
+Also here: the one reader of QuoteSum files (`read_quotesum`: the tables of `load_quotesum` and the SEMQA
+demos of eval/datasets/quotesum.py).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -135,18 +139,25 @@ def sem_rec(prediction: str, short_references: Sequence[str]) -> float | None:
 # ---------------------------------------------------------------- loading
 
 
-def load_quotesum(path: str | Path) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Read QuoteSum JSONL (one reference answer per line; several lines share a qid).
+@dataclass(frozen=True)
+class Row:
+    """One line of a QuoteSum JSONL file: one reference answer of a question (several lines share a qid)."""
 
-    Returns
-      questions: [qid, question, dataset="quotesum", sources: list[str], titles: list[str]] — one row per
-                 qid, sources/titles are the non-empty source1.. in order (k = position + 1);
-      gold:      one row per reference: [qid, ref_id (unique_id), summary, covered_short_answers,
-                 sources_present: list[int] (the k with a non-empty source)].
-    """
+    qid: str
+    question: str
+    summary: str  # the reference answer, with `[ k span ]` markers
+    covered_short_answers: str
+    ref_id: str  # unique_id, else qid_<row number>
+    titles: tuple[str, ...]  # of the non-empty sources: source k is sources[k - 1]
+    sources: tuple[str, ...]
+
+
+def read_quotesum(path: str | Path) -> tuple[Row, ...]:
+    """Every line of a QuoteSum JSONL file, in file order: the one reader of QuoteSum files (the tables of
+    `load_quotesum`, the SEMQA demos of eval/datasets/quotesum.py `QuoteSum.demos`). A bad line is an
+    InputError naming the file, the line and the field."""
     path = Path(path)
-    q_rows: dict[str, dict] = {}
-    g_rows = []
+    rows: list[Row] = []
     for line_no, rec in iter_jsonl(path, wording={"bad_json": "bad JSON"}):
         for field in ("qid", "question", "summary"):
             if not isinstance(rec.get(field), str):
@@ -158,15 +169,31 @@ def load_quotesum(path: str | Path) -> tuple[pl.DataFrame, pl.DataFrame]:
             raise InputError("a QuoteSum row needs at least source1", path=str(path), line=line_no, field="source1")
         if present != list(range(1, len(present) + 1)):
             raise InputError(f"sources must be numbered 1..n without gaps, got {present}", path=str(path), line=line_no)
-        qid = rec["qid"]
-        if qid not in q_rows:
-            q_rows[qid] = {"qid": qid, "question": rec["question"], "dataset": "quotesum",
-                           "sources": sources[: len(present)], "titles": titles[: len(present)]}
-        g_rows.append({"qid": qid, "ref_id": str(rec.get("unique_id") or f"{qid}_{len(g_rows)}"),
-                       "summary": rec["summary"], "covered_short_answers": rec.get("covered_short_answers") or "",
-                       "sources_present": present})
-    if not g_rows:  # every line blank
+        rows.append(Row(rec["qid"], rec["question"], rec["summary"], rec.get("covered_short_answers") or "",
+                        str(rec.get("unique_id") or f"{rec['qid']}_{len(rows)}"), tuple(titles[: len(present)]),
+                        tuple(sources[: len(present)])))
+    if not rows:  # every line blank
         raise InputError("file is empty", path=str(path))
+    return tuple(rows)
+
+
+def load_quotesum(path: str | Path) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A QuoteSum JSONL file (`read_quotesum`) as tables.
+
+    Returns
+      questions: [qid, question, dataset="quotesum", sources: list[str], titles: list[str]] — one row per
+                 qid (its first line), sources/titles are the non-empty source1.. in order (k = position + 1);
+      gold:      one row per reference: [qid, ref_id (unique_id), summary, covered_short_answers,
+                 sources_present: list[int] (the k with a non-empty source)].
+    """
+    q_rows: dict[str, dict] = {}
+    g_rows = []
+    for row in read_quotesum(path):
+        q_rows.setdefault(row.qid, {"qid": row.qid, "question": row.question, "dataset": "quotesum",
+                                    "sources": list(row.sources), "titles": list(row.titles)})
+        g_rows.append({"qid": row.qid, "ref_id": row.ref_id, "summary": row.summary,
+                       "covered_short_answers": row.covered_short_answers,
+                       "sources_present": list(range(1, len(row.sources) + 1))})
     questions = pl.DataFrame(list(q_rows.values()), schema={**schemas.QUESTIONS, "sources": pl.List(pl.String),
                                                            "titles": pl.List(pl.String)})
     return questions, pl.DataFrame(g_rows, schema=GOLD_SCHEMA)

@@ -98,8 +98,6 @@ def test_a_registered_dataset_runs_end_to_end_and_is_evaluated(toy, tmp_path):
 
 
 def test_quotesum_given_sources_are_numbered_once_for_runs_and_demos():
-    from clarify.batch.toc.demos import load_quotesum_demos
-
     cfg = config.load(None, {"dataset": "quotesum", "limit": 0})
     questions, gold = load_questions(cfg)
     assert questions.height == 91 and gold is not None
@@ -109,7 +107,7 @@ def test_quotesum_given_sources_are_numbered_once_for_runs_and_demos():
     assert [p.passage_id for p in given[first["qid"]]] == [f"{first['qid']}:s{k}"
                                                            for k in range(1, len(first["sources"]) + 1)]
     assert [(p.title, p.text) for p in given[first["qid"]]] == list(zip(first["titles"], first["sources"]))
-    demos = load_quotesum_demos()
+    demos = datasets.get("quotesum").demos()
     assert demos
     for demo in demos:  # a demo's sources are exactly that question's given sources in a QuoteSum run
         assert list(demo.sources) == given[demo.demo_id]
@@ -154,3 +152,102 @@ def test_limit_0_answers_every_asqa_question_outside_the_demo_pool(tmp_path):
     copy.write_bytes(Path(asqa.default_path()).read_bytes())
     other = {"limit": 0, "demo_pool": f"asqa:dev[0:]@{copy}"}
     assert _select(asqa, other, questions).height == 948
+
+
+# --- Demos: each dataset reads its demo pools with the reader of its questions and gold -------------------
+
+
+def _error(call) -> str:
+    with pytest.raises(InputError) as err:
+        call()
+    return str(err.value)
+
+
+_ASQA_OK = {"ambiguous_question": "Who won?", "annotations": [{"long_answer": "A won in 1990; B in 1994."}],
+            "qa_pairs": [{"question": "Who won in 1990?", "short_answers": ["A", "A team"]},
+                         {"question": "Who won in 1994?", "short_answers": ["B"]}]}
+
+
+@pytest.mark.parametrize("content, says", [
+    ('{"dev": {\n "q1": {,}\n}}', r"bad\.json:2: bad JSON"),
+    ({"dev": ["q1"]}, r"\(field 'dev'\): split 'dev' is a JSON list"),
+    ({"dev": {"q1": "Who won?"}}, r"\(field 'dev\.q1'\): an ASQA instance must be an object"),
+    ({"dev": {"q1": {k: v for k, v in _ASQA_OK.items() if k != "annotations"}}},
+     r"\(field 'dev\.q1'\): ASQA instance lacks 'annotations'"),
+    ({"dev": {"q1": {**_ASQA_OK, "qa_pairs": [{"question": "Who?", "short_answers": "A"}]}}},
+     r"\(field 'dev\.q1\.qa_pairs\[0\]'\): qa_pair without a short_answers list"),
+])
+def test_a_bad_asqa_file_is_one_error_for_gold_and_for_demos(tmp_path, content, says):
+    """The eval side (load_asqa), the dataset's demos and a run's demo pool read an ASQA file with one reader,
+    so a malformed instance is the same error whichever reads it first."""
+    import re
+
+    from clarify.batch.toc.demos import resolve_pool
+    from clarify.eval.asqa import load_asqa
+
+    path = tmp_path / "bad.json"
+    path.write_text(content if isinstance(content, str) else json.dumps(content), encoding="utf-8")
+    gold = _error(lambda: load_asqa(path))
+    assert re.search(says, gold) and gold.startswith(str(path)), gold
+    assert _error(lambda: datasets.get("asqa").demos(path=path)) == gold
+    pool = resolve_pool(config.load(None, {"demo_pool": f"asqa:dev@{path}"}))
+    assert _error(pool.demos) == gold
+
+
+def test_asqa_demos_are_the_official_demo_strings_and_a_slice_counts_every_instance(tmp_path):
+    """make_str_disambig (toc/utils.py:12-23, ambigQA=True): each answered qa_pair → its first short answer;
+    the first annotation's long answer. An instance with no answered pair makes no demo but keeps its place."""
+    unanswered = {**_ASQA_OK, "qa_pairs": [{"question": "Who won in 1990?", "short_answers": []}]}
+    path = tmp_path / "ASQA.json"
+    path.write_text(json.dumps({"dev": {"a": _ASQA_OK, "b": unanswered, "c": {**_ASQA_OK, "ambiguous_question": "C?"}}}))
+    asqa = datasets.get("asqa")
+    demos = asqa.demos(path=path)
+    assert [d.demo_id for d in demos] == ["a", "c"]
+    assert [(p.question, p.answers, p.da) for p in demos[0].pairs] == [
+        ("Who won in 1990?", ("A",), "A"), ("Who won in 1994?", ("B",), "B")]
+    assert (demos[0].question, demos[0].answer) == ("Who won?", "A won in 1990; B in 1994.")
+    assert [d.demo_id for d in asqa.demos(path=path, start=1)] == ["c"]  # "b" is instance 1, though no demo
+    assert asqa.demos(path=path, start=1, stop=2) == []
+    # the same instances are the eval side's questions, all three of them
+    from clarify.eval.asqa import load_asqa
+
+    assert load_asqa(path)[0]["qid"].to_list() == ["a", "b", "c"]
+
+
+def _quotesum_row(qid: str, n: int, **extra) -> str:
+    row = {"qid": qid, "question": f"{qid}?", "summary": "[ 1 one ] and [ 2 two ]", "unique_id": f"{qid}-r"}
+    row |= {f"source{k}": f"source {k} of {qid}" for k in range(1, n + 1)}
+    row |= {f"title{k}": f"T{k}" for k in range(1, n + 1)}
+    return json.dumps(row | extra)
+
+
+@pytest.mark.parametrize("lines, says", [
+    ([_quotesum_row("a", 2), "{not json"], r"q\.jsonl:2: bad JSON"),
+    ([_quotesum_row("a", 2, summary=None)], r"q\.jsonl:1 \(field 'summary'\): missing or non-string field"),
+    ([_quotesum_row("a", 2), _quotesum_row("b", 3, source2="")], r"q\.jsonl:2: sources must be numbered 1\.\.n"),
+])
+def test_a_bad_quotesum_file_is_one_error_for_gold_and_for_demos(tmp_path, lines, says):
+    import re
+
+    from clarify.eval.quotesum import load_quotesum
+
+    path = tmp_path / "q.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    gold = _error(lambda: load_quotesum(path))
+    assert re.search(says, gold), gold
+    assert _error(lambda: datasets.get("quotesum").demos(path=path)) == gold
+
+
+def test_quotesum_demos_read_as_many_sources_as_the_reader_declares(tmp_path, monkeypatch):
+    """Demos take a row's sources as `load_quotesum` does, up to eval/quotesum.py MAX_SOURCES (no second
+    count of their own): with a ninth source declared, a nine-source row is a nine-source demo."""
+    from clarify.eval import quotesum
+
+    path = tmp_path / "q.jsonl"
+    path.write_text("\n".join([_quotesum_row("one", 1), _quotesum_row("nine", 9)]) + "\n", encoding="utf-8")
+    monkeypatch.setattr(quotesum, "MAX_SOURCES", 9)
+    questions, _ = quotesum.load_quotesum(path)
+    given = datasets.get("quotesum").given_sources(questions)
+    demos = datasets.get("quotesum").demos(path=path)
+    assert [d.demo_id for d in demos] == ["nine"]  # a one-source question makes no demo
+    assert len(demos[0].sources) == 9 and list(demos[0].sources) == given["nine"]

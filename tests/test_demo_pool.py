@@ -20,7 +20,7 @@ from clarify.batch.cli import build_parser
 from clarify.batch.commands import _overrides
 from clarify.batch.pipeline import run
 from clarify.batch.resources import load_questions, open_resources, prepare
-from clarify.batch.toc.demos import KnnPool, load_asqa_demos, resolve_pool
+from clarify.batch.toc.demos import KnnPool, resolve_pool
 from clarify.batch.toc.tree import normalize
 from clarify.errors import InputError
 from clarify.eval import datasets
@@ -125,7 +125,7 @@ def test_the_documented_run_over_every_dev_question_runs_with_train_demos(asqa_f
     assert line == [f"demo pool asqa:train: 448 demos from the train split of {asqa_file}; limit 0: {N_DEV} "
                     f"questions"]
     calls = pl.read_parquet(out / "llm_calls.parquet").filter(pl.col("step") == "clarify")
-    train_q = {d.question for d in load_asqa_demos(asqa_file, split="train")}
+    train_q = {d.question for d in datasets.get("asqa").demos("train", path=asqa_file)}
     for prompt in calls["prompt"]:
         shown = [q for q in train_q if f"Question: {q}\n\nDisambiguations:\nDQ" in prompt]
         assert len(shown) == 5, prompt[:300]

@@ -104,7 +104,8 @@ def make_responder(verdict="hash", garbage=False, fanout=2):
 
 
 def _resources(engine, index=None):
-    from clarify.batch.toc.demos import KnnPool, load_asqa_demos, load_quotesum_demos
+    from clarify.batch.toc.demos import KnnPool
+    from clarify.eval import datasets
 
     index = index or FakeIndex()
     embed = index.encoder.encode
@@ -114,8 +115,8 @@ def _resources(engine, index=None):
     return Resources(
         engine=engine, searcher=index.searcher(), embed=embed,
         passages=lambda ids: {i: Passage(i, store[i]["title"], store[i]["text"]) for i in ids},
-        demos=KnnPool(load_asqa_demos(start=500, stop=560), embed, name="t-asqa", encoder_id="hash"),
-        quoted_demos=KnnPool(load_quotesum_demos(), embed, name="t-qs", encoder_id="hash"),
+        demos=KnnPool(datasets.get("asqa").demos(start=500, stop=560), embed, name="t-asqa", encoder_id="hash"),
+        quoted_demos=KnnPool(datasets.get("quotesum").demos(), embed, name="t-qs", encoder_id="hash"),
         rerank=index.scorer().score)
 
 

@@ -275,6 +275,18 @@ def test_a_train_split_that_is_a_list_is_named(tmp_path, capsys):
     assert f"{asqa} (field 'train'): split 'train' is a JSON list" in err and "dev[500:]" not in err
 
 
+def test_a_demo_pool_instance_unfit_for_a_demo_is_named_by_the_asqa_reader(tmp_path, capsys):
+    """A demo pool's file is read by the ASQA dataset's one reader (eval/asqa.py `read_asqa`): a train
+    instance without annotations is the error `clarify eval` would give for it, naming file and instance."""
+    asqa = tmp_path / "ASQA.json"
+    dev = json.loads((data_dir() / "asqa" / "dev.json").read_text(encoding="utf-8"))["dev"]
+    sid, inst = next(iter(dev.items()))
+    asqa.write_text(json.dumps({"train": {sid: {k: v for k, v in inst.items() if k != "annotations"}}}), encoding="utf-8")
+    err = one_line(capsys, ["run", "--demo-pool", f"asqa:train@{asqa}", "--limit", "1", "--out", str(tmp_path / "run")])
+    assert err.endswith(f"{asqa} (field 'train.{sid}'): ASQA instance lacks 'annotations'"), err
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_pool_spec_is_frozen_without_its_surrounding_spaces():
     from clarify.batch import config
     from clarify.batch.resources import prepare

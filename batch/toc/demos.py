@@ -13,28 +13,27 @@ run config's `demo_pool` names them (docs/running-toc.md#the-whole-asqa-dev-set)
 A run makes it concrete before anything is frozen (`resolve_pool`, batch/resources.py `prepare`): config.json
 records the pool used, inputs.json its file's sha256 and size. SEMQA demos come from QuoteSum dev, never
 the question being answered.
+
+The files are read by their datasets (eval/datasets `Dataset.demos`, with the reader their questions and gold
+are loaded with); this module only resolves the pool and picks from it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from clarify.batch.toc.parse import Disambiguation
-from clarify.batch.toc.prompts import Demo, QuotedDemo
 from clarify.batch.toc.tree import normalize
 from clarify.errors import InputError
 from clarify.eval import datasets
 from clarify.eval.datasets.asqa import AUTO, SHIPPED_POOL, TRAIN_POOL, parse_pool_spec
-from clarify.eval.datasets.quotesum import numbered_sources
+from clarify.fewshot import Demo
 from clarify.files import home, write_npy
 
 Embed = Callable[[list[str]], np.ndarray]
@@ -82,68 +81,6 @@ class KnnPool:
         return out
 
 
-
-
-def _demo(sample_id: str, ex: dict) -> Demo | None:
-    """One ASQA instance as a clarification demo: each qa_pair with a short answer → DQ with its first short
-    answer (toc/utils.py:12-23 make_str_disambig, ambigQA=True), the first annotation's long answer; None
-    when it has no such pair or no annotation."""
-    pairs = tuple(Disambiguation(p["question"], (p["short_answers"][0],))
-                  for p in ex["qa_pairs"] if p.get("short_answers"))
-    if pairs and ex.get("annotations"):
-        return Demo(sample_id, ex["ambiguous_question"], pairs, ex["annotations"][0]["long_answer"])
-    return None
-
-
-@lru_cache(maxsize=4)
-def _file_demos(path: str, stamp: tuple[int, int]) -> dict[str, tuple[Demo | None, ...]]:
-    """Every split of an official-layout ASQA file as demos in file order (None where an instance makes no
-    demo), read once per file version (`stamp`: mtime and size)."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read ASQA demos: {exc}", path=path) from exc
-    if not isinstance(data, dict):
-        raise InputError("not an ASQA file in the official layout ({split: {sample_id: {...}}})", path=path)
-    out = {}
-    for split, rows in data.items():
-        if not isinstance(rows, dict):
-            if split in ("train", "dev"):  # a split a pool spec names: never skipped in silence
-                raise InputError(f"split '{split}' is a JSON {type(rows).__name__}, not an object of sample_id -> "
-                                 f"instance (the official ASQA layout)", path=path, field=split)
-            continue
-        demos = []
-        for sample_id, ex in rows.items():
-            try:
-                demos.append(_demo(str(sample_id), ex))
-            except (KeyError, TypeError, IndexError, AttributeError) as exc:
-                raise InputError(f"an ASQA instance unfit for a demo ({exc!r})", path=path,
-                                 field=f"{split}.{sample_id}") from exc
-        out[split] = tuple(demos)
-    return out
-
-
-def asqa_splits(path: str | Path) -> dict[str, tuple[Demo | None, ...]]:
-    """split → its instances as demos (`_file_demos`), for the file as it is now."""
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise InputError(f"cannot read ASQA demos: {exc.strerror or exc}", path=str(path)) from exc
-    return _file_demos(str(Path(path).resolve()), (st.st_mtime_ns, st.st_size))
-
-
-def load_asqa_demos(path: Path | None = None, start: int = 0, stop: int | None = None, *,
-                    split: str = "dev") -> list[Demo]:
-    """`split`[start:stop] of an official-layout ASQA file (default: the shipped dev set) as clarification
-    demos (`_demo`); a slice counts every instance of the file, demo or not."""
-    path = path or datasets.get("asqa").default_path()
-    splits = asqa_splits(path)
-    if split not in splits:
-        raise InputError(f"no split '{split}' in the ASQA file (top level: {list(splits)[:5]})", path=str(path),
-                         field="demo_pool")
-    return [d for d in splits[split][start:stop] if d is not None]
-
-
 @dataclass(frozen=True)
 class Pool:
     """A run's concrete clarification demo pool (`resolve_pool`)."""
@@ -157,7 +94,8 @@ class Pool:
     fallback: str = ""  # why "auto" did not take a train split
 
     def demos(self) -> list[Demo]:
-        return load_asqa_demos(self.path, self.start, self.stop, split=self.split)
+        """The pool's demos, read by the ASQA dataset (eval/datasets/asqa.py `ASQA.demos`)."""
+        return datasets.get("asqa").demos(self.split, path=self.path, start=self.start, stop=self.stop)
 
     def identity(self) -> dict[str, Any]:
         """What inputs.json pins (batch/rundir.py input_changes compares the sha256)."""
@@ -179,7 +117,7 @@ def resolve_pool(cfg: Any) -> Pool:
     own = datasets.get(cfg.dataset).demo_file(cfg.questions_file())
     spec, fallback = cfg.demo_pool.strip(), ""  # config.json records the spec as parsed, not as typed
     if spec == AUTO:
-        if own is not None and "train" in asqa_splits(own):
+        if own is not None and "train" in datasets.get("asqa").splits(own):
             spec = TRAIN_POOL
         else:
             spec = SHIPPED_POOL
@@ -192,24 +130,3 @@ def resolve_pool(cfg: Any) -> Pool:
         raise InputError(f"the demo pool {spec!r} names an ASQA file: {why}", path=str(path), field="demo_pool")
     same = own is not None and parsed.split == "dev" and Path(path).resolve() == Path(own).resolve()
     return Pool(spec, parsed.split, parsed.start, parsed.stop, Path(path), same, fallback)
-
-
-def load_quotesum_demos(path: Path | None = None) -> list[QuotedDemo]:
-    """QuoteSum dev rows (one per qid: the first) as SEMQA demos. Only rows whose non-empty sources are
-    numbered 1..K without gaps are used, so the `[k span]` markers keep pointing at the right source;
-    their ids are those of a QuoteSum run's given sources (eval/datasets/quotesum.py `numbered_sources`)."""
-    demos, seen = [], set()
-    path = path or datasets.get("quotesum").default_path()
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            row = json.loads(line)
-            if row["qid"] in seen:
-                continue
-            srcs = [(row.get(f"title{k}", ""), row.get(f"source{k}", "")) for k in range(1, 9)]
-            n = sum(1 for _, s in srcs if s)
-            if n < 2 or any(not s for _, s in srcs[:n]):
-                continue
-            seen.add(row["qid"])
-            sources = tuple(numbered_sources(row["qid"], [t for t, _ in srcs[:n]], [s for _, s in srcs[:n]]))
-            demos.append(QuotedDemo(row["qid"], row["question"], sources, row["summary"]))
-    return demos

@@ -8,9 +8,9 @@ The wording is ours.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from clarify.batch.toc.parse import Disambiguation
+from clarify.fewshot import Demo, QAPair, QuotedDemo
 from clarify.schemas import Passage
 
 SEP = "\n\n---\n\n"
@@ -58,27 +58,7 @@ VERIFY_INSTRUCTIONS = (
 )
 
 
-@dataclass(frozen=True)
-class Demo:
-    """A clarification demo: question → DQ/DA pairs → long answer (demos carry no context)."""
-
-    demo_id: str
-    question: str
-    pairs: tuple[Disambiguation, ...]
-    answer: str
-
-
-@dataclass(frozen=True)
-class QuotedDemo:
-    """A SEMQA demo: numbered sources, question, answer with `[k span]` markers."""
-
-    demo_id: str
-    question: str
-    sources: tuple[Passage, ...]
-    answer: str
-
-
-def format_pairs(pairs: Sequence[Disambiguation]) -> str:
+def format_pairs(pairs: Sequence[Disambiguation | QAPair]) -> str:
     """`DQ i:` / `DA i:` lines; each DA is the whole string as written (toc/utils.py:12-22 make_str_disambig:
     a demo's first short answer, a tree node's `disambig['answer']`)."""
     lines = []

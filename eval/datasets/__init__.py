@@ -10,6 +10,9 @@ What an adapter answers (`Dataset`, the defaults below fit a searched dataset wi
 - `select(cfg, questions, pool)`: the questions a run answers, offset/limit applied (ASQA: not the demo pool's);
 - `demo_file(path)`: the official-layout ASQA file its clarification demos come from (ASQA: its own file;
   others: None, the shipped ASQA dev set; batch/toc/demos.py `resolve_pool`);
+- `splits(path)`: the splits a file holds (ASQA: its top-level keys; one file per split: ("dev",));
+- `demos(split, path=, start=, stop=)`: its few-shot demos (fewshot.py records), read by the reader of `load`
+  (ASQA: clarification demos, `Demo`; QuoteSum: SEMQA demos, `QuotedDemo`); batch/toc/demos.py picks them;
 - `given_sources(questions)`: qid → the question's own numbered passages (QuoteSum), else {};
 - `builds_trees`: False when a run answers from the given sources, with no index search and no tree;
 - `quoted_gold`: its gold answers are SEMQA quoted answers (a run then loads the SEMQA demos);
@@ -19,7 +22,8 @@ What an adapter answers (`Dataset`, the defaults below fit a searched dataset wi
 
 Adding a dataset (e.g. AmbigQA), one new module and nothing else:
 1. write `clarify/eval/datasets/ambigqa.py` with a `Dataset` subclass: `name`, `default_file` (ship the file
-   under `data/` with a SOURCE.md), `load`, and `score`/`summarize` if it has gold (override what else differs);
+   under `data/` with a SOURCE.md), `load`, `score`/`summarize` if it has gold, `demos` if its file gives few-shot
+   demos (read with `load`'s reader; override what else differs);
 2. end the module with `register(AmbigQA())`;
 3. add its module name to `BUILTIN` below so it is imported with the registry (a dataset outside the
    package registers itself the same way once its module is imported).
@@ -38,6 +42,7 @@ from clarify.errors import InputError
 if TYPE_CHECKING:
     import polars as pl
 
+    from clarify.fewshot import Demo, QuotedDemo
     from clarify.schemas import Passage
 
 
@@ -71,6 +76,16 @@ class Dataset:
         """The official-layout ASQA file the clarification demo pool reads when `demo_pool` names none, given
         the run's questions file `path`; None: the shipped ASQA dev set."""
         return None
+
+    def splits(self, path: str | Path) -> tuple[str, ...]:
+        """The splits `path` holds, as `load` and `demos` name them; one file per split: ("dev",)."""
+        return ("dev",)
+
+    def demos(self, split: str = "dev", *, path: str | Path | None = None, start: int = 0,
+              stop: int | None = None) -> list[Demo] | list[QuotedDemo]:
+        """Few-shot demos from instances start..stop-1 of `split` of `path` (default: the shipped file), in file
+        order, read by the same reader as `load`; a slice counts every instance, demo or not."""
+        raise InputError(f"dataset '{self.name}' has no few-shot demos", field="demo_pool")
 
     def given_sources(self, questions: pl.DataFrame) -> dict[str, list[Passage]]:
         """qid → the question's own passages, for datasets that come with them; {} for searched ones."""

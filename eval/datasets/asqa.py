@@ -1,9 +1,10 @@
 """ASQA (Stelmakh et al. 2022): ambiguous questions searched in the index, long answers scored by the
 official ASQA metrics (eval/asqa.py) plus ToC's Answer-F1 over the tree's nodes.
 
-The few-shot clarification demos come from the same file (batch/toc/demos.py): its train split when it has one,
-as the official code (run_toc.py:23-41, :191), else dev questions 500..947 (the shipped file has no train
-split: data/asqa/SOURCE.md), which a run then does not answer (`select`).
+The few-shot clarification demos come from the same file, read by the same reader (`demos`; batch/toc/demos.py
+picks them per prompt): its train split when it has one, as the official code (run_toc.py:23-41, :191), else dev
+questions 500..947 (the shipped file has no train split: data/asqa/SOURCE.md), which a run then does not answer
+(`select`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from clarify.errors import InputError
 from clarify.eval.datasets import Dataset, register
+from clarify.fewshot import Demo, QAPair
 
 # `demo_pool` specs (batch/toc/demos.py resolves one into the run's concrete pool;
 # docs/running-toc.md#the-whole-asqa-dev-set). They live with the ASQA adapter: a spec names a split and slice of an ASQA file.
@@ -65,6 +67,25 @@ class ASQA(Dataset):
 
     def demo_file(self, path):
         return path
+
+    def splits(self, path):
+        from clarify.eval.asqa import asqa_splits
+
+        return asqa_splits(path)
+
+    def demos(self, split: str = "dev", *, path=None, start: int = 0, stop: int | None = None) -> list[Demo]:
+        """Instances start..stop-1 of `split` (`read_asqa`, the reader of `load`) as clarification demos, as the
+        official code makes them (toc/utils.py:12-23 make_str_disambig, ambigQA=True): each qa_pair with a
+        question and a short answer → a DQ with its first short answer, and the first annotation's long answer;
+        an instance with no such pair or no annotation makes no demo, but counts in the slice."""
+        from clarify.eval.asqa import read_asqa
+
+        demos = []
+        for inst in read_asqa(path or self.default_path(), split)[start:stop]:
+            pairs = tuple(QAPair(p.question, p.answers[:1]) for p in inst.qa_pairs if p.question and p.answers)
+            if pairs and inst.long_answers:
+                demos.append(Demo(inst.sample_id, inst.question, pairs, inst.long_answers[0]))
+        return demos
 
     def select(self, cfg: Any, questions, pool):
         """offset..offset+limit-1 outside a demo pool drawn from these same questions (a dev slice of this

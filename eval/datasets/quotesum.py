@@ -3,7 +3,7 @@ with `[ k span ]` quotes from them; no index search and no tree (docs/architectu
 QuoteSum metrics (eval/quotesum.py).
 
 `numbered_sources` is the one place a source's passage id `qid:s{k}` is made (a run's given sources,
-and the SEMQA demos of batch/toc/demos.py).
+and the SEMQA demos of `QuoteSum.demos`, which batch/toc/demos.py picks per prompt).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from clarify.eval.datasets import Dataset, register
+from clarify.fewshot import QuotedDemo
 from clarify.schemas import Passage
 
 
@@ -32,6 +33,23 @@ class QuoteSum(Dataset):
         from clarify.eval.quotesum import load_quotesum
 
         return load_quotesum(Path(path))
+
+    def demos(self, split: str = "dev", *, path=None, start: int = 0, stop: int | None = None) -> list[QuotedDemo]:
+        """Questions start..stop-1 of the file (`read_quotesum`, the reader of `load`; one file per split, so
+        `split` is not used) as SEMQA demos: each question's first line with at least two sources, its sources
+        numbered as a run's given sources (`numbered_sources`) so that the reference's `[ k span ]` markers
+        point at them."""
+        from clarify.eval.quotesum import read_quotesum
+
+        rows = read_quotesum(path or self.default_path())
+        wanted = set(list(dict.fromkeys(r.qid for r in rows))[start:stop])
+        demos, seen = [], set()
+        for r in rows:
+            if r.qid in wanted and r.qid not in seen and len(r.sources) >= 2:
+                seen.add(r.qid)
+                demos.append(QuotedDemo(r.qid, r.question, tuple(numbered_sources(r.qid, r.titles, r.sources)),
+                                        r.summary))
+        return demos
 
     def given_sources(self, questions) -> dict[str, list[Passage]]:
         return {row["qid"]: numbered_sources(row["qid"], row["titles"], row["sources"])
