@@ -200,7 +200,8 @@ def _json(raw: bytes) -> Any:
         raise BadReply(f"{what} ({getattr(exc, 'msg', exc)}, character {pos}), beginning {text[:60]!r}") from None
 
 
-def served_models(base_url: str, api_key_env: str = "", timeout_s: float = 10.0) -> list[str]:
+def served_models(base_url: str, api_key_env: str = ClientOptions.api_key_env,
+                  timeout_s: float = ClientOptions.check_timeout_s) -> list[str]:
     """The model ids the server at `base_url` serves (`GET /v1/models`, all of it within `timeout_s`);
     InputError, in one line, when it does not answer or is not an OpenAI-compatible server."""
     import httpx

@@ -125,7 +125,12 @@ def test_each_engine_and_client_default_is_declared_once():
     import inspect
 
     from clarify.batch.config import ModelConfig
-    from clarify.local_llm.openai_engine import ClientOptions, OpenAIEngine, resolve_served_model
+    from clarify.local_llm.openai_engine import (
+        ClientOptions,
+        OpenAIEngine,
+        resolve_served_model,
+        served_models,
+    )
     from clarify.local_llm.settings import CHAT_TEMPLATES, EngineOptions
     from clarify.local_llm.vllm_engine import VLLMEngine, get_engine, prompts_over_context
 
@@ -145,7 +150,8 @@ def test_each_engine_and_client_default_is_declared_once():
         seen = {"[model]": getattr(run, f.name)} | ({"OpenAIEngine": served[f.name]} if f.name in served else {})
         assert seen == dict.fromkeys(seen, getattr(client, f.name)), f.name
     assert len(served.keys() & {f.name for f in dataclasses.fields(ClientOptions)}) == 7  # all but base_url
-    assert keywords(resolve_served_model)["timeout_s"] == client.check_timeout_s
+    for check in (resolve_served_model, served_models):  # the start-up check's own deadline
+        assert keywords(check)["timeout_s"] == client.check_timeout_s, check.__name__
     for name in ("kv_cache_gib", "seed", "enable_prefix_caching", "ray_worker"):  # the engine's own, beyond [model]
         assert vllm[name] == getattr(ask, name), name
 
