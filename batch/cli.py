@@ -96,10 +96,6 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         getattr(mod, func)(sub)
-    if "generate" in sub.choices:  # `clarify generate` opens an engine with [model]'s declared defaults
-        from clarify.batch.config import ModelConfig
-
-        sub.choices["generate"].set_defaults(model_defaults=ModelConfig)
     _add_verbose(parser, top=True)
     return parser
 

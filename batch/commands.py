@@ -9,34 +9,35 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from clarify.batch import config
 from clarify.batch.config import (
     ANSWER_STYLES,
     CALLS_PER_QUESTION,
     CONSTRAINED_CALLS_PER_QUESTION,
     CONSTRAINED_TOKENS_PER_QUESTION,
     PART_TREES,
-    SCHEDULERS,
     TOKENS_PER_QUESTION,
+    RunConfig,
 )
-from clarify.eval import datasets
+from clarify.options import add_flag, toml_value
 
-RUN_EPILOG = """\
+RUN_EPILOG = f"""\
 examples:
   clarify run --dataset asqa --limit 50 --out runs/asqa50
   clarify run --dataset asqa --limit 50 --out runs/asqa50-gemma --model gemma3-270m
   clarify run --dataset asqa --questions ASQA.json --limit 0 --out runs/asqa-dev   all dev, train demos
   clarify run --dataset quotesum --out runs/qs                  answer from QuoteSum's own sources
-  clarify run --dataset jsonl --questions my.jsonl --out runs/mine   JSONL lines {"qid": ..., "question": ...}
+  clarify run --dataset jsonl --questions my.jsonl --out runs/mine   JSONL lines {{"qid": ..., "question": ...}}
   clarify run --config batch/previous.toml --dataset asqa --limit 20 --out runs/prev
   clarify run --dataset asqa --limit 0 --workers 8 --out runs/asqa-all     8 engines on Ray (8 GPUs)
   clarify run --dataset asqa --limit 0 --ray-address auto --out runs/asqa-all   every GPU of a Ray cluster
 
 defaults: the paper's settings (batch/config.py; docs/fidelity.md), the
-embedded model smollm2-135m-instruct and the embedded Wikipedia index in $CLARIFY_HOME.
+embedded model {RunConfig().model.model} and the embedded Wikipedia index in $CLARIFY_HOME.
 
-scheduler: continuous (default: vLLM's step loop, every tree advances the moment its own request returns),
-waves (all trees in lockstep, one generate per wave) or sequential (one question at a time, as the official
-code); all three give identical tables, so a run may be resumed under another. With --workers or
+scheduler (default {toml_value(RunConfig().scheduler)}): continuous (vLLM's step loop, every tree advances the moment its
+own request returns), waves (all trees in lockstep, one generate per wave) or sequential (one question at a
+time, as the official code); all three give identical tables, so a run may be resumed under another. With --workers or
 --ray-address, chunks of questions go to Ray workers (one engine each) and come back as parts; the tables
 are the same as one process's (docs/scale.md#running-on-a-cluster).
 
@@ -140,78 +141,35 @@ def _run_logs(args: argparse.Namespace) -> Path | None:
     return RunDir(args.out).logs_dir
 
 
+CLUSTER_GROUP = "cluster (Ray; docs/scale.md#running-on-a-cluster; never changes results)"
+
+
 def _run_args(p: argparse.ArgumentParser, *, with_model: bool = True) -> None:
+    """The flags that set run settings, generated from the settings' declarations (batch/config.py `flagged`:
+    name, help, metavar; the default in the help is the field's), and the two that set none."""
     p.add_argument("--config", help="TOML config file, or a run's frozen config.json (flags override it); default: the "
                                     "paper's settings")
-    p.add_argument("--dataset", choices=datasets.names(), help="question set (default: asqa)")
-    p.add_argument("--questions", help="questions file (JSONL {qid, question} for --dataset jsonl; for asqa "
-                                       "an official-layout ASQA.json, whose train split is then the demo pool; "
-                                       "for asqa and quotesum the default is the shipped dev set)")
-    p.add_argument("--limit", type=int, help="answer N questions (default 20; 0 = all: for asqa every dev question, "
-                                             "or with the shipped dev-only file every one outside the demo pool "
-                                             "dev 500-947)")
-    p.add_argument("--demo-pool", metavar="SPEC",
-                   help="few-shot clarification demos: asqa:train, asqa:dev[500:], either with @FILE "
-                        "(default auto: the ASQA file's train split if it has one, else asqa:dev[500:])")
-    p.add_argument("--offset", type=int, help="skip the first N questions (default 0)")
-    p.add_argument("--index", help="index directory (default: the embedded Wikipedia index)")
-    p.add_argument("--cross-encoder", metavar="DIR",
-                   help="local sentence-transformers CrossEncoder directory reranking the retrieved passages "
-                        "([retrieval] cross_encoder; default: none, the dense encoder's cosine)")
-    p.add_argument("--faiss-index", metavar="DIR",
-                   help="a Pyserini FAISS directory (files index + docid) to search with --index, e.g. a prebuilt "
-                        "DPR index ([retrieval] faiss_index; default: the index's own dense part)")
-    p.add_argument("--encoder", metavar="DIR",
-                   help="the query encoder of --faiss-index: a sentence-transformers folder or a Hugging Face "
-                        "DPRQuestionEncoder folder ([retrieval] encoder; default: the index's own)")
-    p.add_argument("--nprobe", type=int, metavar="N", help="IVF lists searched per query ([retrieval] nprobe; "
-                                                           "default: the index's)")
-    p.add_argument("--ef-search", type=int, metavar="N", help="HNSW efSearch ([retrieval] ef_search; default: "
-                                                              "the index's)")
-    if with_model:
-        p.add_argument("--model", help="model directory or embedded model name (default: smollm2-135m-instruct)")
-    p.add_argument("--answer-style", choices=ANSWER_STYLES,
-                   help="free: the official long answer; quoted: SEMQA [k span] answers (default: quoted)")
-    p.add_argument("--seed", type=int, help="sampling seed of the run (default 0)")
-    p.add_argument("--no-verify", action="store_true", help="switch off self-verification pruning")
-    p.add_argument("--constrain-format", action="store_true",
-                   help="decode clarifications under a grammar of the DQ/DA format ([toc] constrain_format; "
-                        "default off, the official free decoding)")
-    p.add_argument("--constrain-quotes", action="store_true",
-                   help="decode quoted answers so every [k span] is a run of source k's words ([answer] "
-                        "constrain_quotes; default off)")
+    cluster = p.add_argument_group(CLUSTER_GROUP)
+    for key, f in config.flagged():
+        if key == "model.model" and not with_model:  # compare: each model's own (--models)
+            continue
+        add_flag(cluster if key.startswith("cluster.") else p, f, key, choices=config.choices_of(key))
     p.add_argument("--no-progress", action="store_true", help="no progress display")
-    p.add_argument("--batch-invariant", action="store_true",
-                   help="results that do not depend on the batch: vLLM's batch-invariant mode on CUDA (compute "
-                        "capability >= 8.0), float32 on CPU ([model] batch_invariant; default off)")
-    p.add_argument("--scheduler", choices=SCHEDULERS,
-                   help="how trees are driven; never changes results (default: continuous)")
-    g = p.add_argument_group("cluster (Ray; docs/scale.md#running-on-a-cluster; never changes results)")
-    g.add_argument("--workers", type=int, metavar="N",
-                   help="run the trees on N Ray workers, one engine each (a GPU, a tensor-parallel group, or CPU "
-                        "cores); default 0: in this process")
-    g.add_argument("--ray-address", metavar="ADDR",
-                   help="join a running Ray cluster ('auto', or HOST:PORT of `ray start --head`) instead of "
-                        "starting a local one; --workers defaults to its GPUs / tensor_parallel_size")
-    g.add_argument("--chunk-questions", type=int, metavar="N",
-                   help="questions handed to a worker at a time; each finished chunk is one part (default 64)")
-
-
-# store_true flags -> the setting each sets when given
-SWITCH_FLAGS = {"no_verify": ("toc.verify", False), "batch_invariant": ("model.batch_invariant", True),
-                "constrain_format": ("toc.constrain_format", True), "constrain_quotes": ("answer.constrain_quotes", True)}
 
 
 def _overrides(args: argparse.Namespace) -> dict:
-    o = {"dataset": args.dataset, "questions": args.questions, "limit": args.limit, "offset": args.offset,
-         "index": args.index, "answer_style": args.answer_style, "seed": args.seed, "demo_pool": args.demo_pool,
-         "retrieval.cross_encoder": args.cross_encoder, "retrieval.faiss_index": args.faiss_index,
-         "retrieval.encoder": args.encoder, "retrieval.nprobe": args.nprobe, "retrieval.ef_search": args.ef_search,
-         "model.model": getattr(args, "model", None), "scheduler": args.scheduler,
-         "cluster.workers": args.workers, "cluster.ray_address": args.ray_address,
-         "cluster.chunk_questions": args.chunk_questions}
-    o.update({key: value for flag, (key, value) in SWITCH_FLAGS.items() if getattr(args, flag)})
+    """The settings the flags give (config key -> value; None: the flag was not given): a value flag's value,
+    a switch's declared value when it is on."""
+    o = {}
+    for key, f in config.flagged():
+        value = getattr(args, flag_dest(f), None)
+        o[key] = (f.metadata["switch"] if value else None) if f.metadata["switch"] is not None else value
     return o
+
+
+def flag_dest(f) -> str:
+    """The argparse attribute of a setting's flag (`--no-verify` -> no_verify)."""
+    return f.metadata["flag"].removeprefix("--").replace("-", "_")
 
 
 def print_summary(summary: dict, out=None) -> None:
@@ -253,7 +211,6 @@ def print_summary(summary: dict, out=None) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from clarify.batch import config
     from clarify.batch.pipeline import run
 
     cfg = config.load(args.config, _overrides(args))
@@ -382,7 +339,6 @@ def probe_speed(engine, *, grammar: str | None = None, prompt_tokens: int = TOC_
 def cmd_demo(args: argparse.Namespace) -> int:
     """Build the embedded index if absent, run ToC over ASQA dev questions, score, show one answer."""
     from clarify import console
-    from clarify.batch import config
     from clarify.batch.pipeline import run
     from clarify.batch.resources import engine_for
     from clarify.batch.rundir import RunDir
@@ -449,7 +405,7 @@ def estimate_words(expected_s: float | None, toc_s: float | None) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from clarify.batch import config, models_file
+    from clarify.batch import models_file
     from clarify.batch.compare import compare
 
     cfg = config.load(args.config, _overrides(args))  # the TOML and the flags, resolved once for every model

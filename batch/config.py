@@ -28,7 +28,8 @@ from clarify.eval import datasets
 from clarify.eval.datasets.asqa import pool_spec_problem
 from clarify.index.store import SEARCHER_KINDS
 from clarify.local_llm import backends
-from clarify.local_llm.settings import DEFAULT_MAX_MODEL_LEN, DTYPES, QUANTIZATIONS
+from clarify.local_llm.settings import CHAT_TEMPLATES, DTYPES, QUANTIZATIONS
+from clarify.options import setting, toml_value
 
 # What a ToC question costs the engine (prompt + output tokens actually computed: identical re-expansion
 # prompts are answered once under the official default) on the embedded model and defaults: ~4,400
@@ -47,7 +48,6 @@ CALLS_PER_QUESTION, CONSTRAINED_CALLS_PER_QUESTION = 7, 16
 PART_TREES = 64  # finished trees per checkpoint part (batch/rundir.py), unless a minute passes first
 
 ANSWER_STYLES = ("free", "quoted")
-CHAT_TEMPLATE = ("auto", "on", "off")  # [model] chat_template
 
 
 class Scheduler(StrEnum):
@@ -87,16 +87,21 @@ class RetrievalConfig:
     # A local sentence-transformers CrossEncoder directory reranking the fused candidates and every node's
     # pool (run_toc.py:164 dsp's cross-encoder); empty: the dense encoder's cosine
     # (docs/retrieval.md#searchers-and-the-reranker). It changes every ranking, so it is part of the frozen config.
-    cross_encoder: str = ""
+    cross_encoder: str = setting("", help="local sentence-transformers CrossEncoder directory reranking the retrieved "
+                                          "passages; empty: the dense encoder's cosine", flag="--cross-encoder",
+                                 metavar="DIR")
     # Attached to `index` (a clarify index or a prebuilt Pyserini Lucene index) from elsewhere (docs/retrieval.md):
     # a Pyserini FAISS directory (`index` + `docid`) and the query encoder that goes with it (a
     # sentence-transformers folder, or a Hugging Face DPRQuestionEncoder folder as for Pyserini's DPR
     # indexes). Empty: the index's own dense part and encoder (none for a prebuilt Lucene index: BM25 only).
-    faiss_index: str = ""
-    encoder: str = ""
-    # FAISS search parameters (0: those stored in the index file): IVF lists probed, HNSW efSearch
-    nprobe: int = 0
-    ef_search: int = 0
+    faiss_index: str = setting("", help="a Pyserini FAISS directory (files index + docid) to search with --index, "
+                                        "e.g. a prebuilt DPR index; empty: the index's own dense part",
+                               flag="--faiss-index", metavar="DIR")
+    encoder: str = setting("", help="the query encoder of --faiss-index: a sentence-transformers folder or a Hugging "
+                                    "Face DPRQuestionEncoder folder; empty: the index's own", flag="--encoder",
+                           metavar="DIR")
+    nprobe: int = setting(0, help="IVF lists searched per query; 0: the index's", flag="--nprobe", metavar="N")
+    ef_search: int = setting(0, help="HNSW efSearch; 0: the index's", flag="--ef-search", metavar="N")
 
     def __post_init__(self) -> None:
         _raise(_problems_of(self, "retrieval"), "config")
@@ -109,7 +114,8 @@ class TocConfig:
     max_expansions: int = 15  # `n_expansions <= 15` in run_toc.py
     max_restarts: int = 3  # --max_trials
     undo_pruning_after: int = 10  # run_toc.py: pruning is switched off after 10 fruitless expansions
-    verify: bool = True  # self-verification pruning (--verify)
+    verify: bool = setting(True, help="self-verification pruning (run_toc.py --verify); the flag switches it off",
+                           flag="--no-verify", switch=False)
     n_demos: int = 5  # --n_shot
     temperature: float = 0.7  # --temperature (clarification)
     clarify_max_tokens: int = 256
@@ -149,7 +155,8 @@ class TocConfig:
     parsing: str = "clarify"
     # True: each clarification is decoded under a grammar of the official DQ/DA format, so it parses
     # (batch/toc/constraints.py format_grammar; docs/running-toc.md). False: free decoding, as the official code.
-    constrain_format: bool = False
+    constrain_format: bool = setting(False, help="decode clarifications under a grammar of the DQ/DA format; off: "
+                                                 "the official free decoding", flag="--constrain-format", switch=True)
 
     def __post_init__(self) -> None:
         _raise(_problems_of(self, "toc"), "config")
@@ -162,51 +169,23 @@ class AnswerConfig:
     # True: in the quoted style, the text of each `[k ...]` marker is decoded under a grammar that only
     # allows runs of source k's words, so every quote is verbatim by construction
     # (batch/toc/constraints.py quotes_grammar; docs/running-toc.md). False: free decoding, the checker repairs or unmarks.
-    constrain_quotes: bool = False
+    constrain_quotes: bool = setting(False, help="decode quoted answers so every [k span] is a run of source k's "
+                                                 "words", flag="--constrain-quotes", switch=True)
 
     def __post_init__(self) -> None:
         _raise(_problems_of(self, "answer"), "config")
 
 
 @dataclass(frozen=True)
-class ModelConfig:
-    model: str = "smollm2-135m-instruct"
-    max_model_len: int = DEFAULT_MAX_MODEL_LEN  # the engine's default (local_llm/settings.py)
-    gpu_memory_utilization: float = 0.85
-    tensor_parallel_size: int = 1
-    stop: tuple[str, ...] = ()  # extra stop strings (base models without a chat template)
-    # "auto": bfloat16 where the CPU computes it natively, float32 otherwise, the model's own on CUDA
-    # (local_llm/hardware.py). The dtype really run is recorded in summary.json and every cache key.
-    dtype: str = "auto"
-    # Results that do not depend on the batch (docs/engines.md#batch-invariance): vLLM's batch-invariant mode on
-    # CUDA (compute capability >= 8.0), float32 on CPU. Part of the model identity, hence every cache key.
-    batch_invariant: bool = False
-    # Sequences the engine runs at once; 0: the settings table's value for the device (local_llm/settings.py:
-    # vLLM's 256 on CPU, 512 on a GPU). The scheduler admits as many trees' requests (VLLMEngine.capacity).
-    max_num_seqs: int = 0
-    # Which engine (local_llm/backends.py): "vllm" starts vLLM in this process; "openai" talks to a running
-    # OpenAI-compatible server at base_url (`model` is then the name it serves; empty: its only model).
-    backend: str = "vllm"
-    base_url: str = ""  # e.g. http://127.0.0.1:8000/v1
-    api_key_env: str = ""  # the NAME of an environment variable holding the server's API key (never the key)
-    endpoint: str = "chat"  # openai: "chat" (the server applies the chat template) or "completions" (raw text)
-    max_concurrency: int = 64  # openai: requests in flight at once
-    # openai: one request's TOTAL time limit — connecting, waiting and the whole reply (a server that trickles
-    # its reply a byte at a time is cut off); then it is retried like a 5xx
-    request_timeout_s: float = 600.0
-    max_retries: int = 6  # openai: retries of a request on 429/5xx/timeouts (backoff 1, 2, 4 ... s)
-    # "": vLLM reads a quantized folder's own `quantization_config` (AWQ, GPTQ); "fp8": weights quantized
-    # on the fly (>= sm_89). CUDA only: the settings table's quantization row (local_llm/settings.py).
-    quantization: str = ""
-    # "auto": the chat template when the model folder has one; "off": raw text prompts even for a chat
-    # model; "on": required (a folder without one is refused). Part of the model identity (cache keys).
-    chat_template: str = "auto"
-    # openai: the total time limit of the start-up check (GET /v1/models) and of a token count (POST /tokenize)
-    check_timeout_s: float = 10.0
-    # openai: the longest reply accepted, in UTF-8 bytes of text per requested token (max_tokens); a longer
-    # one is refused before it is read to the end, and never cached. Generous: the longest tokens of common
-    # vocabularies (runs of spaces or dashes) are far shorter than 128 bytes.
-    reply_bytes_per_token: int = 128
+class ModelConfig(backends.Options):
+    """The `[model]` table: the engine's options (local_llm/settings.py EngineOptions) and the openai client's
+    (local_llm/openai_engine.py ClientOptions), declared there with their defaults, and the run's own two.
+    One flat table, so config.json keeps the keys it always had."""
+
+    stop: tuple[str, ...] = setting((), help="extra stop strings (base models without a chat template)")
+    backend: str = setting("vllm", help="which engine (local_llm/backends.py): \"vllm\" starts vLLM in this "
+                                        "process; \"openai\" talks to a running OpenAI-compatible server at "
+                                        "base_url (`model` is then the name it serves; empty: its only model)")
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, list):
@@ -218,9 +197,14 @@ class ModelConfig:
 class ClusterConfig:
     """Ray scale-out (batch/cluster.py, docs/scale.md#running-on-a-cluster); never changes results."""
 
-    workers: int = 0  # 0: trees run in this process; N: N Ray workers, one engine each
-    ray_address: str = ""  # "": a local Ray cluster for this run; "auto" or HOST:PORT: join a running one
-    chunk_questions: int = 64  # questions handed to a worker at a time (each finished chunk is one part)
+    workers: int = setting(0, help="run the trees on N Ray workers, one engine each (a GPU, a tensor-parallel "
+                                   "group, or CPU cores); 0: in this process", flag="--workers", metavar="N")
+    ray_address: str = setting("", help="join a running Ray cluster ('auto', or HOST:PORT of `ray start --head`) "
+                                        "instead of starting a local one, where --workers defaults to its GPUs / "
+                                        "tensor_parallel_size; empty: a local Ray cluster for this run",
+                               flag="--ray-address", metavar="ADDR")
+    chunk_questions: int = setting(64, help="questions handed to a worker at a time; each finished chunk is one part",
+                                   flag="--chunk-questions", metavar="N")
     cores_per_worker: int = 0  # CPU engines: cores bound per worker; 0 = this machine's cores split evenly
 
     def __post_init__(self) -> None:
@@ -229,19 +213,26 @@ class ClusterConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    dataset: str = "asqa"
-    questions: str = ""  # path of a JSONL {qid, question} file when dataset == "jsonl"; else the shipped file
-    offset: int = 0
-    limit: int = 20
-    seed: int = 0
-    answer_style: str = "quoted"
-    index: str = ""  # index directory; empty = the embedded default index
+    dataset: str = setting("asqa", help="question set", flag="--dataset")
+    questions: str = setting("", help="questions file: JSONL {qid, question} for --dataset jsonl; for asqa an "
+                                      "official-layout ASQA.json, whose train split is then the demo pool; empty: "
+                                      "the dataset's shipped dev set (asqa, quotesum)", flag="--questions")
+    offset: int = setting(0, help="skip the first N questions", flag="--offset")
+    limit: int = setting(20, help="answer N questions; 0 = all: for asqa every dev question, or with the shipped "
+                                  "dev-only file every one outside the demo pool dev 500-947", flag="--limit")
+    seed: int = setting(0, help="sampling seed of the run", flag="--seed")
+    answer_style: str = setting("quoted", help="free: the official long answer; quoted: SEMQA [k span] answers",
+                                flag="--answer-style")
+    index: str = setting("", help="index directory; empty: the embedded Wikipedia index", flag="--index")
     # The clarification demos (batch/toc/demos.py): "auto" = the train split of the run's ASQA file when it has
     # one, as the official code (run_toc.py:191 `cur_demos = train.copy()`), else dev questions 500..947
     # (the shipped file has no train split); "asqa:train", "asqa:dev[a:b]", either with "@FILE". A run
     # records the pool it used (never "auto") in its config.json.
-    demo_pool: str = "auto"
-    scheduler: str = Scheduler.CONTINUOUS.value  # recorded, never changes results
+    demo_pool: str = setting("auto", help="few-shot clarification demos: asqa:train, asqa:dev[500:], either with "
+                                          "@FILE; auto: the ASQA file's train split if it has one, else "
+                                          "asqa:dev[500:]", flag="--demo-pool", metavar="SPEC")
+    scheduler: str = setting(Scheduler.CONTINUOUS.value, help="how trees are driven; recorded, never changes results",
+                             flag="--scheduler")
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     toc: TocConfig = field(default_factory=TocConfig)
     answer: AnswerConfig = field(default_factory=AnswerConfig)
@@ -280,19 +271,24 @@ class RunConfig:
         return Path(self.questions) if self.questions else datasets.get(self.dataset).default_path()
 
 
-def toml_value(value: Any) -> str:
-    """One value in TOML: a JSON string is a TOML basic string, and lists hold strings only (the schema)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    if isinstance(value, str):  # JSON's escapes are TOML's; DEL is the one character TOML wants escaped too
-        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
-    return repr(value)
-
-
 _SECTIONS = {"retrieval": RetrievalConfig, "toc": TocConfig, "answer": AnswerConfig, "model": ModelConfig,
              "cluster": ClusterConfig}
+
+
+def flagged() -> list[tuple[str, dataclasses.Field]]:
+    """(config key, field) of every setting declared with a `clarify run` flag (options.setting), in the
+    order they are declared: the flags, their help and `commands._overrides` are generated from these."""
+    return [(f"{section}.{f.name}" if section else f.name, f)
+            for section, cls in [("", RunConfig), *_SECTIONS.items()]
+            for f in dataclasses.fields(cls) if f.metadata.get("flag")]
+
+
+def choices_of(key: str) -> tuple[str, ...] | None:
+    """The allowed values of a choice setting (RULES), as its flag offers them."""
+    rule = RULES.get(key)
+    if rule is None or rule.choices is None:
+        return None
+    return tuple(rule.choices() if callable(rule.choices) else rule.choices)
 
 
 # --- the declared schema ---------------------------------------------------------------------------
@@ -361,7 +357,7 @@ RULES: dict[str, Rule] = {
     "model.tensor_parallel_size": POSITIVE,
     "model.dtype": Rule(choices=DTYPES),
     "model.quantization": Rule(choices=QUANTIZATIONS),
-    "model.chat_template": Rule(choices=CHAT_TEMPLATE),
+    "model.chat_template": Rule(choices=tuple(CHAT_TEMPLATES)),
     "model.max_num_seqs": Rule(lo=0),
     "model.backend": Rule(choices=backends.names),
     "model.endpoint": Rule(choices=("chat", "completions")),

@@ -57,27 +57,17 @@ def _allowed(key: str) -> str:
     rule = RULES.get(key)
     if rule is None:
         return ""
-    choices = rule.choices() if callable(rule.choices) else rule.choices
-    if choices is not None:
+    if (choices := config.choices_of(key)) is not None:
         return ", ".join(f"`{c}`" for c in choices)
     if rule.nonempty:
         return "not empty"
     return rule.bounds()
 
 
-def _flag_help() -> dict[str, str]:
-    """config key -> the help of the `clarify run` flag that sets it (a description for keys without a comment)."""
-    from clarify.batch.cli import build_parser
-
-    keys = _flag_keys()
-    run = dict(leaves(build_parser()))[("run",)]
-    return {keys[a.dest]: a.help or "" for a in run._actions if a.dest in keys}
-
-
 def config_rows() -> list[tuple[str, str, str, str, str, str]]:
-    """(key, type, default, allowed, changes results, description) for every config key."""
+    """(key, type, default, allowed, changes results, description) for every config key. The description is
+    the comment that explains its field, else the setting's declared help (options.setting)."""
     rows = []
-    helps = _flag_help()
     for section, cls in [("", RunConfig), *_SECTIONS.items()]:
         notes = field_notes(cls)
         hints = config._hints(cls)
@@ -88,21 +78,15 @@ def config_rows() -> list[tuple[str, str, str, str, str, str]]:
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
             free = config.result_free(key)
             rows.append((key, _type_name(hints[f.name]), f"`{config.toml_value(default)}`", _allowed(key),
-                         "no (recorded)" if free else "yes (frozen)", notes.get(f.name) or helps.get(key, "")))
+                         "no (recorded)" if free else "yes (frozen)", notes.get(f.name) or f.metadata.get("help", "")))
     return rows
 
 
 def _flag_keys() -> dict[str, str]:
-    """argparse dest -> the config key the flag sets (read from commands._overrides itself)."""
+    """argparse dest -> the config key its flag sets (the declared flags: config.flagged)."""
     from clarify.batch import commands
 
-    class Probe(argparse.Namespace):
-        def __getattr__(self, name: str) -> Any:
-            return f"\0{name}"
-
-    keys = {v[1:]: k for k, v in commands._overrides(Probe()).items() if isinstance(v, str) and v.startswith("\0")}
-    keys.update({flag: key for flag, (key, _) in commands.SWITCH_FLAGS.items()})
-    return keys
+    return {commands.flag_dest(f): key for key, f in config.flagged()}
 
 
 def leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):

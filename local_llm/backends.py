@@ -17,6 +17,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from clarify.local_llm.openai_engine import ClientOptions
+from clarify.local_llm.settings import CHAT_TEMPLATES, EngineOptions
+
+
+@dataclass(frozen=True)
+class Options(ClientOptions, EngineOptions):
+    """What a backend opens: the model, the engine's options and the server client's, each with its declared
+    default (batch/config.py ModelConfig adds the run's own; `clarify generate` opens one of these)."""
+
 
 @dataclass(frozen=True)
 class Backend:
@@ -35,7 +44,7 @@ def _vllm_open(m, pin: dict | None = None, **placement):
     return get_engine(model, fingerprint=fingerprint, max_model_len=m.max_model_len, gpu_memory_utilization=m.gpu_memory_utilization,
                       tensor_parallel_size=m.tensor_parallel_size, dtype=m.dtype, max_num_seqs=m.max_num_seqs,
                       batch_invariant=m.batch_invariant, quantization=m.quantization,
-                      chat={"auto": "auto", "on": True, "off": False}[m.chat_template], **placement,
+                      chat=CHAT_TEMPLATES[m.chat_template], **placement,
                       progress=False)  # the run shows its own progress (console.RunProgress), not vLLM's
 
 

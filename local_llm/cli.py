@@ -17,21 +17,24 @@ import os
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 from clarify import schemas
 from clarify.console import home_logs
 from clarify.errors import InputError, need_file
 from clarify.files import write_parquet
 from clarify.jsonl import iter_jsonl
+from clarify.local_llm import backends
+from clarify.local_llm.backends import Options
 from clarify.local_llm.models import (
-    DEFAULT_MODEL,
     EMBEDDED,
     embedded_name_of,
     model_info,
     prepare_model,
     resolve_model,
 )
+from clarify.options import add_flag
+
+OPTION = {f.name: f for f in dataclasses.fields(Options)}  # the declared settings `generate` has flags for
 
 
 def read_prompts(path: str | os.PathLike) -> list[tuple[str, str]]:
@@ -69,14 +72,14 @@ def read_prompt_lines(path: str | os.PathLike) -> list[tuple[int, str, str]]:
 def _check_context(model_dir: Path, path, lines: list[tuple[int, str, str]]) -> None:
     """Every prompt must fit the engine's context: counted with the model's tokenizer, before vLLM loads;
     the first one too long is named by its line and id (not its position in a batch)."""
-    from clarify.local_llm.vllm_engine import DEFAULT_MAX_MODEL_LEN, prompts_over_context
+    from clarify.local_llm.vllm_engine import prompts_over_context
 
-    over = prompts_over_context(model_dir, [p for _, _, p in lines])
+    over = prompts_over_context(model_dir, [p for _, _, p in lines], Options.max_model_len)
     if over:
         (i, n), more = over[0], len(over) - 1
         line, rid, _ = lines[i]
         raise InputError(f"prompt '{rid}' has {n} tokens, but the engine's context (max_model_len) is "
-                         f"{DEFAULT_MAX_MODEL_LEN}; shorten it" + (f" ({more} more prompt(s) too long)" if more else ""),
+                         f"{Options.max_model_len}; shorten it" + (f" ({more} more prompt(s) too long)" if more else ""),
                          path=str(path), line=line, field="prompt")
 
 
@@ -105,21 +108,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise InputError(str(exc), field="sampling options") from exc
 
-    from clarify.local_llm import backends
-    from clarify.local_llm.vllm_engine import DEFAULT_MAX_MODEL_LEN
-
-    # [model]'s declared defaults (batch/config.py ModelConfig, handed in by batch/cli.py so this layer does not
-    # import the run machinery: tests/test_layout.py), then the command's flags
-    spec = SimpleNamespace(**dataclasses.asdict(args.model_defaults()))
-    if args.base_url:
-        # deadlines, retries and the reply cap as declared; no context check
-        spec.__dict__.update(base_url=args.base_url, model="" if args.model == DEFAULT_MODEL else args.model,
-                             api_key_env=args.api_key_env, endpoint="chat", max_concurrency=args.batch_size,
-                             max_model_len=None)
+    # [model]'s engine and client options at their declared defaults (local_llm/settings.py EngineOptions,
+    # local_llm/openai_engine.py ClientOptions), then the command's flags
+    if args.base_url:  # deadlines, retries and the reply cap as declared; the server checks its own context
+        spec = Options(base_url=args.base_url, model="" if args.model == Options.model else args.model,
+                       api_key_env=args.api_key_env, max_concurrency=args.batch_size)
         engine = backends.get("openai").open(spec)
     else:
-        spec.__dict__.update(model=str(model_dir), max_model_len=DEFAULT_MAX_MODEL_LEN)
-        engine = backends.get("vllm").open(spec)
+        engine = backends.get("vllm").open(Options(model=str(model_dir)))
     runner = engine
     if args.cache:
         from clarify.local_llm.cache import CachedEngine
@@ -165,7 +161,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_models_prepare(args: argparse.Namespace) -> int:
-    for name in args.names or [DEFAULT_MODEL]:
+    for name in args.names or [Options.model]:
         t0 = time.perf_counter()
         path = prepare_model(name)
         print(f"{name}: ready at {path} ({time.perf_counter() - t0:.1f} s)")
@@ -206,7 +202,7 @@ def register(sub) -> None:
     g = sub.add_parser("generate", help="batch generation over a JSONL file of prompts -> Parquet",
                        description="Batch generation with vLLM: one JSONL file of prompts in, one Parquet "
                                    "file of completions out.", epilog=GENERATE_EPILOG)
-    g.add_argument("--model", default=DEFAULT_MODEL, help=f"embedded model name ({', '.join(EMBEDDED)}) or a local HF model directory")
+    add_flag(g, OPTION["model"], default=Options.model)
     g.add_argument("--prompts", required=True, help='JSONL, one {"id": ..., "prompt": ...} per line')
     g.add_argument("--out", required=True, help="output Parquet file")
     g.add_argument("--max-tokens", type=int, default=128)
@@ -216,17 +212,16 @@ def register(sub) -> None:
     g.add_argument("--stop", action="append", help="stop string (repeatable); base models default to a blank line")
     g.add_argument("--cache", default=None, help="completion cache (SQLite file or directory); re-runs make no model calls")
     g.add_argument("--batch-size", type=int, default=256, help="prompts per engine call")
-    g.add_argument("--base-url", default="",
-                   help="a running OpenAI-compatible server (e.g. http://127.0.0.1:8000/v1) instead of vLLM in this "
-                        "process; --model is then the name it serves (backend openai, local_llm/backends.py)")
-    g.add_argument("--api-key-env", default="", help="with --base-url: the environment variable holding the API key")
+    # a served model instead of vLLM in this process (backend openai, local_llm/backends.py)
+    add_flag(g, OPTION["base_url"], flag="--base-url", default=Options.base_url)
+    add_flag(g, OPTION["api_key_env"], flag="--api-key-env", default=Options.api_key_env)
     g.set_defaults(func=cmd_generate, log_dir=home_logs)
 
     m = sub.add_parser("models", help="embedded models: prepare (convert once) and inspect", epilog=MODELS_EPILOG)
     msub = m.add_subparsers(dest="models_command", required=True, metavar="COMMAND")
     p = msub.add_parser("prepare", help="convert embedded models into $CLARIFY_HOME/models (idempotent)",
                         epilog=MODELS_EPILOG)
-    p.add_argument("names", nargs="*", help=f"embedded model names ({', '.join(EMBEDDED)}); default: {DEFAULT_MODEL}")
+    p.add_argument("names", nargs="*", help=f"embedded model names ({', '.join(EMBEDDED)}); default: {Options.model}")
     p.set_defaults(func=cmd_models_prepare, log_dir=home_logs)
     i = msub.add_parser("info", help="architecture, parameter count, chat template of a model",
                         epilog=MODELS_EPILOG)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from clarify.errors import InputError
 from clarify.files import home
+from clarify.local_llm.settings import EngineOptions
 
 MARKER = ".clarify-model-complete"  # written inside the folder before it is renamed into place
 
@@ -59,7 +60,7 @@ EMBEDDED: dict[str, EmbeddedModel] = {
         default_stop=("\n\n",),
     ),
 }
-DEFAULT_MODEL = "smollm2-135m-instruct"
+DEFAULT_MODEL = EngineOptions.model  # declared with the engine's options (local_llm/settings.py)
 
 
 def embedded_model_dir(name: str) -> Path:

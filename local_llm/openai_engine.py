@@ -15,7 +15,7 @@ template, as the in-process engine does); `endpoint = "completions"` sends the r
 Time: every exchange has a TOTAL deadline — connecting, waiting and the whole reply — not httpx's
 per-read timeout, under which a server that sends one byte every few seconds is never timed out:
 `request_timeout_s` for a completion, `check_timeout_s` for the start-up `GET /v1/models` and a token
-count ([model] in batch/config.py). `step()` waits in slices of `STEP_SLICE_S`, so a stop signal that
+count (`ClientOptions`, a run's [model] table). `step()` waits in slices of `STEP_SLICE_S`, so a stop signal that
 arrives while requests are in flight ends the step within that slice (stops.requested): the run then
 cancels them, writes its finished trees and commits the cache, as with the in-process engine.
 
@@ -54,12 +54,14 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from clarify import stops
 from clarify.errors import EngineUnavailable, InputError, printable, redacted
 from clarify.local_llm.engine import Completion, GenParams, Request, log_tokens
+from clarify.options import setting
 
 log = logging.getLogger(__name__)
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -73,6 +75,31 @@ SMALL_REPLY_BYTES = 4 << 20  # a model list or a token count (vLLM's /tokenize l
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # C0 controls but tab, newline and carriage return; DEL; C1 (module docstring, "Text")
 _CONTROL = re.compile("[\x01-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    """How the openai backend talks to its server, each option declared here once with its default (a run's
+    `[model]` table, batch/config.py ModelConfig, is made of these and local_llm/settings.py EngineOptions).
+    None of them changes a completion the client accepts (batch/config.py RESULT_FREE), but the address."""
+
+    base_url: str = setting("", help="openai: the server's address, e.g. http://127.0.0.1:8000/v1")
+    api_key_env: str = setting("", help="openai: the NAME of an environment variable holding the server's API "
+                                        "key (never the key)")
+    endpoint: str = setting("chat", help="openai: \"chat\" (the server applies the chat template) or "
+                                         "\"completions\" (raw text)")
+    max_concurrency: int = setting(64, help="openai: requests in flight at once")
+    request_timeout_s: float = setting(600.0, help="openai: one request's TOTAL time limit in seconds: "
+                                                   "connecting, waiting and the whole reply (a server that trickles "
+                                                   "its reply a byte at a time is cut off); then it is retried "
+                                                   "like a 5xx")
+    max_retries: int = setting(6, help="openai: retries of a request on 429/5xx/timeouts (backoff 1, 2, 4 ... s)")
+    check_timeout_s: float = setting(10.0, help="openai: the total time limit in seconds of the start-up check "
+                                                "(GET /v1/models) and of a token count (POST /tokenize)")
+    # Generous: the longest tokens of common vocabularies (runs of spaces or dashes) are far shorter than 128 bytes.
+    reply_bytes_per_token: int = setting(128, help="openai: the longest reply accepted, in UTF-8 bytes of text per "
+                                                   "requested token (max_tokens); a longer one is refused before "
+                                                   "it is read to the end, and never cached")
 
 
 class BadReply(Exception):
@@ -173,7 +200,8 @@ def _json(raw: bytes) -> Any:
         raise BadReply(f"{what} ({getattr(exc, 'msg', exc)}, character {pos}), beginning {text[:60]!r}") from None
 
 
-def served_models(base_url: str, api_key_env: str = "", timeout_s: float = 10.0) -> list[str]:
+def served_models(base_url: str, api_key_env: str = ClientOptions.api_key_env,
+                  timeout_s: float = ClientOptions.check_timeout_s) -> list[str]:
     """The model ids the server at `base_url` serves (`GET /v1/models`, all of it within `timeout_s`);
     InputError, in one line, when it does not answer or is not an OpenAI-compatible server."""
     import httpx
@@ -211,7 +239,8 @@ def served_models(base_url: str, api_key_env: str = "", timeout_s: float = 10.0)
                          f"{fix}", field="model.base_url") from None
 
 
-def resolve_served_model(base_url: str, model: str, api_key_env: str = "", timeout_s: float = 10.0) -> str:
+def resolve_served_model(base_url: str, model: str, api_key_env: str = ClientOptions.api_key_env,
+                         timeout_s: float = ClientOptions.check_timeout_s) -> str:
     """The id the server reports for `model` (the one it serves when `model` is empty); InputError when it
     serves another."""
     ids = served_models(base_url, api_key_env, timeout_s)
@@ -318,10 +347,13 @@ def parse_reply(raw: bytes, params: GenParams, *, chat: bool, served: str, bytes
 class OpenAIEngine:
     """Engine, EngineInfo and StepEngine over an OpenAI-compatible HTTP server (module docstring)."""
 
-    def __init__(self, base_url: str, model: str = "", *, api_key_env: str = "", endpoint: str = "chat",
-                 max_concurrency: int = 64, request_timeout_s: float = 600.0, max_retries: int = 6,
-                 max_model_len: int | None = None, backoff_s: float = 1.0, check_timeout_s: float = 10.0,
-                 reply_bytes_per_token: int = 128):
+    def __init__(self, base_url: str, model: str = "", *, api_key_env: str = ClientOptions.api_key_env,
+                 endpoint: str = ClientOptions.endpoint, max_concurrency: int = ClientOptions.max_concurrency,
+                 request_timeout_s: float = ClientOptions.request_timeout_s,
+                 max_retries: int = ClientOptions.max_retries, max_model_len: int | None = None,
+                 backoff_s: float = 1.0, check_timeout_s: float = ClientOptions.check_timeout_s,
+                 reply_bytes_per_token: int = ClientOptions.reply_bytes_per_token):
+        """Every default is the option's declaration (ClientOptions)."""
         if endpoint not in ("chat", "completions"):
             raise InputError(f"unknown endpoint {endpoint!r}; choose chat or completions", field="model.endpoint")
         self._server = _Server(base_url, api_key_env)

@@ -88,7 +88,7 @@ class ModelShape:
     def kv_bytes_per_token(self, dtype: str) -> int:
         return 2 * self.layers * self.kv_heads * self.head_dim * DTYPE_BYTES.get(dtype, 2)  # K and V
 
-    def loaded_bytes(self, dtype: str, quantization: str = "") -> int:
+    def loaded_bytes(self, dtype: str, quantization: str = Ask.quantization) -> int:
         """The weights in the engine's dtype (stored float32 weights run in half precision take half); fp8
         quantized on the fly: one byte per 16-bit weight. An AWQ/GPTQ folder's files are already packed:
         their size as stored."""

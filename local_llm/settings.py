@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clarify.errors import InputError
+from clarify.options import setting
 
 DTYPES = ("auto", "bfloat16", "float16", "float32")  # what [model] dtype accepts
 # [model] quantization: "" = none asked (vLLM still reads an AWQ/GPTQ folder's `quantization_config`);
@@ -39,11 +40,43 @@ BF16_MIN_CAPABILITY = (8, 0)  # Ampere: bfloat16 tensor cores; vLLM refuses bf16
 BATCH_INVARIANT_MIN_CAPABILITY = (8, 0)  # vLLM 0.32's batch-invariant kernels: SM80 and newer
 GPU_MAX_NUM_SEQS = 512  # sequences a GPU engine runs at once (vLLM's LLM default is 256, or 1024 on >= 70 GB)
 GPU_MAX_NUM_BATCHED_TOKENS = 16384  # tokens per engine step on a GPU (vLLM's H100/H200 offline default)
-# The engine's context in tokens unless a run's `[model] max_model_len` or a caller says otherwise: the one
-# default of the setting (batch/config.py ModelConfig and local_llm/vllm_engine.py take it from here). It is
-# below the embedded SmolLM2's own context (max_position_embeddings 8192 in its config.json); a prompt
-# longer than it is recorded and not sent (batch/scheduler.py `fits`).
-DEFAULT_MAX_MODEL_LEN = 6144
+# [model] chat_template -> VLLMEngine's `chat`: the folder decides, always, never
+CHAT_TEMPLATES = {"auto": "auto", "on": True, "off": False}
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """The engine's options, each declared here once with its default: a run's `[model]` table
+    (batch/config.py ModelConfig is made of these and the server client's, local_llm/openai_engine.py
+    ClientOptions), the settings table's `Ask` and `VLLMEngine`'s keywords take their defaults from them."""
+
+    # the embedded SmolLM2-135M-Instruct (local_llm/models.py EMBEDDED)
+    model: str = setting("smollm2-135m-instruct", flag="--model",
+                         help="model directory or embedded model name; with backend \"openai\", the name the server "
+                              "serves (empty: its only model)")
+    # Below the embedded SmolLM2's own context (max_position_embeddings 8192 in its config.json); a prompt
+    # longer than it is recorded and not sent (batch/scheduler.py `fits`).
+    max_model_len: int = setting(6144, help="the engine's context in tokens (prompt and output)")
+    gpu_memory_utilization: float = setting(0.85, help="CUDA: the fraction of each GPU's memory the engine may "
+                                                       "use, in (0, 1] (vLLM EngineArgs)")
+    tensor_parallel_size: int = setting(1, help="GPUs one engine is sharded over")
+    dtype: str = setting("auto", help="\"auto\": bfloat16 where the CPU computes it natively, float32 otherwise, "
+                                      "the model's own on CUDA (local_llm/hardware.py). The dtype really run is "
+                                      "recorded in summary.json and every cache key.")
+    batch_invariant: bool = setting(
+        False, help="results that do not depend on the batch (docs/engines.md#batch-invariance): vLLM's "
+                    "batch-invariant mode on CUDA (compute capability >= 8.0), float32 on CPU. Part of the model "
+                    "identity, hence every cache key.", flag="--batch-invariant", switch=True)
+    max_num_seqs: int = setting(0, help="sequences the engine runs at once; 0: the settings table's value for the "
+                                        "device (local_llm/settings.py: vLLM's 256 on CPU, 512 on a GPU). The "
+                                        "scheduler admits as many trees' requests (VLLMEngine.capacity).")
+    quantization: str = setting("", help="\"\": vLLM reads a quantized folder's own `quantization_config` (AWQ, "
+                                         "GPTQ); \"fp8\": weights quantized on the fly (>= sm_89). CUDA only: the "
+                                         "settings table's quantization row (local_llm/settings.py).")
+    chat_template: str = setting("auto", help="\"auto\": the chat template when the model folder has one; "
+                                              "\"off\": raw text prompts even for a chat model; \"on\": required "
+                                              "(a folder without one is refused). Part of the model identity "
+                                              "(cache keys).")
 
 
 @dataclass(frozen=True)
@@ -68,22 +101,15 @@ class Device:
 
 
 @dataclass(frozen=True)
-class Ask:
-    """What the run's `[model]` table asks for (batch/config.py ModelConfig) and the model's own dtype."""
+class Ask(EngineOptions):
+    """What the run's `[model]` table asks for (its engine options) and the model's own dtype, with what the
+    engine sets beyond the table: `model` is the folder the engine loads."""
 
-    model: str = ""
     model_dtype: str | None = None  # torch_dtype / dtype of the model folder's config.json
-    dtype: str = "auto"
-    max_model_len: int = DEFAULT_MAX_MODEL_LEN
-    gpu_memory_utilization: float = 0.85
-    tensor_parallel_size: int = 1
-    max_num_seqs: int = 0  # 0: the table's value for the device
     kv_cache_gib: int = 2
     seed: int = 0
     enable_prefix_caching: bool = True
-    batch_invariant: bool = False
     ray_worker: bool = False  # the engine of a Ray worker (batch/cluster.py)
-    quantization: str = ""  # QUANTIZATIONS
 
 
 @dataclass

@@ -52,7 +52,7 @@ from clarify.local_llm.models import (
     model_fingerprint,
     resolve_model,
 )
-from clarify.local_llm.settings import DEFAULT_MAX_MODEL_LEN, Ask, Device, engine_settings
+from clarify.local_llm.settings import CHAT_TEMPLATES, Ask, Device, engine_settings
 
 log = logging.getLogger(__name__)
 CAPACITY_TOKENS = 2048  # KV-cache tokens one ToC request needs, for `capacity()`
@@ -157,18 +157,19 @@ class VLLMEngine:
         self,
         model: str | os.PathLike,
         *,
-        max_model_len: int = DEFAULT_MAX_MODEL_LEN,
-        gpu_memory_utilization: float = 0.85,
-        tensor_parallel_size: int = 1,
-        dtype: str = "auto",
-        chat: bool | str = "auto",
-        seed: int = 0,
-        enable_prefix_caching: bool = True,
-        kv_cache_gib: int = 2,
-        max_num_seqs: int = 0,
-        batch_invariant: bool = False,
-        ray_worker: bool = False,
-        quantization: str = "",
+        # every default is the setting's declaration (local_llm/settings.py EngineOptions and Ask)
+        max_model_len: int = Ask.max_model_len,
+        gpu_memory_utilization: float = Ask.gpu_memory_utilization,
+        tensor_parallel_size: int = Ask.tensor_parallel_size,
+        dtype: str = Ask.dtype,
+        chat: bool | str = CHAT_TEMPLATES[Ask.chat_template],
+        seed: int = Ask.seed,
+        enable_prefix_caching: bool = Ask.enable_prefix_caching,
+        kv_cache_gib: int = Ask.kv_cache_gib,
+        max_num_seqs: int = Ask.max_num_seqs,
+        batch_invariant: bool = Ask.batch_invariant,
+        ray_worker: bool = Ask.ray_worker,
+        quantization: str = Ask.quantization,
         progress: bool = True,
         fingerprint: str | None = None,
         **engine_kwargs: Any,
@@ -417,7 +418,7 @@ def prompt_token_ids(tokenizer, chat: bool, prompt: str) -> list[int]:
 
 
 def prompts_over_context(model_dir: Path, prompts: Sequence[str],
-                         max_model_len: int = DEFAULT_MAX_MODEL_LEN) -> list[tuple[int, int]]:
+                         max_model_len: int = Ask.max_model_len) -> list[tuple[int, int]]:
     """(position, tokens) of each prompt the engine would refuse (tokens >= max_model_len), counted with
     the model folder's own tokenizer (the one vLLM loads) before any engine is built."""
     from transformers import AutoTokenizer
@@ -428,7 +429,7 @@ def prompts_over_context(model_dir: Path, prompts: Sequence[str],
     return [(i, n) for i, n in enumerate(counts) if n >= max_model_len]
 
 
-def get_engine(model: str | os.PathLike = "smollm2-135m-instruct", **kwargs: Any) -> VLLMEngine:
+def get_engine(model: str | os.PathLike = Ask.model, **kwargs: Any) -> VLLMEngine:
     """Process-wide engine registry: the same (model directory, settings) gives the same instance.
 
     An `LLM` costs ~3.4 GB RSS on CPU and vLLM does not release it cleanly in-process, so tests and the

@@ -116,19 +116,44 @@ def test_dense_search_goes_to_the_gpu_only_where_faiss_sees_one():
     assert "faiss device" not in engine_settings(gpu_faiss, BF16_MODEL).llm  # never an engine keyword
 
 
-def test_max_model_len_has_one_default():
-    """The run config's, the settings table's and the engine's default context are one declaration
-    (local_llm/settings.py DEFAULT_MAX_MODEL_LEN), not numbers that can drift apart."""
+def test_each_engine_and_client_default_is_declared_once():
+    """Every engine option and openai client option has one default, its declaration (local_llm/settings.py
+    EngineOptions, local_llm/openai_engine.py ClientOptions): the run config's [model] table, the settings
+    table's Ask, VLLMEngine's, get_engine's and the context check's keywords and OpenAIEngine's keywords all
+    agree with it, so a number hard-coded anywhere else fails here."""
+    import dataclasses
     import inspect
 
     from clarify.batch.config import ModelConfig
-    from clarify.local_llm.settings import DEFAULT_MAX_MODEL_LEN
-    from clarify.local_llm.vllm_engine import VLLMEngine, prompts_over_context
+    from clarify.local_llm.openai_engine import (
+        ClientOptions,
+        OpenAIEngine,
+        resolve_served_model,
+        served_models,
+    )
+    from clarify.local_llm.settings import CHAT_TEMPLATES, EngineOptions
+    from clarify.local_llm.vllm_engine import VLLMEngine, get_engine, prompts_over_context
 
-    defaults = {"config": ModelConfig().max_model_len, "settings table": Ask().max_model_len,
-                "engine": inspect.signature(VLLMEngine.__init__).parameters["max_model_len"].default,
-                "context check": inspect.signature(prompts_over_context).parameters["max_model_len"].default}
-    assert defaults == dict.fromkeys(defaults, DEFAULT_MAX_MODEL_LEN)
+    def keywords(fn) -> dict:
+        return {k: p.default for k, p in inspect.signature(fn).parameters.items() if p.default is not p.empty}
+
+    run, engine, client, ask = ModelConfig(), EngineOptions(), ClientOptions(), Ask()
+    vllm, served = keywords(VLLMEngine.__init__), keywords(OpenAIEngine.__init__)
+    chat = {value: name for name, value in CHAT_TEMPLATES.items()}  # VLLMEngine's `chat` -> [model] chat_template
+    for f in dataclasses.fields(EngineOptions):
+        seen = {"[model]": getattr(run, f.name), "Ask": getattr(ask, f.name),
+                "VLLMEngine": chat[vllm["chat"]] if f.name == "chat_template" else
+                keywords(get_engine)["model"] if f.name == "model" else vllm[f.name]}
+        assert seen == dict.fromkeys(seen, getattr(engine, f.name)), f.name
+    assert keywords(prompts_over_context)["max_model_len"] == engine.max_model_len == 6144
+    for f in dataclasses.fields(ClientOptions):
+        seen = {"[model]": getattr(run, f.name)} | ({"OpenAIEngine": served[f.name]} if f.name in served else {})
+        assert seen == dict.fromkeys(seen, getattr(client, f.name)), f.name
+    assert len(served.keys() & {f.name for f in dataclasses.fields(ClientOptions)}) == 7  # all but base_url
+    for check in (resolve_served_model, served_models):  # the start-up check's own deadline
+        assert keywords(check)["timeout_s"] == client.check_timeout_s, check.__name__
+    for name in ("kv_cache_gib", "seed", "enable_prefix_caching", "ray_worker"):  # the engine's own, beyond [model]
+        assert vllm[name] == getattr(ask, name), name
 
 
 def test_quantization_by_device():

@@ -178,10 +178,10 @@ def test_get_engine_shares_one_instance(llm_engine):
 
 def test_too_long_prompt_names_the_prompt(llm_engine):
     calls = llm_engine.stats.calls
-    from clarify.local_llm.settings import DEFAULT_MAX_MODEL_LEN
+    from clarify.local_llm.settings import EngineOptions
 
-    long = "word " * (DEFAULT_MAX_MODEL_LEN + 1000)
-    with pytest.raises(ValueError, match=rf"prompt 1 has \d+ tokens, but max_model_len is {DEFAULT_MAX_MODEL_LEN}"):
+    long = "word " * (EngineOptions.max_model_len + 1000)
+    with pytest.raises(ValueError, match=rf"prompt 1 has \d+ tokens, but max_model_len is {EngineOptions.max_model_len}"):
         llm_engine.generate(["short", long], [GenParams(max_tokens=4)] * 2)
     assert llm_engine.stats.calls == calls
 

@@ -20,7 +20,7 @@ from clarify.batch.cli import main
 from clarify.batch.pipeline import run
 from clarify.errors import InputError
 from clarify.local_llm.scripted import ScriptedEngine
-from clarify.local_llm.settings import DEFAULT_MAX_MODEL_LEN
+from clarify.local_llm.settings import EngineOptions
 from tests.fixtures_llm import write_fake_model
 from tests.test_toc import make_responder
 from tests.toc_fakes import FakeIndex
@@ -418,7 +418,7 @@ def test_generate_refuses_an_over_long_prompt_by_line_before_loading(tmp_path, c
                  + json.dumps({"id": "long", "prompt": "word " * 8000}) + "\n")
     assert main(["generate", "--prompts", str(p), "--out", str(tmp_path / "o.parquet")]) == 2
     err = capsys.readouterr().err
-    assert f"{p}:2 (field 'prompt'): prompt 'long' has 80" in err and f"max_model_len) is {DEFAULT_MAX_MODEL_LEN}" in err
+    assert f"{p}:2 (field 'prompt'): prompt 'long' has 80" in err and f"max_model_len) is {EngineOptions.max_model_len}" in err
     assert "Traceback" not in err
 
 
@@ -505,7 +505,7 @@ import sys
 from clarify.batch import cli, resources, rundir
 from clarify.local_llm.engine import request_key
 from clarify.local_llm.scripted import ScriptedEngine
-from clarify.local_llm.settings import DEFAULT_MAX_MODEL_LEN
+from clarify.local_llm.settings import EngineOptions
 from tests.test_toc import make_responder
 
 resources.engine_for = lambda cfg, **kw: ScriptedEngine("scripted", make_responder())
