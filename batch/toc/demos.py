@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from clarify.batch.toc.parse import Disambiguation
+from clarify.batch.toc.format import Disambiguation
 from clarify.batch.toc.prompts import Demo, QuotedDemo
 from clarify.batch.toc.tree import normalize
 from clarify.errors import InputError
