@@ -159,6 +159,8 @@ def _field(prefix: str) -> str:
 
 
 def _line_label(kind: str) -> re.Pattern:
+    """A `kind` (DQ or DA) label line as the default parser reads it: at the line's start, also bulleted,
+    bold or closed by "." / ")" (`- **DQ 1**.`); groups: the number, the text."""
     return re.compile(rf"^\s*+(?:[-*•]\s*+)?\**+{re.escape(kind)}\s*+(\d*+)\s*+\**+\s*+[:.)]\s*+(.*)$", re.IGNORECASE)
 
 
