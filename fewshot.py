@@ -13,7 +13,7 @@ from clarify.schemas import Passage
 class QAPair:
     """A disambiguated question with its short answers, as a dataset holds it (an ASQA qa_pair).
 
-    A demo's pairs are these; a tree's pairs are the parser's `Disambiguation` (batch/toc/parse.py), which
+    A demo's pairs are these; a tree's pairs are the parser's `Disambiguation` (batch/toc/format.py), which
     also keeps the DA line as the model wrote it. Both answer `question`, `answers` and `da`."""
 
     question: str

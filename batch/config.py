@@ -21,8 +21,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from clarify.batch.toc.format import PARSINGS
 from clarify.batch.toc.match import MATCHING
-from clarify.batch.toc.parse import PARSINGS
 from clarify.errors import InputError, redacted
 from clarify.eval import datasets
 from clarify.eval.datasets.asqa import pool_spec_problem
@@ -151,10 +151,10 @@ class TocConfig:
     # "closed": it asks for the answer directly (clarify's earlier behaviour).
     empty_tree_answer: str = "open"
     # "clarify": every DQ/DA pair the official parser finds (toc/utils.py:25-46), with its text, plus pairs
-    # from the lines it drops (batch/toc/parse.py); "official": exactly the official parser's pairs.
+    # from the lines it drops (batch/toc/format.py); "official": exactly the official parser's pairs.
     parsing: str = "clarify"
     # True: each clarification is decoded under a grammar of the official DQ/DA format, so it parses
-    # (batch/toc/constraints.py format_grammar; docs/running-toc.md). False: free decoding, as the official code.
+    # (batch/toc/format.py format_grammar; docs/running-toc.md). False: free decoding, as the official code.
     constrain_format: bool = setting(False, help="decode clarifications under a grammar of the DQ/DA format; off: "
                                                  "the official free decoding", flag="--constrain-format", switch=True)
 

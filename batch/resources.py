@@ -24,6 +24,7 @@ import polars as pl
 
 from clarify import schemas
 from clarify.batch.config import RunConfig
+from clarify.batch.toc.constraints import requested
 from clarify.batch.toc.demos import Pool, resolve_pool
 from clarify.batch.toc.program import Resources, TreeRows
 from clarify.errors import InputError
@@ -89,7 +90,7 @@ def prepare(cfg: RunConfig, *, index=None, engine_factory: EngineFactory | None 
     if engine_factory is not None and cfg.model.model in EMBEDDED:
         inputs["model"] = {"name": cfg.model.model}
     else:  # a model folder's fingerprint, or a server's address and the model it reports (local_llm/backends.py)
-        inputs["model"] = backends.get(cfg.model.backend).identity(cfg.model)
+        inputs["model"] = backends.get(cfg.model.backend).identity(cfg.model, constrained=requested(cfg))
     return PreparedRun(cfg, ds, pool, questions, gold, index, inputs, engine_factory)
 
 
@@ -253,7 +254,7 @@ def engine_for(cfg: RunConfig, *, model: dict | None = None, **placement):
     engine runs its shards (batch/cluster.py), no result changes."""
     from clarify.local_llm import backends
 
-    return backends.get(cfg.model.backend).open(cfg.model, pin=model, **placement)
+    return backends.get(cfg.model.backend).open(cfg.model, pin=model, constrained=requested(cfg), **placement)
 
 
 def tables(rows: list[TreeRows]) -> dict[str, pl.DataFrame]:

@@ -87,7 +87,8 @@ def compile_cost(cfg, out: Path) -> dict:
     import xgrammar as xgr
     from transformers import AutoTokenizer
 
-    from clarify.batch.toc.constraints import format_grammar, quotes_grammar
+    from clarify.batch.toc.constraints import quotes_grammar
+    from clarify.batch.toc.format import format_grammar
     from clarify.local_llm.models import resolve_model
     from clarify.schemas import Passage
 

@@ -3,11 +3,16 @@
 `[model] backend` picks one: "vllm" (default) starts vLLM's offline engine in this process
 (local_llm/vllm_engine.py); "openai" talks to a model that already runs as a server speaking the
 OpenAI-compatible API (local_llm/openai_engine.py). Each backend answers three questions:
-- `open(model_cfg, pin=, **placement)`: the engine (`pin`: the run's `identity`, so a folder is resolved
-  and fingerprinted once per run) (Engine + EngineInfo + StepEngine, local_llm/engine.py);
-- `identity(model_cfg)`: what a run pins in inputs.json, checked before anything is written (a model
-  folder's fingerprint; a server's address and the model id it reports, refused in one line when down);
+- `open(model_cfg, pin=, constrained=, **placement)`: the engine (`pin`: the run's `identity`, so a folder is
+  resolved and fingerprinted once per run) (Engine + EngineInfo + StepEngine, local_llm/engine.py);
+- `identity(model_cfg, constrained=)`: what a run pins in inputs.json, checked before anything is written (a
+  model folder's fingerprint; a server's address and the model id it reports, refused in one line when down);
 - `uses_gpus`: whether a Ray worker of this backend needs a GPU of its own (batch/cluster.py).
+Constraints: the engine translates a request's `choices` and `grammar` (GenParams, an EBNF grammar in the
+GBNF syntax) into its server's dialect: vLLM's structured outputs, in process (vllm_engine.py) or in a vLLM
+server's `structured_outputs` (openai_engine.py). `constrained` names the settings that will send grammars
+(e.g. "toc.constrain_format"); a backend whose server cannot honour them refuses in one line, in `identity`
+and `open`, before any request: "this server cannot constrain decoding (...); set ... = false".
 Adding SGLang's or TGI's native client is one more module and one more entry here.
 """
 
@@ -36,7 +41,7 @@ class Backend:
     description: str
 
 
-def _vllm_open(m, pin: dict | None = None, **placement):
+def _vllm_open(m, pin: dict | None = None, constrained=(), **placement):  # vLLM constrains every request
     from clarify.local_llm.vllm_engine import get_engine
 
     # the run's pin (`identity`, inputs.json): the folder it resolved and fingerprinted once
@@ -48,27 +53,27 @@ def _vllm_open(m, pin: dict | None = None, **placement):
                       progress=False)  # the run shows its own progress (console.RunProgress), not vLLM's
 
 
-def _vllm_identity(m) -> dict:
+def _vllm_identity(m, constrained=()) -> dict:
     from clarify.local_llm.models import model_fingerprint, resolve_model
 
     path = resolve_model(m.model)
     return {"path": str(path), "fingerprint": model_fingerprint(path)}
 
 
-def _openai_open(m, pin: dict | None = None, **placement):
+def _openai_open(m, pin: dict | None = None, constrained=(), **placement):
     from clarify.local_llm.openai_engine import OpenAIEngine
 
     return OpenAIEngine(_base_url(m), m.model, api_key_env=m.api_key_env, endpoint=m.endpoint,
                         max_concurrency=m.max_concurrency, request_timeout_s=m.request_timeout_s,
                         max_retries=m.max_retries, max_model_len=m.max_model_len, check_timeout_s=m.check_timeout_s,
-                        reply_bytes_per_token=m.reply_bytes_per_token)
+                        reply_bytes_per_token=m.reply_bytes_per_token, constrained=constrained)
 
 
-def _openai_identity(m) -> dict:
+def _openai_identity(m, constrained=()) -> dict:
     from clarify.local_llm.openai_engine import resolve_served_model, split_credentials
 
     url = _base_url(m)
-    served = resolve_served_model(url, m.model, m.api_key_env, m.check_timeout_s)
+    served = resolve_served_model(url, m.model, m.api_key_env, m.check_timeout_s, constrained).id
     return {"backend": "openai", "base_url": split_credentials(url)[0], "served_model": served}  # no credentials
 
 

@@ -16,8 +16,10 @@ from typing import Any, Protocol, runtime_checkable
 @dataclass(frozen=True)
 class GenParams:
     """Sampling settings of one request. `choices` constrains the output to one of the strings;
-    `grammar` (an EBNF grammar string, batch/toc/constraints.py builds them) constrains it to the grammar's
-    language. Both are part of the request, hence of its cache key (`request_key`)."""
+    `grammar` constrains it to the language of an EBNF grammar in the GBNF syntax (batch/toc/format.py and
+    batch/toc/constraints.py build them). Both are engine-neutral: each backend translates them into its
+    server's dialect, or refuses what it cannot honour (local_llm/backends.py). Both are part of the request,
+    hence of its cache key (`request_key`)."""
 
     temperature: float = 0.0
     top_p: float = 1.0

@@ -4,10 +4,15 @@ SGLang, TGI, llama.cpp's server), as a clarify engine (docs/engines.md#a-running
 Many requests are in flight at once — async HTTP on one background event loop, at most
 `max_concurrency` — so the continuous scheduler keeps the server's batch full: `submit` starts requests,
 `step` returns those that finished (the StepEngine contract, local_llm/engine.py). Each request carries
-its own `seed`, stop strings, `max_tokens`, temperature and top_p, and its structured output — the
-verification's True/False `choice`, or a grammar (batch/toc/constraints.py) — as vLLM's server accepts it (`structured_outputs`,
-vllm/entrypoints/openai/chat_completion/protocol.py); top_k, min_p and repetition_penalty are sent as
-their neutral values, so a server's generation_config defaults never change the sampling.
+its own `seed`, stop strings, `max_tokens`, temperature and top_p; top_k, min_p and repetition_penalty are
+sent as their neutral values, so a server's generation_config defaults never change the sampling.
+
+Constraints: a request's `choices` or `grammar` (local_llm/engine.py GenParams) go in vLLM's dialect,
+`structured_outputs` (vllm/entrypoints/openai/chat_completion/protocol.py), and only to a vLLM server: one
+whose `GET /v1/models` lists the model as owned by "vllm" (`ServedModel`). Other OpenAI-compatible servers
+read other fields or none, and may ignore an unknown one silently: a run whose settings ask for grammars is
+refused at the start-up check, in one line, before any request (`check_constrainable`); the verification's
+True/False choice is sent to them unconstrained (its reader takes the verdict from the text), said once.
 
 Chat models get the prompt as one user message (`/v1/chat/completions`: the server applies the chat
 template, as the in-process engine does); `endpoint = "completions"` sends the raw text (base models).
@@ -58,7 +63,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from clarify import stops
+from clarify import console, stops
 from clarify.errors import EngineUnavailable, InputError, printable, redacted
 from clarify.local_llm.engine import Completion, GenParams, Request, log_tokens
 from clarify.options import setting
@@ -200,9 +205,42 @@ def _json(raw: bytes) -> Any:
         raise BadReply(f"{what} ({getattr(exc, 'msg', exc)}, character {pos}), beginning {text[:60]!r}") from None
 
 
+# vLLM's server lists each model with owned_by "vllm" (vllm/entrypoints/serve/engine/protocol.py:109 ModelCard,
+# vLLM 0.32; SGLang, TGI and llama.cpp's server write their own names there).
+VLLM_OWNER = "vllm"
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """A model as `GET /v1/models` lists it: its id, and who the server says owns it."""
+
+    id: str
+    owned_by: str | None = None
+
+    @property
+    def constrains(self) -> bool:
+        """Whether clarify can send this server constraints: vLLM's server, which reads `structured_outputs`."""
+        return self.owned_by == VLLM_OWNER
+
+
+def check_constrainable(served: ServedModel, where: str, constrained: Sequence[str]) -> None:
+    """The start-up check of constraints: InputError, in one line, when `constrained` (the settings that ask
+    for grammars, e.g. "toc.constrain_format") is not empty and the server is not one that reads them."""
+    if constrained and not served.constrains:
+        owner = f"owned_by {printable(repr(served.owned_by))}" if served.owned_by is not None else "no owned_by"
+        raise InputError(f"this server cannot constrain decoding ({where} lists {printable(repr(served.id))} with "
+                         f"{owner}, not {VLLM_OWNER!r}: clarify sends grammars only in vLLM's structured_outputs); "
+                         "set " + " and ".join(f"{name} = false" for name in constrained), field="model.base_url")
+
+
 def served_models(base_url: str, api_key_env: str = ClientOptions.api_key_env,
                   timeout_s: float = ClientOptions.check_timeout_s) -> list[str]:
-    """The model ids the server at `base_url` serves (`GET /v1/models`, all of it within `timeout_s`);
+    """The model ids the server at `base_url` serves."""
+    return [m.id for m in _model_list(base_url, api_key_env, timeout_s)]
+
+
+def _model_list(base_url: str, api_key_env: str, timeout_s: float) -> list[ServedModel]:
+    """The models the server at `base_url` serves (`GET /v1/models`, all of it within `timeout_s`);
     InputError, in one line, when it does not answer or is not an OpenAI-compatible server."""
     import httpx
 
@@ -233,27 +271,31 @@ def served_models(base_url: str, api_key_env: str = ClientOptions.api_key_env,
         ids = data["data"] if isinstance(data, dict) else None
         if not isinstance(ids, list) or not all(isinstance(m, dict) and isinstance(m.get("id"), str) for m in ids):
             raise BadReply("no list of models with ids in its 'data'")
-        return [m["id"] for m in ids]
+        return [ServedModel(m["id"], m["owned_by"] if isinstance(m.get("owned_by"), str) else None) for m in ids]
     except BadReply as exc:
         raise InputError(f"the server at {server.url} is not OpenAI-compatible: GET {url} gave {server.say(exc)}; "
                          f"{fix}", field="model.base_url") from None
 
 
 def resolve_served_model(base_url: str, model: str, api_key_env: str = ClientOptions.api_key_env,
-                         timeout_s: float = ClientOptions.check_timeout_s) -> str:
-    """The id the server reports for `model` (the one it serves when `model` is empty); InputError when it
-    serves another."""
-    ids = served_models(base_url, api_key_env, timeout_s)
+                         timeout_s: float = ClientOptions.check_timeout_s,
+                         constrained: Sequence[str] = ()) -> ServedModel:
+    """The server's listing of `model` (of the one it serves when `model` is empty); InputError when it
+    serves another, or cannot constrain decoding and `constrained` settings ask for it (`check_constrainable`)."""
+    models = _model_list(base_url, api_key_env, timeout_s)
+    ids = [m.id for m in models]
     where = split_credentials(base_url)[0]
     if not model:
         if len(ids) != 1:
             raise InputError(f"the server at {where} serves {printable(ids)}: name one in [model] model",
                              field="model.model")
-        return ids[0]
+        model = ids[0]
     if model not in ids:
         raise InputError(f"the server at {where} serves {printable(ids)}, not {printable(repr(model))}",
                          field="model.model")
-    return model
+    served = models[ids.index(model)]
+    check_constrainable(served, f"the server at {where}", constrained)
+    return served
 
 
 # -- a reply, checked ----------------------------------------------------------------------------------
@@ -352,13 +394,17 @@ class OpenAIEngine:
                  request_timeout_s: float = ClientOptions.request_timeout_s,
                  max_retries: int = ClientOptions.max_retries, max_model_len: int | None = None,
                  backoff_s: float = 1.0, check_timeout_s: float = ClientOptions.check_timeout_s,
-                 reply_bytes_per_token: int = ClientOptions.reply_bytes_per_token):
+                 reply_bytes_per_token: int = ClientOptions.reply_bytes_per_token,
+                 constrained: Sequence[str] = ()):
         """Every default is the option's declaration (ClientOptions)."""
         if endpoint not in ("chat", "completions"):
             raise InputError(f"unknown endpoint {endpoint!r}; choose chat or completions", field="model.endpoint")
         self._server = _Server(base_url, api_key_env)
         self.base_url = self._server.url  # never the credentials
-        self.served = resolve_served_model(base_url, model, api_key_env, check_timeout_s)
+        # `constrained`: the settings that will send grammars; refused here, before any request, by a
+        # server that cannot read them (module docstring, "Constraints")
+        listed = resolve_served_model(base_url, model, api_key_env, check_timeout_s, constrained)
+        self.served, self.constrains = listed.id, listed.constrains
         self.model_id = f"openai:{self.served}@{self.base_url}"
         self.endpoint, self.max_retries, self.backoff_s = endpoint, max_retries, backoff_s
         self.max_concurrency, self.timeout_s, self.check_timeout_s = max_concurrency, request_timeout_s, check_timeout_s
@@ -388,9 +434,9 @@ class OpenAIEngine:
         body: dict[str, Any] = {"model": self.served, "n": params.n, "temperature": params.temperature,
                                 "top_p": params.top_p, "max_tokens": params.max_tokens, "seed": params.seed,
                                 "stop": list(params.stop), "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
-        if params.choices is not None:
+        if self.constrains and params.choices is not None:
             body["structured_outputs"] = {"choice": list(params.choices)}
-        if params.grammar is not None:  # the EBNF grammars of batch/toc/constraints.py, as xgrammar reads them
+        elif self.constrains and params.grammar is not None:  # EBNF, as vLLM's xgrammar backend reads it
             body["structured_outputs"] = {"grammar": params.grammar}
         if self.endpoint == "chat":
             body["messages"] = [{"role": "user", "content": prompt}]
@@ -456,10 +502,23 @@ class OpenAIEngine:
 
     # -- the step loop (StepEngine) --------------------------------------------------------------
     def submit(self, requests: Sequence[Request]) -> None:
+        if not self.constrains:
+            self._unconstrained(requests)
         for r in requests:
             self._serial += 1
             fut = asyncio.run_coroutine_threadsafe(self._one(r.rid, self._serial, r.prompt, r.params), self._loop)
             self._live[r.rid] = (self._serial, fut)
+
+    def _unconstrained(self, requests: Sequence[Request]) -> None:
+        """A server that cannot constrain (module docstring, "Constraints"): a grammar is refused before it is
+        sent (the start-up check refuses a run that asks for one first); a choice is sent unconstrained."""
+        if any(r.params.grammar is not None for r in requests):
+            raise InputError(f"this server cannot constrain decoding (the server at {self.base_url} is not vLLM's) "
+                             f"and a request asks for a grammar", field="model.base_url")
+        if any(r.params.choices is not None for r in requests):
+            console.note("openai-choices", f"the server at {self.base_url} cannot constrain decoding (not vLLM's): "
+                                           f"choices such as the verification's True/False were decoded freely "
+                                           f"and read from the text")
 
     def step(self) -> list[tuple[str, Completion]]:
         """The requests that finished since the last step (waits for at least one while any is in flight,

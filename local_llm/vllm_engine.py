@@ -261,7 +261,7 @@ class VLLMEngine:
         if params.choices is not None:
             kw["structured_outputs"] = StructuredOutputsParams(choice=list(params.choices))
         elif params.grammar is not None:
-            # An EBNF grammar (batch/toc/constraints.py): vLLM's "auto" backend compiles it with xgrammar
+            # GenParams' EBNF grammar in vLLM's dialect: its "auto" structured-output backend compiles it with xgrammar
             # (vllm/v1/structured_output/backend_xgrammar.py compile_grammar), asynchronously, per request.
             kw["structured_outputs"] = StructuredOutputsParams(grammar=params.grammar)
         sp = SamplingParams(**kw)

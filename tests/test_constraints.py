@@ -12,7 +12,8 @@ import polars as pl
 import pytest
 
 from clarify.batch import config
-from clarify.batch.toc.constraints import (
+from clarify.batch.toc.constraints import answer_grammar, clarify_grammar, quote_words, quotes_grammar
+from clarify.batch.toc.format import (
     FORMAT_END_TOKENS,
     FORMAT_MAX_DA,
     FORMAT_MAX_DQ,
@@ -21,13 +22,9 @@ from clarify.batch.toc.constraints import (
     FORMAT_MAX_WORD_CHARS,
     FORMAT_PAIR_TOKENS,
     FORMAT_TOKENS_PER_WORD,
-    answer_grammar,
-    clarify_grammar,
     format_grammar,
-    quote_words,
-    quotes_grammar,
+    parse_disambiguations,
 )
-from clarify.batch.toc.parse import parse_disambiguations
 from clarify.batch.toc.quotes import check_answers, normalise
 from clarify.files import data_dir
 from clarify.local_llm.engine import GenParams, request_key
@@ -106,7 +103,7 @@ def test_every_prefix_the_format_grammar_can_stop_at_parses():
 
 def test_the_longest_constrained_clarification_fits_in_clarify_max_tokens(llm_model_dir):
     """The format's caps are derived so that FORMAT_MAX_PAIRS pairs fit in the default clarify_max_tokens
-    (batch/toc/constraints.py): the arithmetic, and its inputs measured with the embedded model's tokenizer on
+    (batch/toc/format.py): the arithmetic, and its inputs measured with the embedded model's tokenizer on
     ASQA dev's gold pairs cut to the caps (a pair's fixed tokens, the 95th percentile of tokens per word)."""
     from transformers import AutoTokenizer
 

@@ -1,7 +1,8 @@
 """The `openai` backend (local_llm/openai_engine.py) against a scripted OpenAI-compatible server in
 this process (stdlib http.server): the request body vLLM's server reads, retries with backoff on 429/5xx, a
 completion returned once whatever the retries, a server that is down or serves another model refused in one
-line, and a server that dies mid-run stops the run resumably. The real server (`vllm serve` on CPU, the
+line, a server that is not vLLM's refused in one line when the run asks for constrained decoding, and a
+server that dies mid-run stops the run resumably. The real server (`vllm serve` on CPU, the
 embedded model) is tested in tests/test_openai_server.py."""
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from clarify import console
 from clarify.batch import config
+from clarify.batch.toc.format import format_grammar
 from clarify.errors import InputError
 from clarify.local_llm import backends
 from clarify.local_llm.engine import GenParams, Request
@@ -20,10 +23,11 @@ from clarify.local_llm.openai_engine import EngineUnavailable, OpenAIEngine
 
 
 class Fake:
-    """A scripted server: `fail` status codes answered first (one per request), then `reply(body)`."""
+    """A scripted server: `fail` status codes answered first (one per request), then `reply(body)`. It lists
+    its models as owned by `owned_by` ("vllm", as vLLM's server does; None: no such field)."""
 
-    def __init__(self, models=("m",), fail=(), reply=None):
-        self.models, self.fail, self.bodies = list(models), list(fail), []
+    def __init__(self, models=("m",), fail=(), reply=None, owned_by="vllm"):
+        self.models, self.fail, self.bodies, self.owned_by = list(models), list(fail), [], owned_by
         self.reply = reply or (lambda body: body["messages"][0]["content"][::-1])
         self.lock = threading.Lock()
         fake = self
@@ -41,7 +45,8 @@ class Fake:
                 self.wfile.write(data)
 
             def do_GET(self):
-                self._send(200, {"object": "list", "data": [{"id": m} for m in fake.models]})
+                owner = {} if fake.owned_by is None else {"owned_by": fake.owned_by}
+                self._send(200, {"object": "list", "data": [{"id": m, "object": "model", **owner} for m in fake.models]})
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -95,6 +100,47 @@ def test_requests_carry_vllms_sampling_fields_and_come_back_in_order(fake):
     eng.generate(["g"], [GenParams(grammar='root ::= "DQ 1: " [a-z]+')])
     assert f.bodies[-1]["structured_outputs"] == {"grammar": 'root ::= "DQ 1: " [a-z]+'}
     assert eng.model_id == f"openai:m@{f.url}" and eng.facts()["system_fingerprint"] == "fake-1"
+    eng.close()
+
+
+@pytest.mark.parametrize("owned_by", ["sglang", "llamacpp", None])
+def test_a_server_that_is_not_vllms_is_refused_at_start_up_when_the_run_asks_for_constraints(fake, owned_by):
+    f = fake(owned_by=owned_by)
+    both = ("toc.constrain_format", "answer.constrain_quotes")
+    m = config.load(None, {"model.backend": "openai", "model.base_url": f.url, "model.model": "m"}).model
+    for start in (lambda: backends.get("openai").identity(m, constrained=both),
+                  lambda: backends.get("openai").open(m, constrained=both)):
+        with pytest.raises(InputError) as err:
+            start()
+        msg = str(err.value)
+        assert "\n" not in msg and msg.startswith("field 'model.base_url': this server cannot constrain decoding (")
+        assert msg.endswith("; set toc.constrain_format = false and answer.constrain_quotes = false")
+        assert (f"with owned_by {owned_by!r}, not 'vllm'" if owned_by else "with no owned_by, not 'vllm'") in msg
+    with pytest.raises(InputError, match=r"; set answer.constrain_quotes = false$"):
+        OpenAIEngine(f.url, "m", constrained=("answer.constrain_quotes",))
+    assert f.bodies == []  # refused before any request
+
+    # unconstrained runs use it: no vLLM-only field is sent, the verification's choice goes unconstrained
+    eng = backends.get("openai").open(m)
+    console._notes.clear()
+    eng.generate(["q"], [GenParams(choices=("True", "False"))])
+    assert "structured_outputs" not in f.bodies[-1] and "decoded freely" in console.notes()[0]
+    with pytest.raises(InputError, match="cannot constrain decoding .* a request asks for a grammar"):
+        eng.generate(["g"], [GenParams(grammar='root ::= "a"')])
+    assert len(f.bodies) == 1
+    eng.close()
+
+
+def test_a_vllm_server_gets_the_constraints_in_its_dialect(fake):
+    f = fake()
+    m = config.load(None, {"model.backend": "openai", "model.base_url": f.url, "model.model": "m"}).model
+    both = ("toc.constrain_format", "answer.constrain_quotes")
+    assert backends.get("openai").identity(m, constrained=both)["served_model"] == "m"
+    eng = backends.get("openai").open(m, constrained=both)
+    grammar = format_grammar()
+    eng.generate(["g", "v"], [GenParams(grammar=grammar), GenParams(choices=("True", "False"))])
+    assert sorted(json.dumps(b["structured_outputs"]) for b in f.bodies) == sorted(
+        [json.dumps({"grammar": grammar}), json.dumps({"choice": ["True", "False"]})])
     eng.close()
 
 
@@ -187,3 +233,21 @@ def test_a_server_that_dies_mid_run_stops_it_in_one_line_and_the_run_resumes(fak
     with sqlite3.connect(out / "cache" / "completions.sqlite") as db:
         rows, keys = db.execute("SELECT count(*), count(DISTINCT key) FROM completions").fetchone()
     assert rows == keys == summary["llm_calls"] - (summary["cached_calls"] - kept)
+
+
+@pytest.mark.integration
+def test_a_constrained_run_on_a_server_that_is_not_vllms_stops_in_one_line_before_anything(fake, tmp_path,
+                                                                                          default_index, capsys):
+    from clarify.batch.cli import main
+
+    f = fake(models=("smollm2",), owned_by="sglang")
+    toml = tmp_path / "run.toml"
+    toml.write_text(f'limit = 1\nindex = "{default_index}"\n[model]\nbackend = "openai"\nbase_url = "{f.url}"\n'
+                    'model = "smollm2"\n')
+    out = tmp_path / "run"
+    argv = ["run", "--config", str(toml), "--constrain-format", "--out", str(out), "--no-progress"]
+    assert main(argv) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("clarify")]
+    assert len(err) == 1 and "this server cannot constrain decoding (" in err[0]
+    assert err[0].endswith("; set toc.constrain_format = false")
+    assert f.bodies == [] and not (out / "config.json").exists()  # no request sent, nothing written

@@ -23,7 +23,8 @@ import polars as pl
 import pytest
 
 from clarify.batch.pipeline import _add_quote_notes
-from clarify.batch.toc import parse, quotes
+from clarify.batch.toc import format as fmt
+from clarify.batch.toc import quotes
 from clarify.errors import InputError
 from clarify.eval import quotesum
 from clarify.jsonl import MAX_LINE_BYTES, iter_jsonl
@@ -140,16 +141,16 @@ def test_dq_da_answer_patterns_match_the_old_ones():
     lines = _random_strings(LINE_ALPHABET, 20_000, 10, seed=1)
     lines += ["DQ 1: who?", "**DQ 2** : what", " - DA1) a; b", "* *DQ:x", "DQ 12 ** . q", "Answer :", "  answer:x"]
     for line in lines:
-        for old, new in ((OLD_DQ, parse._DQ), (OLD_DA, parse._DA), (OLD_ANSWER, parse._ANSWER)):
+        for old, new in ((OLD_DQ, fmt._DQ), (OLD_DA, fmt._DA), (OLD_ANSWER, fmt._ANSWER)):
             assert _groups(new.match(line)) == _groups(old.match(line)), (old.pattern, line)
 
 
 def test_official_split_patterns_match_the_official_ones():
-    # toc/utils.py:37-38 splits on `DQ\s*\d*:` / `DA\s*\d*:`; parse.py's possessive forms split the same
+    # toc/utils.py:37-38 splits on `DQ\s*\d*:` / `DA\s*\d*:`; format.py's possessive forms split the same
     lines = _random_strings(LINE_ALPHABET, 20_000, 10, seed=2)
     lines += ["[1] DQ 2: a", "DQ12  : q DQ 3: r", "xDA:y", "DA 1 1: z"]
     for line in lines:
-        for plain, new in ((r"DQ\s*\d*:", parse._OFFICIAL_DQ), (r"DA\s*\d*:", parse._OFFICIAL_DA)):
+        for plain, new in ((r"DQ\s*\d*:", fmt._OFFICIAL_DQ), (r"DA\s*\d*:", fmt._OFFICIAL_DA)):
             assert new.split(line) == re.split(plain, line), (plain, line)
 
 
@@ -157,7 +158,7 @@ def test_clean_long_answer_matches_the_old_one():
     texts = _random_strings([" ", "\n", "\t", "---", "--", "Question", "Context", "Answer", ":", "x", "y z", "\r"],
                             20_000, 12, seed=2)
     for text in texts:
-        assert parse.clean_long_answer(text) == old_clean_long_answer(text), repr(text)
+        assert fmt.clean_long_answer(text) == old_clean_long_answer(text), repr(text)
 
 
 def test_tidy_matches_the_old_one():
@@ -185,17 +186,17 @@ def test_quote_parser_matches_the_old_recursive_one(summaries):
 def test_label_line_of_16k_spaces(label):
     # old: "DQ" + 3,200 spaces + "x" 50 s (cubic: 0.9 s at 800, 6.9 s at 1,600); 16,000 was killed at 60 s
     with within(5):
-        parsed = parse.parse_disambiguations(label + " " * 16_000 + "x")
+        parsed = fmt.parse_disambiguations(label + " " * 16_000 + "x")
         assert parsed.pairs == [] and parsed.notes == ["no DQ/DA lines"]
-        spaced = parse.parse_disambiguations(f"DQ 1{' ' * 20_000}: who?\nDA 1 :{' ' * 20_000}a; b")
+        spaced = fmt.parse_disambiguations(f"DQ 1{' ' * 20_000}: who?\nDA 1 :{' ' * 20_000}a; b")
     assert [(p.question, p.answers) for p in spaced.pairs] == [("who?", ("a", "b"))]
 
 
 def test_clean_long_answer_on_40k_blank_lines():
     # old: 19 s for 40,000 newlines, 6.6 s for 20,000 "\n " (every newline rescanned the blanks after it)
     with within(5):
-        assert parse.clean_long_answer("a" + "\n" * 40_000 + "b") == "a b"
-        assert parse.clean_long_answer("a" + "\n " * 20_000 + "Question: b") == "a"
+        assert fmt.clean_long_answer("a" + "\n" * 40_000 + "b") == "a b"
+        assert fmt.clean_long_answer("a" + "\n " * 20_000 + "Question: b") == "a"
 
 
 def test_canonical_markers_on_80k_spaces():
@@ -377,10 +378,10 @@ SHAPES = {  # 40k-character inputs built from the pieces that the patterns above
     "words": "the true false a an " * 2_000,
 }
 READERS = {
-    "parse_disambiguations": lambda s: parse.parse_disambiguations(s, "length"),
-    "parse_disambiguations official": lambda s: parse.parse_disambiguations(s, "length", "official"),
-    "parse_verdict": parse.parse_verdict,
-    "clean_long_answer": parse.clean_long_answer,
+    "parse_disambiguations": lambda s: fmt.parse_disambiguations(s, "length"),
+    "parse_disambiguations official": lambda s: fmt.parse_disambiguations(s, "length", "official"),
+    "parse_verdict": fmt.parse_verdict,
+    "clean_long_answer": fmt.clean_long_answer,
     "parse_quoted": quotes.parse_quoted,
     "canonical_markers": quotesum.canonical_markers,
     "strip_markers": quotesum.strip_markers,

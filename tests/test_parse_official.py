@@ -3,7 +3,7 @@
 `official_parse_disambig` is toc/utils.py:25-46 of gankim/tree-of-clarifications copied line for line (only
 the bare `except:` narrowed to the two exceptions its body can raise), and `official_fields` is the `disambig`
 / `answer` extraction of dsp/templates/template_v2.py:144-175 with the fallback of run_toc.py:222-225. They
-are written here, not imported from batch/toc/parse.py, so the comparison is between two implementations.
+are written here, not imported from batch/toc/format.py, so the comparison is between two implementations.
 
 The rule checked: wherever the official parser yields pairs, clarify's default parser yields the same
 pairs (question and DA text as the official code takes them), in the same order; it may add pairs only
@@ -17,7 +17,7 @@ import re
 
 import pytest
 
-from clarify.batch.toc.parse import official_pairs, parse_disambiguations
+from clarify.batch.toc.format import official_pairs, parse_disambiguations
 from tests import test_toc_golden
 
 

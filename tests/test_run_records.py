@@ -13,7 +13,8 @@ import pytest
 from clarify import console
 from clarify.batch.records import INPUTS_SCHEMA, SUMMARY_SCHEMA, RunSummary
 from clarify.batch.rundir import FINAL_TABLES, Run
-from clarify.batch.toc import fingerprint, program, prompts
+from clarify.batch.toc import fingerprint, prompts
+from clarify.batch.toc import format as fmt
 from clarify.errors import InputError
 from tests.test_reliability import QS, _cfg, _Factory, _questions, _run
 
@@ -30,7 +31,7 @@ def test_a_prompt_edit_between_start_and_resume_is_refused_and_restart_recompute
         _run(cfg, out, factory=factory)
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith(f"{out / 'inputs.json'}: this run was started with other prompts")
-    assert "the prompt templates (batch/toc/prompts.py) changed" in msg and "--restart" in msg
+    assert "the prompt templates (batch/toc/prompts.py, batch/toc/format.py) changed" in msg and "--restart" in msg
     assert "parser" not in msg and factory.made == []  # refused before the engine is built
 
     summary = _run(cfg, out, factory=factory, restart=True)
@@ -51,12 +52,12 @@ def test_a_finished_run_is_read_back_whatever_the_prompts_now(tmp_path, monkeypa
 def test_each_component_is_named_by_what_changed(monkeypatch):
     before = fingerprint.prompts_fingerprint()
     assert fingerprint.prompts_fingerprint() == before  # stable: computed from the code, nothing random
-    monkeypatch.setattr(program, "ANSWER_STOP", (*program.ANSWER_STOP, "\nNote:"))
+    monkeypatch.setattr(fmt, "ANSWER_STOP", (*fmt.ANSWER_STOP, "\nNote:"))
     assert fingerprint.changed(before, fingerprint.prompts_fingerprint()) == [
-        "the stop strings (batch/toc/program.py)"]
+        "the stop strings (batch/toc/format.py)"]
     monkeypatch.setattr(prompts, "VERIFY_INSTRUCTIONS", "Say True or False.")
     assert fingerprint.changed(before, fingerprint.prompts_fingerprint()) == [
-        "the prompt templates (batch/toc/prompts.py)", "the stop strings (batch/toc/program.py)"]
+        "the prompt templates (batch/toc/prompts.py, batch/toc/format.py)", "the stop strings (batch/toc/format.py)"]
 
 
 def test_code_is_fingerprinted_without_its_comments_and_docstrings(tmp_path, monkeypatch):
@@ -126,3 +127,24 @@ def test_inputs_json_of_a_newer_clarify_is_refused_by_name(tmp_path):
     (out / "inputs.json").write_text(json.dumps({**pinned, "schema_version": INPUTS_SCHEMA + 1}))
     with pytest.raises(InputError, match=r"inputs.json \(field 'schema_version'\): written by a newer clarify"):
         _run(cfg, out)
+
+
+def test_the_parser_is_fingerprinted_by_the_code_it_reaches(tmp_path, monkeypatch):
+    """The DQ/DA parser shares batch/toc/format.py with the templates and the grammar: its digest covers
+    what its entry points reach (a helper, a label they read), not an edit of the module's other parts."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    base = ('import re\nDQ = "DQ"\nGUIDE = "DQ i: ..."\n\ndef _pattern():\n    return re.compile(DQ)\n\n'
+            'def parse(text):\n    return _pattern().findall(text)\n\ndef grammar():\n    return GUIDE\n')
+    variants = [base, base.replace('GUIDE = "DQ i: ..."', 'GUIDE = "Q i: ..."'),
+                base.replace("return GUIDE", "return GUIDE + '!'"),
+                base.replace('DQ = "DQ"', 'DQ = "Q"'), base.replace("re.compile(DQ)", "re.compile(DQ, re.I)")]
+    digests = []
+    for n, text in enumerate(variants):
+        (tmp_path / f"fp_parser{n}.py").write_text(text)
+        digests.append(fingerprint._code(importlib.import_module(f"fp_parser{n}"), ("parse",)))
+    assert digests[0] == digests[1] == digests[2]  # the guide and the grammar are not the parser
+    assert len({digests[0], digests[3], digests[4]}) == 3  # a label it reads, a helper it calls
+    with pytest.raises(ValueError, match="defines no nope"):
+        fingerprint._code(importlib.import_module("fp_parser0"), ("parse", "nope"))

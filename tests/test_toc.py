@@ -15,7 +15,7 @@ import pytest
 from clarify.batch import config
 from clarify.batch.pipeline import nodes_table, run
 from clarify.batch.scheduler import SCHEDULERS, drive
-from clarify.batch.toc.parse import parse_disambiguations, parse_verdict
+from clarify.batch.toc.format import parse_disambiguations, parse_verdict
 from clarify.batch.toc.program import Resources
 from clarify.batch.toc.tree import Tree
 from clarify.errors import InputError
@@ -376,7 +376,7 @@ def test_fits_counts_exactly_when_characters_underestimate_tokens():
 
 
 def _pair(q, *answers):
-    from clarify.batch.toc.parse import Disambiguation
+    from clarify.batch.toc.format import Disambiguation
 
     return Disambiguation(q, answers)
 

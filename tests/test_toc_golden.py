@@ -23,7 +23,7 @@ import pytest
 from clarify.batch import config
 from clarify.batch.scheduler import SCHEDULERS, drive
 from clarify.batch.toc.demos import KnnPool
-from clarify.batch.toc.parse import Disambiguation
+from clarify.batch.toc.format import Disambiguation
 from clarify.batch.toc.program import Resources
 from clarify.batch.toc.prompts import Demo
 from clarify.batch.toc.tree import Tree

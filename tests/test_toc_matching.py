@@ -19,8 +19,8 @@ import pytest
 from clarify.batch import config
 from clarify.batch.scheduler import drive
 from clarify.batch.toc.demos import KnnPool
+from clarify.batch.toc.format import Disambiguation, parse_disambiguations
 from clarify.batch.toc.match import MATCHING, dpr_tokens, dsp_f1, dsp_has_answers, dsp_normalize_text
-from clarify.batch.toc.parse import Disambiguation, parse_disambiguations
 from clarify.batch.toc.program import Resources, passage_string, removed_by
 from clarify.batch.toc.prompts import Demo
 from clarify.batch.toc.tree import Tree

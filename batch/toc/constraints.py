@@ -1,13 +1,14 @@
-r"""Decoding constraints (docs/running-toc.md#constrained-decoding): the one place that builds the grammars some steps decode under.
+r"""Decoding constraints (docs/running-toc.md#constrained-decoding): which grammar each step decodes under, and the
+quotes grammar (the DQ/DA grammar is declared with the rest of the DQ/DA layout in batch/toc/format.py).
 
 Two switches, both off by default (the official trees stay the default):
 
-* `[toc] constrain_format` — the clarification completion is decoded under `format_grammar()`: 1 to
-  FORMAT_MAX_PAIRS (3) pairs of `DQ i: <question>` / `DA i: <short answers separated by ;>` lines, numbered
-  from 1, each line capped in words so that the longest clarification fits in clarify_max_tokens, then the end (EOS, or the prompt's next field `\n\nAnswer:`, which CLARIFY_STOP cuts off). The
-  format is the official one: the demo and query layout of toc/templates/load.py and the line parser
-  of toc/utils.py:25-40 `parse_disambig` (split on `DQ\s*\d*:` / `DA\s*\d*:`), so every completion
-  that is not cut at max_tokens parses (batch/toc/parse.py). The prompt is unchanged.
+* `[toc] constrain_format` — the clarification completion is decoded under batch/toc/format.py's
+  `format_grammar()`: 1 to FORMAT_MAX_PAIRS (3) pairs of `DQ i: <question>` / `DA i: <short answers
+  separated by ;>` lines, numbered from 1, each line capped in words so that the longest clarification fits
+  in clarify_max_tokens, then the end (EOS, or the prompt's next field `\n\nAnswer:`, which CLARIFY_STOP
+  cuts off). The format is the official one (toc/templates/load.py:11-12, toc/utils.py:25-40
+  `parse_disambig`), so every completion that is not cut at max_tokens parses. The prompt is unchanged.
 * `[answer] constrain_quotes` — the quoted (SEMQA) answer is decoded under `quotes_grammar(sources)`:
   text outside markers is free (anything but `[`), but the answer opens with a marker (so holds at least
   one); every marker is `[k ` + a contiguous run of source k's words + `]`,
@@ -38,45 +39,21 @@ surrogate; a word the checker normalises away (zero-width characters only) is no
 are capped (GRAMMAR_MAX_UNITS, shared over the sources): compile time grows with their square.
 
 The grammar is part of GenParams (`grammar`), so it is part of the request's completion-cache key
-(local_llm/engine.py `request_key`); a request without one keeps its old key.
+(local_llm/engine.py `request_key`); a request without one keeps its old key. Each engine backend translates
+it into its server's dialect, and one that cannot constrain refuses a run that asks for it before any request
+(`requested`, local_llm/backends.py).
 """
 
 from __future__ import annotations
 
-import functools
 import re
 import unicodedata
 from collections.abc import Sequence
 
 from clarify.batch.config import RunConfig
+from clarify.batch.toc.format import format_grammar, literal
 from clarify.schemas import Passage
 
-# The most DQ/DA pairs a constrained clarification may hold, and the longest DQ and DA lines (words), chosen
-# so that a whole clarification fits in `[toc] clarify_max_tokens` (256): the small models write every pair
-# the grammar allows, and with 10 pairs the tenth always ran past 256 tokens and was cut (a parse error).
-# - Pairs: 3, the median number of readings of an ASQA dev question (gold qa_pairs: 2 to 6, mean 3.36); the
-#   official demos are such questions with their qa_pairs as DQ/DA lines (run_toc.py:23-41 get_dataset),
-#   and ToC's tree adds readings by expanding nodes (run_toc.py:138 --max_nodes 10), not by one long list.
-# - Words: 27 per DQ line (99th percentile of ASQA dev's 3,184 gold disambiguated questions) and 9 per DA
-#   line (95th percentile of their short answers joined by "; ").
-# - Tokens: a pair's `DQ i: ` / `\nDA i: ` / `\n` cost 12 tokens, a word of a gold pair 2.0 at the 95th
-#   percentile (SmolLM2 2.00, Gemma 3 1.81; median 1.44 / 1.29), and the end `\n\nAnswer:` 4, so the
-#   longest constrained clarification is FORMAT_MAX_TOKENS = 3 * (12 + 36 * 2.0) + 4 = 256 tokens
-#   (tests/test_constraints.py checks it against the default clarify_max_tokens and the real tokenizer).
-# - Characters: at most FORMAT_MAX_WORD_CHARS = 20 per word (1 of ASQA dev's 49,996 gold DQ/DA words is
-#   longer; 99.9th percentile 15): with lines capped in words alone, SmolLM2 glued words into one past the
-#   cap until max_tokens (12 % of its clarifications on ASQA dev 0-9, docs/running-toc.md#constrained-decoding). The
-#   format grammar is the same string for every request and vLLM compiles it once per engine: 1.3 s with
-#   SmolLM2's vocabulary, 3.6 s with Gemma 3's (unbounded words: 0.2 s / 1.4 s).
-# Lines in words, not characters: xgrammar expands a bounded repetition into one state per step and precomputes a
-# token mask for each, so `[^\n]{0,199}` took 33 s to compile with Gemma 3's 262k-token vocabulary, 40 words
-# 0.7 s (docs/running-toc.md#constrained-decoding).
-FORMAT_MAX_PAIRS = 3
-FORMAT_MAX_DQ, FORMAT_MAX_DA = 27, 9
-FORMAT_MAX_WORD_CHARS = 20
-FORMAT_PAIR_TOKENS, FORMAT_TOKENS_PER_WORD, FORMAT_END_TOKENS = 12, 2.0, 4
-FORMAT_MAX_TOKENS = round(FORMAT_MAX_PAIRS * (FORMAT_PAIR_TOKENS + (FORMAT_MAX_DQ + FORMAT_MAX_DA) * FORMAT_TOKENS_PER_WORD)
-                          + FORMAT_END_TOKENS)
 # A constrained quoted answer opens with a marker, as 126 of QuoteSum dev's 265 gold answers do (the most
 # common lead; all 265 hold a marker). With markers allowed but not required, the embedded model wrote none
 # on ASQA (docs/running-toc.md#constrained-decoding). A lead of up to 12 free words (the longest gold lead) was tried:
@@ -84,23 +61,15 @@ FORMAT_MAX_TOKENS = round(FORMAT_MAX_PAIRS * (FORMAT_PAIR_TOKENS + (FORMAT_MAX_D
 # stop string could end the answer before its first marker; a marker first has neither problem, and the
 # text after it stays free.
 
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def literal(text: str) -> str:
-    """An EBNF string literal of `text` (xgrammar's GBNF escapes; other control characters as \\xHH)."""
-    out = []
-    for ch in text:
-        if ch in _ESCAPES:
-            out.append(_ESCAPES[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\x{ord(ch):02x}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
-
-
 # -- what each step decodes under (batch/toc/program.py asks here) ---------------------------------------------
+def requested(cfg: RunConfig) -> tuple[str, ...]:
+    """The settings of `cfg` that make some step decode under a grammar (none: every request is free), as an
+    engine backend names them when its server cannot constrain (local_llm/backends.py)."""
+    on = (("toc.constrain_format", cfg.toc.constrain_format),
+          ("answer.constrain_quotes", cfg.answer_style == "quoted" and cfg.answer.constrain_quotes))
+    return tuple(name for name, asked in on if asked)
+
+
 def clarify_grammar(cfg: RunConfig) -> str | None:
     """The clarification's grammar: `format_grammar()` when `[toc] constrain_format`, else None."""
     return format_grammar() if cfg.toc.constrain_format else None
@@ -112,32 +81,6 @@ def answer_grammar(cfg: RunConfig, sources: Sequence[Passage]) -> str | None:
     if cfg.answer_style == "quoted" and cfg.answer.constrain_quotes:
         return quotes_grammar(sources)
     return None
-
-
-# -- clarifications ------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=8)
-def format_grammar(max_pairs: int = FORMAT_MAX_PAIRS) -> str:
-    """EBNF of a clarification: `DQ 1: q` NL `DA 1: a` (NL `DQ 2: ...`)... up to `max_pairs`, then the end
-    (or `\\n\\nAnswer:`, the next field of the official template, toc/templates/load.py, which the
-    clarification's stop strings cut off). A question and an answer are one non-empty line each; an
-    answer starts with a character that batch/toc/parse.py's split_answers keeps (not ';', '"' or a blank)."""
-    if max_pairs < 1:
-        raise ValueError(f"max_pairs must be >= 1, got {max_pairs}")
-    rules = ["root ::= pair1"]
-    for i in range(1, max_pairs + 1):
-        more = f'"\\n" pair{i + 1} | ' if i < max_pairs else ""
-        rules.append(f'pair{i} ::= "DQ {i}: " dq "\\nDA {i}: " da ({more}"\\n\\nAnswer:")?')
-    # Lines are capped (FORMAT_MAX_DQ / FORMAT_MAX_DA words, single spaces between them): a small model that
-    # loops inside one line ("The World Boa, The World Boa, ...") is made to go on to the next field
-    # instead of running into max_tokens, where the pair would be lost.
-    # Words are capped too (FORMAT_MAX_WORD_CHARS): with the word cap alone, SmolLM2 glued words together
-    # past the last one ("a1991AmericanfemalebuddyroadcrimefilmdirectordirectedbyRickey_Jenkins;...") until
-    # max_tokens.
-    w = FORMAT_MAX_WORD_CHARS - 1
-    rules.append(f'dq ::= [^\\n\\t ] [^\\n ]{{0,{w}}} (" " word){{0,{FORMAT_MAX_DQ - 1}}}')
-    rules.append(f'da ::= [^\\n\\t ;"] [^\\n ]{{0,{w}}} (" " word){{0,{FORMAT_MAX_DA - 1}}}')
-    rules.append(f'word ::= [^\\n ]{{1,{FORMAT_MAX_WORD_CHARS}}}')
-    return "\n".join(rules) + "\n"
 
 
 # -- quotes --------------------------------------------------------------------------------------------

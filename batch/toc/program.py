@@ -33,8 +33,16 @@ import numpy as np
 from clarify.batch.config import RunConfig
 from clarify.batch.toc.constraints import answer_grammar, clarify_grammar
 from clarify.batch.toc.demos import KnnPool
+from clarify.batch.toc.format import (
+    ANSWER_STOP,
+    CLARIFY_STOP,
+    VERDICTS,
+    Disambiguation,
+    clean_long_answer,
+    parse_disambiguations,
+    parse_verdict,
+)
 from clarify.batch.toc.match import MATCHING, Matching
-from clarify.batch.toc.parse import Disambiguation, clean_long_answer, parse_disambiguations, parse_verdict
 from clarify.batch.toc.prompts import (
     Demo,
     Passage,
@@ -54,9 +62,6 @@ Embed = Callable[[list[str]], np.ndarray]
 # The configured reranker (index.search.PairScorer.score): per query, one score per candidate passage id.
 RerankFn = Callable[[list[str], list[list[str]]], list[np.ndarray]]
 
-# The clarification's long answer is not used (ToC appendix): stop before it to save tokens.
-CLARIFY_STOP = ("\nAnswer:", "\n---", "\nQuestion:")
-ANSWER_STOP = ("\n---", "\nQuestion:", "\nContext:", "\nSources:")
 TOO_LONG = "prompt longer than the model's context: not sent"
 
 
@@ -307,7 +312,7 @@ def expand(t: Tree, n: Node, res: Resources, cfg: RunConfig, wave: int, rows: Tr
     vecs = yield EmbedTexts((n.question,))
     (demos,) = res.demos.select(vecs[n.question][None, :], [n.question], toc.n_demos, [t.removed_demos])
     prompt = clarify_prompt(n.question, [store[p] for p in ctx], demos)
-    # [toc] constrain_format: the same prompt, decoded under the DQ/DA grammar (batch/toc/constraints.py)
+    # [toc] constrain_format: the same prompt, decoded under the DQ/DA grammar (batch/toc/format.py)
     params = GenParams(temperature=toc.temperature, max_tokens=toc.clarify_max_tokens,
                        stop=CLARIFY_STOP + cfg.model.stop, seed=clarify_seed(cfg, t, n, prompt),
                        grammar=clarify_grammar(cfg))
@@ -337,7 +342,7 @@ def expand(t: Tree, n: Node, res: Resources, cfg: RunConfig, wave: int, rows: Tr
         # the proposed answer is the DA string as written (toc/templates/load.py:46 `cur_qa['answer']`)
         req = Generate(Step.VERIFY, tuple(c.node_id for c in pending),
                        tuple(verify_prompt(ev, t.question, c.pair.da) for c, ev in zip(pending, evidence)),
-                       tuple(GenParams(temperature=0.0, max_tokens=toc.verify_max_tokens, choices=("True", "False"))
+                       tuple(GenParams(temperature=0.0, max_tokens=toc.verify_max_tokens, choices=VERDICTS)
                              for _ in pending), _priority(Step.VERIFY, t, cfg))
         comps = yield req
         parsed_verdicts = [parse_verdict(comp.text) for comp in comps]

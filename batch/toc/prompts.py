@@ -1,19 +1,18 @@
-"""Prompt texts of Tree of Clarifications and of SEMQA quoted answers.
+"""Prompt texts of Tree of Clarifications and of SEMQA quoted answers: the wording, put around the layout.
 
 The shape follows the ToC paper's appendix and official templates (gankim/tree-of-clarifications
-`toc/templates/load.py`): parts separated by `---` — instructions, demos, a format guide, the query.
-The wording is ours.
+`toc/templates/load.py`): parts separated by `---` — instructions, demos, a format guide, the query. The
+layout (fields, DQ/DA lines, format guides, separators) is batch/toc/format.py's; the wording is ours.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from clarify.batch.toc.parse import Disambiguation
-from clarify.fewshot import Demo, QAPair, QuotedDemo
+import clarify.batch.toc.format as fmt
+from clarify.batch.toc.format import Disambiguation
+from clarify.fewshot import Demo, QuotedDemo
 from clarify.schemas import Passage
-
-SEP = "\n\n---\n\n"
 
 CLARIFY_INSTRUCTIONS = (
     "The questions below are ambiguous: each can be read in several ways, and each reading has its own answer. "
@@ -22,20 +21,6 @@ CLARIFY_INSTRUCTIONS = (
     "reading. Here are some examples."
 )
 
-FORMAT_GUIDE = """Follow the following format.
-
-Context:
-${sources that may contain relevant content}
-
-Question: ${ambiguous question to be disambiguated}
-
-Disambiguations:
-${the disambiguated pairs of questions and answers, one per line}
-DQ i: ${(i)-th disambiguated question that clarifies the ambiguous question}
-DA i: ${short factoid answers to the (i)-th question, separated by semicolons (;), often 1 to 5 words}
-
-Answer: ${a detailed answer that explains the readings of the question and answers each, at least three sentences}"""
-
 QUOTED_INSTRUCTIONS = (
     "Answer the question from the numbered sources. Every fact in your answer must be copied word for word from "
     "a source and marked as [k copied words], where k is the number of the source it was copied from; join the "
@@ -43,45 +28,19 @@ QUOTED_INSTRUCTIONS = (
     "Here are some examples."
 )
 
-QUOTED_FORMAT_GUIDE = """Follow the following format.
-
-Sources:
-${numbered sources}
-
-Question: ${the question}
-
-Answer: ${an answer whose factual spans are copied verbatim from the sources and marked [k span]}"""
-
 VERIFY_INSTRUCTIONS = (
     "Below are a question, a context passage and a proposed answer to the question. Decide whether the proposed "
     "answer could be correct, using the context. Reply with only True or False."
 )
 
 
-def format_pairs(pairs: Sequence[Disambiguation | QAPair]) -> str:
-    """`DQ i:` / `DA i:` lines; each DA is the whole string as written (toc/utils.py:12-22 make_str_disambig:
-    a demo's first short answer, a tree node's `disambig['answer']`)."""
-    lines = []
-    for i, p in enumerate(pairs, 1):
-        lines.append(f"DQ {i}: {p.question}")
-        lines.append(f"DA {i}: {p.da}")
-    return "\n".join(lines)
-
-
-def format_context(passages: Sequence[Passage]) -> str:
-    """Numbered passages `[k] «title | text»` (dsp's passages2text layout, as in the ToC prompts)."""
-    return "\n".join(f"[{k}] «{p.title} | {p.text}»" for k, p in enumerate(passages, 1))
-
-
-def _demo_block(d: Demo) -> str:
-    return f"Question: {d.question}\n\nDisambiguations:\n{format_pairs(d.pairs)}\n\nAnswer: {d.answer}"
+def _clarify_parts(demos: Sequence[Demo]) -> list[str]:
+    return [CLARIFY_INSTRUCTIONS, *(fmt.clarify_demo(d.question, d.pairs, d.answer) for d in demos), fmt.FORMAT_GUIDE]
 
 
 def clarify_prompt(question: str, passages: Sequence[Passage], demos: Sequence[Demo]) -> str:
     """Retrieval-augmented clarification: ends open at `Disambiguations:` (ToC §3.1)."""
-    parts = [CLARIFY_INSTRUCTIONS, *(_demo_block(d) for d in demos), FORMAT_GUIDE]
-    query = f"Context:\n{format_context(passages)}\n\nQuestion: {question}\n\nDisambiguations:\n"
-    return SEP.join(parts + [query])
+    return fmt.SEP.join([*_clarify_parts(demos), fmt.clarify_query(question, passages)])
 
 
 def answer_prompt(question: str, pairs: Sequence[Disambiguation], passages: Sequence[Passage],
@@ -94,31 +53,20 @@ def answer_prompt(question: str, pairs: Sequence[Disambiguation], passages: Sequ
     for the answer directly instead."""
     if not pairs and open_empty:
         return clarify_prompt(question, passages, demos)
-    parts = [CLARIFY_INSTRUCTIONS, *(_demo_block(d) for d in demos), FORMAT_GUIDE]
-    query = (f"Context:\n{format_context(passages)}\n\nQuestion: {question}\n\n"
-             f"Disambiguations:\n{format_pairs(pairs)}\n\nAnswer:")
-    return SEP.join(parts + [query])
-
-
-def _quoted_demo_block(d: QuotedDemo) -> str:
-    return f"Sources:\n{format_context(d.sources)}\n\nQuestion: {d.question}\n\nAnswer: {d.answer}"
+    return fmt.SEP.join([*_clarify_parts(demos), fmt.answer_query(question, pairs, passages)])
 
 
 def quoted_answer_prompt(question: str, pairs: Sequence[Disambiguation], passages: Sequence[Passage],
                          demos: Sequence[QuotedDemo]) -> str:
     """SEMQA-style answer: factual spans copied from source k and marked `[k span]`. The tree's
     disambiguations (if any) are given as a guide to which readings to cover."""
-    parts = [QUOTED_INSTRUCTIONS, *(_quoted_demo_block(d) for d in demos), QUOTED_FORMAT_GUIDE]
-    guide = ""
-    if pairs:
-        guide = f"Readings to cover:\n{format_pairs(pairs)}\n\n"
-    query = f"Sources:\n{format_context(passages)}\n\nQuestion: {question}\n\n{guide}Answer:"
-    return SEP.join(parts + [query])
+    parts = [QUOTED_INSTRUCTIONS, *(fmt.quoted_demo(d.question, d.sources, d.answer) for d in demos),
+             fmt.QUOTED_FORMAT_GUIDE]
+    return fmt.SEP.join([*parts, fmt.quoted_query(question, pairs, passages)])
 
 
 def verify_prompt(evidence: Passage | None, ambiguous_question: str, proposed_answer: str) -> str:
     """Self-verification (toc/templates/load.py get_ver_prompt shape): the ORIGINAL ambiguous question.
     No evidence (the tree has shown no passage) leaves the context empty."""
     context = f"{evidence.title} | {evidence.text}" if evidence is not None else ""
-    return (f"{VERIFY_INSTRUCTIONS}\n\nContext: {context}\n"
-            f"Question: {ambiguous_question}\nProposed Answer: {proposed_answer}\nTrue or False:")
+    return f"{VERIFY_INSTRUCTIONS}\n\n{fmt.verify_query(context, ambiguous_question, proposed_answer)}"

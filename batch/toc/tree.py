@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 
 from clarify.batch.config import TocConfig
-from clarify.batch.toc.parse import Disambiguation
+from clarify.batch.toc.format import Disambiguation
 from clarify.eval.normalize import normalize_answer as normalize  # SQuAD-style, as dsp's normalize_text
 
 ROOT = "0"
