@@ -26,6 +26,7 @@ pytest_plugins = [
     "tests.fixtures_llm",
     "tests.fixtures_index",
     "tests.fixtures_eval",
+    "tests.fixtures_report",
 ]
 
 ENGINE_TOKEN_BUDGET = 250_000

@@ -17,14 +17,18 @@ from clarify.local_llm.engine import GenParams
 from clarify.local_llm.scripted import ScriptedEngine
 
 
-def write_fake_model(folder: Path, data_bytes: int = 0, config: dict | None = None) -> Path:
+def write_fake_model(folder: Path, data_bytes: int = 0, config: dict | None = None, parameters: int = 0) -> Path:
     """A folder that passes the model-folder check (local_llm/models.py check_model_dir) but holds no
     real model: a config.json with a model_type and a safetensors file with a valid, empty header and
-    `data_bytes` more bytes (a way to change the weights' fingerprint)."""
+    `data_bytes` more bytes (a way to change the weights' fingerprint). `parameters` > 0: the header
+    declares one tensor of that many parameters instead (the size local_llm/models.py parameter_count
+    reads from the header; the tensor's data is left out)."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(config or {"model_type": "llama",
                                                               "architectures": ["LlamaForCausalLM"]}))
     header = b"{}"
+    if parameters:
+        header = json.dumps({"weight": {"dtype": "BF16", "shape": [parameters], "data_offsets": [0, 0]}}).encode()
     (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * data_bytes)
     return folder
 

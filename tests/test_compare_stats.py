@@ -1,6 +1,7 @@
 """Runs compared question by question (batch/report/comparison.py): the paired table, the cost table read
 from what finalize really writes into summary.json, the report's forest plot and cost table, and runs
-over different questions refused."""
+over different questions refused. The runs are real pipeline runs with a scripted model
+(tests/fixtures_report.py `report_runs`); a test changes its own copies."""
 
 from __future__ import annotations
 
@@ -11,21 +12,20 @@ import polars as pl
 import pytest
 
 from clarify.batch.report import html as report
-from clarify.batch.report.comparison import cost_row, paired_markdown, paired_table
+from clarify.batch.report.comparison import cost_row, fmt, paired_markdown, paired_table
 from clarify.batch.rundir import Run
 from clarify.errors import InputError
 from clarify.eval.paired import paired_bootstrap
-from tests.test_report import build_run_dir, parse
+from tests.fixtures_report import copy_run
+from tests.test_report import parse
 
 
-def _as_finalized(run_dir, *, wall_total, device_count, peak_rss=3 << 30, tokens_per_s=512.0):
-    """summary.json with the cost keys batch/pipeline.py finalize writes (no `wall_s`)."""
+def _on_devices(run_dir, device_count: int) -> None:
+    """summary.json's engine facts as an engine on `device_count` CPU cores records them (a scripted model
+    records none): what device-seconds are counted from."""
     path = run_dir / "summary.json"
     summary = json.loads(path.read_text())
-    summary.pop("wall_s", None)
-    summary.update(wall_s_total=wall_total, wall_s_last_session=wall_total / 2, engine_tokens_per_s=tokens_per_s,
-                   engine={"device": "cpu", "device_count": device_count},
-                   peak_memory_last_session={"rss_bytes": peak_rss, "gpu_bytes": None})
+    summary["engine"] = {"device": "cpu", "device_count": device_count}
     path.write_text(json.dumps(summary))
 
 
@@ -40,14 +40,17 @@ def _shift_scores(run_dir, metric: str, by: list[float]) -> None:
 
 
 @pytest.fixture
-def two_runs(tmp_path):
-    build_run_dir(tmp_path / "smol", model="SmolLM2-135M-Instruct", params=1.35e8, n_questions=3)
-    build_run_dir(tmp_path / "gemma", model="gemma-3-270m", params=2.68e8, n_questions=3)
-    _shift_scores(tmp_path / "gemma", "str_em", [10.0, 20.0, 30.0])  # gemma better on every question
-    _shift_scores(tmp_path / "gemma", "answer_words", [1.0, -1.0, 0.0])  # a win, a loss, a tie
-    _as_finalized(tmp_path / "smol", wall_total=30.0, device_count=2)
-    _as_finalized(tmp_path / "gemma", wall_total=90.0, device_count=2)
-    return [tmp_path / "smol", tmp_path / "gemma"]
+def two_runs(report_runs, tmp_path):
+    smol, gemma = (copy_run(d, tmp_path / d.name) for d in report_runs)
+    # the two models write the same answers (their trees differ): equal STR-EM and length on every question
+    for metric in ("str_em", "length"):
+        a, b = (pl.read_parquet(d / "scores.parquet").filter(pl.col("metric") == metric) for d in (smol, gemma))
+        assert a.equals(b), metric
+    _shift_scores(gemma, "str_em", [10.0, 20.0, 30.0])  # gemma better on every question
+    _shift_scores(gemma, "length", [1.0, -1.0, 0.0])  # a win, a loss, a tie
+    _on_devices(smol, 2)
+    _on_devices(gemma, 2)
+    return [smol, gemma]
 
 
 def test_paired_table_of_two_runs(two_runs):
@@ -57,7 +60,7 @@ def test_paired_table_of_two_runs(two_runs):
     assert (em["a"], em["b"], em["questions"], em["diff"]) == ("smol", "gemma", 3, pytest.approx(20.0))
     assert em["excludes_zero"] and 10.0 <= em["ci_low"] <= em["ci_high"] <= 30.0
     assert (em["wins"], em["ties"], em["losses"]) == (3, 0, 0)
-    words = table.filter(pl.col("metric") == "answer_words").row(0, named=True)
+    words = table.filter(pl.col("metric") == "length").row(0, named=True)
     assert (words["wins"], words["ties"], words["losses"]) == (1, 1, 1) and not words["excludes_zero"]
     # the same numbers as the bootstrap on the per-question differences, metric columns in table order
     a, b = (r.scores.pivot(on="metric", index="qid", values="value").sort("qid") for r in runs)
@@ -68,13 +71,19 @@ def test_paired_table_of_two_runs(two_runs):
 
 
 def test_cost_reads_what_finalize_writes(two_runs):
-    row = cost_row(Run.open(two_runs[1]))
-    calls = pl.read_parquet(two_runs[1] / "llm_calls.parquet")
+    row = cost_row(Run.open(two_runs[0]))  # the model that prunes: re-expansions met its completion cache
+    summary = json.loads((two_runs[0] / "summary.json").read_text())
+    calls = pl.read_parquet(two_runs[0] / "llm_calls.parquet")
     computed = calls.filter(~pl.col("cached").fill_null(False))
-    assert row["wall_s"] == 90.0 and row["wall_s_per_question"] == 30.0 and row["device_s_per_question"] == 60.0
+    wall = summary["wall_s_total"]
+    assert wall > 0 and row["wall_s"] == wall and row["wall_s_per_question"] == wall / 3
+    assert row["device_s_per_question"] == wall * 2 / 3
+    assert 0 < computed.height < calls.height  # some completions came from the cache
     assert row["engine_tokens_per_question"] == (computed["prompt_tokens"].sum() + computed["output_tokens"].sum()) / 3
     assert row["model_calls_per_question"] == computed.height / 3 and row["llm_calls_per_question"] == calls.height / 3
-    assert row["tokens_per_s"] == 512.0 and row["peak_rss_gib"] == 3.0 and row["peak_gpu_gib"] is None
+    assert row["tokens_per_s"] == summary["engine_tokens_per_s"] > 0
+    assert row["peak_rss_gib"] == summary["peak_memory_last_session"]["rss_bytes"] / 2**30 > 0
+    assert row["peak_gpu_gib"] is None  # no GPU
 
 
 def test_report_shows_paired_table_forest_plot_and_cost(two_runs, tmp_path):
@@ -83,7 +92,9 @@ def test_report_shows_paired_table_forest_plot_and_cost(two_runs, tmp_path):
     section = next(n for n in dom.iter() if n.tag == "section" and n.attrs.get("id") == "comparison")
     paired = next(t for t in section.iter() if t.tag == "table" and "paired" in t.classes)
     marked = [tr for tr in paired.iter() if tr.tag == "tr" and "excludes-zero" in tr.classes]
-    assert [tr.attrs["data-metric"] for tr in marked] == ["str_em"]
+    excluding = paired_table([Run.open(d) for d in two_runs]).filter("excludes_zero")["metric"].to_list()
+    assert [tr.attrs["data-metric"] for tr in marked] == excluding
+    assert "str_em" in excluding and "length" not in excluding
     imgs = {n.attrs["alt"]: n.attrs["src"] for n in section.iter() if n.tag == "img"}
     forest = next(src for alt, src in imgs.items() if alt.startswith("forest plot"))
     assert forest.startswith("data:image/png;base64,")
@@ -91,12 +102,15 @@ def test_report_shows_paired_table_forest_plot_and_cost(two_runs, tmp_path):
     cost = next(t for t in section.iter() if t.tag == "table" and "cost" in t.classes)
     head = [th.text() for th in cost.iter() if th.tag == "th"]
     cells = [[td.text() for td in tr.iter() if td.tag == "td"] for tr in cost.iter() if tr.tag == "tr"][1:]
-    assert [c[head.index("wall_s_per_question")] for c in cells] == ["10", "30"]
+    walls = [json.loads((d / "summary.json").read_text())["wall_s_total"] / 3 for d in two_runs]
+    assert [c[head.index("wall_s_per_question")] for c in cells] == [fmt(w) for w in walls]
 
 
-def test_runs_over_different_questions_are_refused_in_one_line(tmp_path):
-    build_run_dir(tmp_path / "a", n_questions=3)
-    build_run_dir(tmp_path / "b", n_questions=2)
+def test_runs_over_different_questions_are_refused_in_one_line(report_runs, tmp_path):
+    copy_run(report_runs[0], tmp_path / "a")
+    copy_run(report_runs[1], tmp_path / "b")
+    questions = pl.read_parquet(tmp_path / "b" / "questions.parquet")
+    questions.head(2).write_parquet(tmp_path / "b" / "questions.parquet")  # b answered only the first two
     with pytest.raises(InputError) as got:
         report.write_report([tmp_path / "a", tmp_path / "b"], tmp_path / "x.html")
     line = str(got.value)

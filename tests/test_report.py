@@ -1,9 +1,9 @@
 """Tests of `clarify report` (batch/report/html.py) and the plots (batch/report/plots.py).
 
-The run directories are built from real data: ASQA dev questions and their disambiguations
-(data/asqa/dev.json), Wikipedia passages (data/wiki/passages.jsonl) retrieved per tree node with a
-small BM25, quoted answers whose spans are real substrings of those passages (plus one repaired
-and one bad-source span), and a hostile model output to check escaping.
+The run directories are real: two runs of the pipeline over ASQA dev questions, each with a scripted
+model (tests/fixtures_report.py `report_runs`): every node status, quoted answers with
+every span status (verbatim, repaired, bad source, unmarked, empty), hostile model output to check
+escaping, and the summary.json finalize writes. The tests read what the runs wrote.
 """
 
 from __future__ import annotations
@@ -12,288 +12,32 @@ import argparse
 import base64
 import io
 import json
-import math
 import re
-from collections import Counter
-from functools import lru_cache
+import warnings
 from html.parser import HTMLParser
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from clarify import schemas
 from clarify.batch.report import html as report
 from clarify.batch.report import plots
+from clarify.batch.report.comparison import comparison_table, fmt, plotted_metrics
 from clarify.batch.rundir import Run
 from clarify.batch.toc import quotes
 from clarify.errors import InputError
-from tests.run_fixtures import write_run
+from tests.fixtures_report import HOSTILE, copy_run
 
 ROOT = Path(__file__).resolve().parents[1]
-HOSTILE = "<script>alert('x')</script><img src=x onerror=alert(1)> True"
-TOKEN = re.compile(r"\w+")
 
 
-# ------------------------------------------------------------------ a real run directory
+def _tables(run_dir: Path) -> dict[str, pl.DataFrame]:
+    """The run's tables as it wrote them."""
+    return {p.stem: pl.read_parquet(p) for p in run_dir.glob("*.parquet")}
 
 
-@lru_cache(maxsize=1)
-def _asqa() -> dict:
-    return json.loads((ROOT / "data/asqa/dev.json").read_text())["dev"]
-
-
-@lru_cache(maxsize=1)
-def _corpus() -> tuple[list[dict], list[Counter], dict[str, int], float]:
-    rows = [json.loads(line) for line in (ROOT / "data/wiki/passages.jsonl").open()]
-    tfs = [Counter(TOKEN.findall(f"{r['title']} {r['text']}".lower())) for r in rows]
-    df: Counter = Counter()
-    for tf in tfs:
-        df.update(tf.keys())
-    avg = sum(sum(tf.values()) for tf in tfs) / len(tfs)
-    return rows, tfs, dict(df), avg
-
-
-def bm25_top(query: str, k: int = 5) -> list[tuple[dict, float]]:
-    """Okapi BM25 (Robertson & Zaragoza 2009, eq. 3.? with k1=0.9, b=0.4 as in Pyserini's defaults)."""
-    rows, tfs, df, avg = _corpus()
-    n = len(rows)
-    terms = set(TOKEN.findall(query.lower()))
-    k1, b = 0.9, 0.4
-    scored = []
-    for row, tf in zip(rows, tfs):
-        dl = sum(tf.values())
-        s = 0.0
-        for t in terms:
-            f = tf.get(t, 0)
-            if f:
-                idf = math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5))
-                s += idf * f * (k1 + 1) / (f + k1 * (1 - b + b * dl / avg))
-        if s > 0:
-            scored.append((row, s))
-    scored.sort(key=lambda x: (-x[1], x[0]["id"]))
-    return scored[:k]
-
-
-def build_run_dir(
-    run_dir: Path,
-    *,
-    model: str = "SmolLM2-135M-Instruct",
-    params: float | None = 1.35e8,
-    n_questions: int = 3,
-) -> dict:
-    """Write a run directory for the first `n_questions` ASQA dev questions; return what was written.
-
-    Question 0 gets every node status (root, valid+expanded, valid, pruned, duplicate at depth 2) and
-    a quoted answer with verbatim, repaired and bad-source spans; its pruned node carries HOSTILE
-    model output as verdict and the answer's connector text too.
-    """
-    asqa = _asqa()
-    qids = list(asqa)[:n_questions]
-    questions, nodes, hits, calls, raw_answers, scores = [], [], [], [], [], []
-    used_passages: dict[str, dict] = {}
-
-    def add_hits(qid: str, node_id: str, query: str, wave: int, skip: int = 0) -> list[dict]:
-        top = bm25_top(query, k=5 + skip)[skip:]
-        for rank, (row, score) in enumerate(top, 1):
-            used_passages[row["id"]] = row
-            hits.append(
-                {
-                    "qid": qid,
-                    "node_id": node_id,
-                    "query": query,
-                    "passage_id": row["id"],
-                    "score": score,
-                    "rank": rank,
-                    "retriever": "bm25",
-                    "wave": wave,
-                }
-            )
-        return [r for r, _ in top]
-
-    def call(
-        step: str, qid: str, node_id: str, wave: int, prompt: str, completion: str, cached: bool
-    ) -> None:
-        calls.append(
-            {
-                "call_id": f"{qid}-{node_id}-{step}",
-                "step": step,
-                "qid": qid,
-                "node_id": node_id,
-                "wave": wave,
-                "model": model,
-                "prompt": prompt,
-                "completion": completion,
-                "finish_reason": "stop",
-                "prompt_tokens": len(prompt.split()),
-                "output_tokens": len(completion.split()),
-                "cached": cached,
-                "parse_error": None,
-            }
-        )
-
-    for qi, qid in enumerate(qids):
-        item = asqa[qid]
-        aq = item["ambiguous_question"]
-        questions.append({"qid": qid, "question": aq, "dataset": "asqa"})
-        root_top = add_hits(qid, "n0", aq, wave=1)
-        if qi == 0:  # a restart from the root retrieves again, without the passages already used
-            add_hits(qid, "n0", aq, wave=3, skip=5)
-        nodes.append(
-            {
-                "qid": qid,
-                "node_id": "n0",
-                "parent_id": None,
-                "depth": 0,
-                "question": aq,
-                "answers": [],
-                "status": "root",
-                "wave": 0,
-                "evidence_passage_id": None,
-                "verdict_text": None,
-            }
-        )
-        call(
-            "clarify",
-            qid,
-            "n0",
-            0,
-            f"Context: ...\nQuestion: {aq}\nDisambiguations:",
-            "\n".join(
-                f"DQ {i}: {p['question']}\nDA {i}: {p['short_answers'][0]}"
-                for i, p in enumerate(item["qa_pairs"], 1)
-            ),
-            cached=False,
-        )
-        plan = ["valid", "valid", "pruned", "valid", "valid", "valid"]
-        for i, pair in enumerate(item["qa_pairs"][:6]):
-            status = plan[i] if qi == 0 else ("valid" if i < 2 else "pruned")
-            node_id = f"n{i + 1}"
-            top = add_hits(qid, node_id, pair["question"], wave=2)
-            answer = pair["short_answers"][0]
-            evidence = next((r["id"] for r in top if answer.lower() in r["text"].lower()), top[0]["id"])
-            verdict = (
-                HOSTILE if (qi == 0 and status == "pruned") else ("False" if status == "pruned" else "True")
-            )
-            nodes.append(
-                {
-                    "qid": qid,
-                    "node_id": node_id,
-                    "parent_id": "n0",
-                    "depth": 1,
-                    "question": pair["question"],
-                    "answers": pair["short_answers"][:2],
-                    "status": status,
-                    "wave": 1,
-                    "evidence_passage_id": evidence,
-                    "verdict_text": verdict,
-                }
-            )
-            call(
-                "verify",
-                qid,
-                node_id,
-                1,
-                f"Context: {evidence}\nQuestion: {aq}\nProposed Answer: {answer}",
-                verdict,
-                cached=i % 2 == 1,
-            )
-        if qi == 0:
-            # Expanding n1 proposed its own question again: a duplicate at depth 2.
-            first = item["qa_pairs"][0]
-            nodes.append(
-                {
-                    "qid": qid,
-                    "node_id": "n1.1",
-                    "parent_id": "n1",
-                    "depth": 2,
-                    "question": first["question"],
-                    "answers": first["short_answers"][:1],
-                    "status": "duplicate",
-                    "wave": 2,
-                    "evidence_passage_id": None,
-                    "verdict_text": None,
-                }
-            )
-            add_hits(qid, "n1.1", first["question"], wave=3)
-            call(
-                "clarify",
-                qid,
-                "n1",
-                2,
-                f"Question: {first['question']}\nDisambiguations:",
-                f"DQ 1: {first['question']}\nDA 1: {first['short_answers'][0]}",
-                cached=False,
-            )
-        # A quoted answer over the root's passages, as the model would write it (real passage text).
-        sources = root_top[:3]
-        t1 = sources[0]["text"]
-        raw = f"It depends on the competition: [1 {' '.join(t1.split()[:6])}]."
-        if qi == 0:
-            t2 = sources[1]["text"].split()
-            near_miss = t2[8:14]
-            near_miss[1] = near_miss[1].upper() + "S"  # one changed word: the checker repairs it
-            raw += (
-                f" Meanwhile <b>bold</b> & {HOSTILE[:40]} [2 {' '.join(t2[2:8])}], and [2 {' '.join(near_miss)}]"
-                " [7 a source the prompt never had] [3 zebra quantum marmalade orbit] "
-                f"[1 {' '.join(t1.split()[2:9])}] [3 {sources[2]['title']}] [1]."
-            )
-        raw_answers.append(
-            {"qid": qid, "answer": raw, "passage_ids": [r["id"] for r in sources], "style": "quoted"}
-        )
-        call("answer", qid, "n0", 3, "Answer:", raw, cached=False)
-    # The project's quote checker anchors, repairs or unmarks every span (as the pipeline does).
-    passages_df = pl.DataFrame(
-        [{"passage_id": r["id"], "title": r["title"], "text": r["text"]} for r in used_passages.values()],
-        schema=schemas.PASSAGES,
-    )
-    raw_df = pl.DataFrame(
-        raw_answers, schema={k: v for k, v in schemas.ANSWERS.items() if k != "answer_plain"}
-    )
-    checked, spans_df = quotes.check_answers(
-        raw_df.with_columns(answer_raw=pl.col("answer")), passages_df, progress=False
-    )
-    answers_df = schemas.conform(
-        checked.with_columns(answer=pl.col("repaired_answer")).drop("repaired_answer"), "answers"
-    )
-    for qid, item in ((q, asqa[q]) for q in qids):
-        # STR-EM (ASQA paper §3.3): share of qa_pairs with a short answer inside the answer text.
-        plain = answers_df.filter(pl.col("qid") == qid)["answer_plain"][0].lower()
-        hit = [any(a.lower() in plain for a in p["short_answers"]) for p in item["qa_pairs"]]
-        mine = spans_df.filter(pl.col("qid") == qid)
-        scores.append({"qid": qid, "metric": "str_em", "value": 100.0 * sum(hit) / len(hit)})
-        scores.append({"qid": qid, "metric": "answer_words", "value": float(len(plain.split()))})
-        scores.append({"qid": qid, "metric": "quote_verbatim", "value": 100.0 * mine["verbatim"].mean()})
-    tables = {
-        "questions": schemas.conform(pl.DataFrame(questions), "questions"),
-        "nodes": schemas.conform(pl.DataFrame(nodes, schema=schemas.NODES), "nodes"),
-        "hits": pl.DataFrame(hits),
-        "llm_calls": schemas.conform(pl.DataFrame(calls, schema=schemas.LLM_CALLS), "llm_calls"),
-        "answers": answers_df,
-        "spans": spans_df,
-        "passages": passages_df,
-        "scores": schemas.conform(pl.DataFrame(scores), "scores"),
-    }
-    metrics = {m: v for m, v in tables["scores"].group_by("metric").agg(pl.col("value").mean()).iter_rows()}
-    all_spans = tables["spans"]
-    summary = {
-        "metrics": metrics,
-        "wall_s": 12.5,
-        "llm_calls": len(calls),
-        "tokens": {
-            "prompt": int(tables["llm_calls"]["prompt_tokens"].sum()),
-            "output": int(tables["llm_calls"]["output_tokens"].sum()),
-        },
-        "quote_fidelity": {"spans": all_spans.height, "verbatim": int(all_spans["verbatim"].sum())},
-    }
-    if params is not None:
-        summary["params"] = params
-    summary["name"] = run_dir.name
-    settings = {"dataset": "asqa", "model.model": model, "model.max_model_len": 6144, "index": "wiki-bm25",
-                "answer_style": "quoted", "limit": n_questions, "toc.max_depth": 3, "toc.max_nodes": 10,
-                "toc.max_expansions": 15}
-    write_run(run_dir, settings, summary, **tables)
-    return {"tables": tables, "summary": summary, "config": Run.open(run_dir).settings}
+def _summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
 
 
 # ------------------------------------------------------------------ a small DOM for assertions
@@ -376,15 +120,17 @@ def by_id(dom: Node) -> dict[str, Node]:
 
 
 @pytest.fixture(scope="module")
-def one_run(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("runs") / "smol-asqa"
-    written = build_run_dir(run_dir)
-    out = report.write_report([run_dir], run_dir / "report.html")
+def one_run(report_runs, tmp_path_factory):
+    """The first run, what it wrote ({"tables", "summary"}) and its report."""
+    run_dir = report_runs[0]
+    written = {"tables": _tables(run_dir), "summary": _summary(run_dir)}
+    out = report.write_report([run_dir], tmp_path_factory.mktemp("report") / "report.html")
     return run_dir, written, out.read_text(encoding="utf-8")
 
 
 def test_every_node_present_with_its_status(one_run):
-    _, written, text = one_run
+    run_dir, written, text = one_run
+    assert Run.open(run_dir).missing == []  # the run wrote every table
     dom = parse(text)
     nodes = written["tables"]["nodes"]
     shown = {}
@@ -419,6 +165,8 @@ def test_node_passages_come_from_hits_and_passages(one_run):
     _, written, text = one_run
     dom = parse(text)
     hits, passages = written["tables"]["hits"], written["tables"]["passages"]
+    top_k = Run.open(one_run[0]).config.retrieval.top_k  # passages shown per retrieval
+    assert hits.group_by("qid", "node_id").agg(pl.col("wave").n_unique())["wave"].max() > 1  # a node retrieved twice
     ptext = dict(zip(passages["passage_id"], passages["text"]))
     n_lists = 0
     for el in dom.iter():
@@ -439,7 +187,7 @@ def test_node_passages_come_from_hits_and_passages(one_run):
             and ol.tag == "ol"
             and not any(li.attrs.get("id", "").endswith("-ev") for li in ol.iter())
         ]
-        assert got == want and all(len(g) == 5 for g in got)
+        assert got == want and all(len(g) == top_k for g in got)
         n_lists += len(got)
         for li in body.iter():
             if li.tag == "li" and "passage" in li.classes:
@@ -558,12 +306,12 @@ def test_environment_autoescapes_and_inlines_css_and_js(one_run):
     assert script.strip() == js.strip() and "addEventListener('click'" in script
 
 
-def test_hostile_text_in_every_run_file_is_escaped(tmp_path):
+def test_hostile_text_in_every_run_file_is_escaped(report_runs, tmp_path):
     """Model output and run files are untrusted: <script> in a question, an answer, a passage, a node,
     a config or summary value (or key) and a score name comes out as text, never as markup."""
-    run_dir = tmp_path / "r"
-    written = build_run_dir(run_dir, n_questions=1)
-    t = written["tables"]
+    run_dir = copy_run(report_runs[0], tmp_path / "r")
+    t = _tables(run_dir)
+    settings, summary = Run.open(run_dir).settings, _summary(run_dir)
     t["questions"].with_columns(question=pl.lit(HOSTILE)).write_parquet(run_dir / "questions.parquet")
     t["nodes"].with_columns(question=pl.lit(HOSTILE), answers=pl.lit([HOSTILE])).write_parquet(
         run_dir / "nodes.parquet"
@@ -575,9 +323,9 @@ def test_hostile_text_in_every_run_file_is_escaped(tmp_path):
     answers.write_parquet(run_dir / "answers.parquet")
     t["scores"].with_columns(metric=pl.lit(HOSTILE)).write_parquet(run_dir / "scores.parquet")
     # config.json is a checked RunConfig: the hostile text goes into its free-text settings
-    config = {**written["config"], "index": HOSTILE, "questions": HOSTILE}
+    config = {**settings, "index": HOSTILE, "questions": HOSTILE}
     (run_dir / "config.json").write_text(json.dumps(config))
-    (run_dir / "summary.json").write_text(json.dumps({**written["summary"], "name": HOSTILE, HOSTILE: HOSTILE}))
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "name": HOSTILE, HOSTILE: HOSTILE}))
     text = report.write_report([run_dir], tmp_path / "r.html").read_text(encoding="utf-8")
     dom = parse(text)
     assert len([n for n in dom.iter() if n.tag == "script"]) == 1  # ours
@@ -616,8 +364,9 @@ def test_report_is_self_contained_and_escapes_model_output(one_run):
     assert len(scripts) == 1 and "src" not in scripts[0].attrs  # only our inline script
     assert not any("onerror" in n.attrs for n in dom.iter())
     assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in text
-    verdicts = [n.text() for n in dom.iter() if "verdict" in n.classes]
-    assert HOSTILE in verdicts
+    # the model proposed a disambiguated question with markup in it: shown as text, in its pruned node
+    pruned = [n for n in dom.iter() if n.tag == "details" and n.attrs.get("data-status") == "pruned"]
+    assert any(HOSTILE in d.text() for n in pruned for d in n.iter() if "dq" in d.classes)
     assert "Meanwhile <b>bold</b> &" in next(n for n in dom.iter() if "answer" in n.classes).text()
 
 
@@ -642,11 +391,17 @@ def test_plots_are_embedded_pngs(one_run):
 
 def test_tree_shape_counts(one_run):
     _, written, _ = one_run
-    shape = plots.tree_shape(written["tables"]["nodes"])
-    q0 = list(_asqa())[0]
-    row = shape.filter(pl.col("qid") == q0).row(0, named=True)
-    # Question 0 (3 qa_pairs): n1 (expanded) + n2 valid; n3 pruned; n1.1 duplicate at depth 2.
-    assert (row["valid_nodes"], row["max_depth"], row["nodes"]) == (2, 2, 5)
+    nodes = written["tables"]["nodes"]
+    shape = plots.tree_shape(nodes)
+    assert shape.height == nodes["qid"].n_unique()
+    for row in shape.iter_rows(named=True):
+        mine = nodes.filter(pl.col("qid") == row["qid"])
+        # valid nodes, deepest node and all nodes of the question's tree (root, pruned and duplicates too)
+        want = (mine.filter(pl.col("status") == "valid").height, mine["depth"].max(), mine.height)
+        assert (row["valid_nodes"], row["max_depth"], row["nodes"]) == want
+    # the first question's tree has a duplicate below a valid node: depth 2 beside pruned and valid nodes
+    first = nodes.filter(pl.col("qid") == nodes["qid"][0])
+    assert {"valid", "pruned", "duplicate"} <= set(first["status"]) and first["depth"].max() == 2
 
 
 def _kv(table: Node) -> dict[str, str]:
@@ -666,12 +421,13 @@ def test_report_leads_with_the_answers(one_run):
     run = next(n for n in dom.iter() if n.tag == "section" and "run" in n.classes)
     order = [n for n in run.iter() if n.classes & {"headline", "question", "plots", "runinfo"}]
     kinds = [next(iter(n.classes & {"headline", "question", "plots", "runinfo"})) for n in order]
-    assert kinds == ["headline", "question", "question", "question", "plots", "runinfo", "runinfo"]
+    n_questions = written["tables"]["questions"].height
+    assert kinds == ["headline", *["question"] * n_questions, "plots", "runinfo", "runinfo"]
     cards = {m: n for n in run.iter() if "data-metric" in n.attrs for m in n.attrs["data-metric"].split()}
+    assert set(cards) == set(written["summary"]["metrics"])  # only the run's own metrics
     for m, v in written["summary"]["metrics"].items():
         value = next(c for c in cards[m].iter() if "mvalue" in c.classes).text()
-        assert value == f"{v:.4g}"
-    assert "answer length (words)" not in text  # only the run's own metrics
+        assert value == (f"{v:.4g}" if v is not None else "n/a")
     # the summary and the config: folded, in groups named in words
     summary_box, config_box = [n for n in order if "runinfo" in n.classes]
     assert "open" not in summary_box.attrs and "open" not in config_box.attrs
@@ -683,27 +439,30 @@ def test_report_leads_with_the_answers(one_run):
                 title = n.text()
             elif isinstance(n, Node) and n.tag == "table":
                 groups[title] = _kv(n)
-    assert groups["Model and engine"]["model"] == "SmolLM2-135M-Instruct"
-    assert groups["Tree of clarifications"]["max_depth"] == "3" and groups["Run"]["dataset"] == "asqa"
+    config = Run.open(one_run[0]).config
+    assert groups["Model and engine"]["model"] == config.model.model
+    assert groups["Tree of clarifications"]["max_depth"] == str(config.toc.max_depth)
+    assert groups["Run"]["dataset"] == config.dataset == "asqa"
     fid = written["summary"]["quote_fidelity"]
-    assert groups["Quotes"]["quote fidelity: verbatim"] == str(fid["verbatim"])
+    assert groups["Quotes"]["quote fidelity: n verbatim"] == str(fid["n_verbatim"])
     assert groups["Work per question"]["LLM calls"] == str(written["summary"]["llm_calls"])
 
 
-def test_missing_metrics_say_why_and_bookkeeping_is_not_a_metric(tmp_path):
+def test_missing_metrics_say_why_and_bookkeeping_is_not_a_metric(report_runs, tmp_path):
     """A metric not computed reads "n/a" with what it needs (Disambig-F1, DR: a reader); the scores' bookkeeping
-    rows (n_gold, n_pairs, n_predicted) are no per-question metric, in the table or the plots."""
-    written = build_run_dir(tmp_path / "r", n_questions=2)
-    summary = {**written["summary"], "metrics": {**written["summary"]["metrics"], "d_f1": None, "dr": None}}
-    (tmp_path / "r" / "summary.json").write_text(json.dumps(summary))
-    scores = written["tables"]["scores"]
+    rows (n_gold, n_pairs, n_predicted: runs written before scores.parquet held metrics only) are no
+    per-question metric, in the table or the plots."""
+    copy_run(report_runs[0], tmp_path / "r")
+    metrics = _summary(tmp_path / "r")["metrics"]
+    assert metrics["d_f1"] is None and metrics["dr"] is None  # the run had no reader
+    scores = pl.read_parquet(tmp_path / "r" / "scores.parquet")
     extra = scores.filter(pl.col("metric") == "str_em").with_columns(metric=pl.lit("n_gold"), value=pl.lit(6.0))
     pl.concat([scores, extra, extra.with_columns(metric=pl.lit("n_pairs"))]).write_parquet(tmp_path / "r/scores.parquet")
     dom = parse(report.write_report([tmp_path / "r"], tmp_path / "r.html").read_text())
     shown = [n for n in dom.iter() if "data-metric" in n.attrs]
     cards = {m: n for n in shown for m in n.attrs["data-metric"].split()}
     assert cards["d_f1"] is cards["dr"]  # one card for the metrics missing for one reason, after the others
-    assert shown[-1] is cards["d_f1"] and shown[0].attrs["data-metric"] == "str_em"
+    assert shown[-1] is cards["d_f1"] and shown[0].attrs["data-metric"] == "rouge_l"  # ROUGE-L leads
     for m in ("d_f1", "dr"):
         assert "na" in cards[m].classes
         words = " ".join(cards[m].text().split())
@@ -725,28 +484,51 @@ def test_plots_fit_the_number_of_questions():
     assert len(ax_many.patches) > 1 and not ax_many.collections
 
 
-def test_several_runs_get_sections_and_a_comparison(tmp_path):
-    small = build_run_dir(tmp_path / "smol", model="SmolLM2-135M-Instruct", params=1.35e8, n_questions=3)
-    big = build_run_dir(tmp_path / "gemma", model="gemma-3-270m", params=2.68e8, n_questions=3)
-    out = report.write_report([tmp_path / "smol", tmp_path / "gemma"], tmp_path / "cmp.html")
+def test_several_runs_get_sections_and_a_comparison(report_runs, tmp_path):
+    out = report.write_report(report_runs, tmp_path / "cmp.html")
     dom = parse(out.read_text())
     sections = [n for n in dom.iter() if n.tag == "section"]
     assert [s.attrs["id"] for s in sections] == ["comparison", "run-0", "run-1"]
     ids = by_id(dom)  # ids stay unique across runs
     assert "r0-q0" in ids and "r1-q2" in ids
-    table = report.comparison_table([Run.open(tmp_path / "smol"), Run.open(tmp_path / "gemma")])
-    assert table["model"].to_list() == ["SmolLM2-135M-Instruct", "gemma-3-270m"]
-    assert table["str_em"].to_list() == [
-        small["summary"]["metrics"]["str_em"],
-        big["summary"]["metrics"]["str_em"],
-    ]
-    calls = [small["tables"]["llm_calls"].height / 3, big["tables"]["llm_calls"].height / 3]
-    assert table["llm_calls_per_question"].to_list() == calls
+    runs = [Run.open(d) for d in report_runs]
+    table = report.comparison_table(runs)
+    assert [Path(m).name for m in table["model"]] == ["SmolLM2-135M-Instruct", "gemma-3-270m"]
+    assert table["params"].to_list() == [r.summary["params"] for r in runs] and None not in table["params"]
+    assert table["str_em"].to_list() == [r.summary["metrics"]["str_em"] for r in runs]
+    calls = [r.llm_calls.height / r.questions.height for r in runs]
+    assert table["llm_calls_per_question"].to_list() == calls and calls[0] != calls[1]  # one model prunes
     cmp_imgs = [n for n in sections[0].iter() if n.tag == "img"]
     assert "model size" in cmp_imgs[0].attrs["alt"]
     grid = next(t for t in sections[0].iter() if t.tag == "table" and "compare" in t.classes)
     rows = [tr for tr in grid.iter() if tr.tag == "tr"]
     assert len(rows) == 3  # header + one per run
+
+
+def test_report_of_two_runs_plots_wall_time_per_question(report_runs, tmp_path):
+    """The wall seconds per question of each run, from summary.json as finalize writes it (`wall_s_total`,
+    batch/pipeline.py), in the cost table and as a panel of the metrics-against-model-size plot."""
+    runs = [Run.open(d) for d in report_runs]
+    walls = [r.summary["wall_s_total"] / r.questions.height for r in runs]
+    assert all(w > 0 for w in walls)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a plot whose layout collapsed (matplotlib warns) fails here
+        dom = parse(report.write_report(report_runs, tmp_path / "cmp.html").read_text())
+    section = next(n for n in dom.iter() if n.tag == "section" and n.attrs.get("id") == "comparison")
+    cost = next(t for t in section.iter() if t.tag == "table" and "cost" in t.classes)
+    head = [th.text() for th in cost.iter() if th.tag == "th"]
+    cells = [[td.text() for td in tr.iter() if td.tag == "td"] for tr in cost.iter() if tr.tag == "tr"][1:]
+    assert [c[head.index("wall_s_per_question")] for c in cells] == [fmt(w) for w in walls]
+    # the panel: one point per run at its model's size, its wall seconds per question
+    table = comparison_table(runs)
+    metrics = plotted_metrics(runs, table)
+    panel = next(ax for ax in plots.compare_figure(table, metrics).axes if ax.get_title() == "wall_s_per_question")
+    xs, ys = panel.lines[0].get_data()
+    by_size = sorted(zip((r.summary["params"] for r in runs), walls))
+    assert list(xs) == [p for p, _ in by_size] and list(ys) == pytest.approx([w for _, w in by_size])
+    # ... is the plot the report embeds
+    img = next(n for n in section.iter() if n.tag == "img" and "model size" in n.attrs["alt"])
+    assert base64.b64decode(img.attrs["src"].split(",", 1)[1]) == plots.compare_png(table, metrics)
 
 
 def test_plot_compare_log_size_axis(tmp_path):
@@ -781,8 +563,8 @@ def test_plot_compare_draws_the_empty_answer_floor_in_its_metric_panel():
     assert all(ln.get_linestyle() != "--" for ln in rouge.lines)  # no floor column for rouge_l
 
 
-def test_cli_report_prints_path(tmp_path, capsys):
-    build_run_dir(tmp_path / "r", n_questions=1)
+def test_cli_report_prints_path(report_runs, tmp_path, capsys):
+    copy_run(report_runs[0], tmp_path / "r")
     parser = argparse.ArgumentParser(prog="clarify")
     report.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["report", str(tmp_path / "r")])
@@ -795,13 +577,13 @@ def test_cli_report_prints_path(tmp_path, capsys):
     assert args.func(args) == 0 and (tmp_path / "x.html").is_file()
 
 
-def test_bad_run_directories_name_the_file(tmp_path):
+def test_bad_run_directories_name_the_file(report_runs, tmp_path):
     with pytest.raises(InputError, match="no such folder"):
         Run.open(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="config.json is missing"):
         Run.open(tmp_path / "empty")
-    build_run_dir(tmp_path / "r", n_questions=1)
+    copy_run(report_runs[0], tmp_path / "r")
     (tmp_path / "r" / "summary.json").write_text('{"metrics": {"a": 1},\n oops}')
     with pytest.raises(InputError, match=r"summary.json: damaged .*line 2"):
         Run.open(tmp_path / "r")
@@ -816,51 +598,12 @@ def test_bad_run_directories_name_the_file(tmp_path):
         report.write_report([tmp_path / "r"], tmp_path / "r.html")
 
 
-def test_partial_run_still_reports(tmp_path):
-    build_run_dir(tmp_path / "r", n_questions=2)
+def test_partial_run_still_reports(report_runs, tmp_path):
+    copy_run(report_runs[0], tmp_path / "r")
+    n_questions = pl.read_parquet(tmp_path / "r" / "questions.parquet").height
     for name in ("answers", "spans", "scores", "llm_calls"):  # questions.parquet is written first (rundir.py)
         (tmp_path / "r" / f"{name}.parquet").unlink()
     out = report.write_report([tmp_path / "r"], tmp_path / "r.html")
     dom = parse(out.read_text())
-    assert len([n for n in dom.iter() if n.tag == "details" and "question" in n.classes]) == 2
+    assert len([n for n in dom.iter() if n.tag == "details" and "question" in n.classes]) == n_questions
     assert "answers.parquet" in next(n for n in dom.iter() if "warn" in n.classes).text()
-
-
-def test_report_of_a_pipeline_run_directory(tmp_path):
-    """The run directory written by `clarify.batch.pipeline.run` (scripted engine, stand-in index over
-    real passages) renders: every node, every span, node passages from its hits."""
-    from clarify.batch import config
-    from clarify.batch.pipeline import run
-    from clarify.local_llm.scripted import ScriptedEngine
-    from tests.test_toc import make_responder
-    from tests.toc_fakes import FakeIndex
-
-    cfg = config.load(
-        None, {"dataset": "asqa", "limit": 3, "answer_style": "quoted", "toc.max_expansions": 4}
-    )
-    index = FakeIndex()
-    run(
-        cfg,
-        tmp_path / "run",
-        engine_factory=lambda c: ScriptedEngine("s", make_responder()),
-        index=index,
-        progress=False,
-    )
-    out = report.write_report([tmp_path / "run"], tmp_path / "run.html")
-    dom = parse(out.read_text())
-    loaded = Run.open(tmp_path / "run")
-    assert loaded.missing == []
-    shown = {
-        (
-            next(a for a in n.ancestors() if "question" in a.classes).attrs["data-qid"],
-            n.attrs["data-node-id"],
-            n.attrs["data-status"],
-        )
-        for n in dom.iter()
-        if n.tag == "details" and "node" in n.classes
-    }
-    assert shown == {(r["qid"], r["node_id"], r["status"]) for r in loaded.nodes.iter_rows(named=True)}
-    assert len(_answer_spans(dom)) == loaded.spans.height > 0
-    _check_span_links(dom, loaded.spans, loaded.passages)
-    passages_shown = [n for n in dom.iter() if n.tag == "li" and "passage" in n.classes]
-    assert len(passages_shown) >= loaded.nodes.height  # every node got its retrieved passages

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from clarify.batch.report import html as report
-from tests.test_report import build_run_dir
+from tests.fixtures_report import HOSTILE, copy_run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
@@ -235,12 +235,8 @@ def _publish(path: Path) -> None:
         shutil.copy(path, Path(dest) / path.name)
 
 
-def test_report_renders_and_tree_expands_in_chromium(tmp_path, browser):
-    build_run_dir(tmp_path / "runs" / "smol-asqa", n_questions=3)
-    build_run_dir(tmp_path / "runs" / "gemma-asqa", model="gemma-3-270m", params=2.68e8, n_questions=3)
-    out = report.write_report(
-        [tmp_path / "runs" / "smol-asqa", tmp_path / "runs" / "gemma-asqa"], tmp_path / "report.html"
-    )
+def test_report_renders_and_tree_expands_in_chromium(report_runs, tmp_path, browser):
+    out = report.write_report(report_runs, tmp_path / "report.html")
     url = out.resolve().as_uri()
     browser.open_page(url)
 
@@ -261,7 +257,7 @@ def test_report_renders_and_tree_expands_in_chromium(tmp_path, browser):
     browser.screenshot(tmp_path / "report_top.png")
 
     # A collapsed node of the first question opens on a real click, and its passages show.
-    sel = "#r0-q0 details.node[data-status='pruned']"
+    sel = "#r0-q0 details.node[data-status='valid']"
     assert browser.js(f'document.querySelector("{sel}").open') is False
     # (a closed <details> keeps its content laid out but content-visibility-hidden: ask checkVisibility)
     assert browser.js(f'document.querySelector("{sel} > .nbody").checkVisibility()') is False
@@ -270,8 +266,9 @@ def test_report_renders_and_tree_expands_in_chromium(tmp_path, browser):
     assert browser.js(f'document.querySelector("{sel} > .nbody").checkVisibility()') is True
     assert browser.js(f'document.querySelector("{sel} > .nbody").getBoundingClientRect().height') > 50
     assert browser.js(f'document.querySelectorAll("{sel} > .nbody li.passage").length') >= 5
-    # The hostile verdict is shown as text, not run.
-    assert browser.js(f'document.querySelector("{sel} .verdict").textContent').startswith("<script>")
+    # The hostile question the model proposed (pruned) is shown as text, not run.
+    pruned = "#r0-q0 details.node[data-status='pruned'] > summary .dq"
+    assert browser.js(f'document.querySelector("{pruned}").textContent').endswith(HOSTILE)
     browser.screenshot(tmp_path / "report_node.png")
 
     # A quoted span links to its highlighted offsets inside the source passage.
@@ -318,17 +315,17 @@ OVERFLOW_JS = """[...document.querySelectorAll('body *')].filter(e => !e.closest
   .filter(([, right]) => right > window.innerWidth)"""
 
 
-def test_first_screen_shows_the_headline_and_the_first_tree(tmp_path, browser):
+def test_first_screen_shows_the_headline_and_the_first_tree(report_runs, tmp_path, browser):
     """At 1280x800 the first screen holds the headline metrics and the first question's tree; nothing is
     wider than the page, a long value (the engine's model id) wraps inside its cell."""
     import json as _json
 
     run = tmp_path / "runs" / "smol-asqa"
-    written = build_run_dir(run, n_questions=3)
+    copy_run(report_runs[0], run)
+    summary = _json.loads((run / "summary.json").read_text())
+    assert summary["metrics"]["d_f1"] is None  # no reader: an n/a card
     long_id = "smollm2-135m-instruct@4e4d7b27b48f:chat:float32:batch-invariant:vllm-0.32.0:torch-2.13.0+cpu" * 2
-    summary = {**written["summary"], "engine_model_id": long_id, "metrics": {**written["summary"]["metrics"],
-                                                                             "d_f1": None}}
-    (run / "summary.json").write_text(_json.dumps(summary))
+    (run / "summary.json").write_text(_json.dumps({**summary, "engine_model_id": long_id}))
     out = report.write_report([run], tmp_path / "report.html")
     browser.open_page(out.resolve().as_uri(), height=800)
     assert browser.js("[window.innerWidth, window.innerHeight]") == [1280, 800]

@@ -230,7 +230,9 @@ def compare_figure(table: pl.DataFrame, metrics: list[str] | None = None):
     fig = Figure(figsize=(4.2 * cols, 3.2 * n_rows), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     params = [float(p) for p in rows["params"].to_list()]
-    names = [str(m) for m in rows["model"].to_list()]
+    # a model given as a folder is labelled by the folder's name: a whole path as a label squeezes the
+    # panels to nothing (matplotlib's constrained layout gives up)
+    names = [Path(str(m)).name or str(m) for m in rows["model"].to_list()]
     for i, metric in enumerate(metrics):
         ax = fig.add_subplot(n_rows, cols, i + 1)
         ys = rows[metric].to_list()
