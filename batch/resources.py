@@ -23,7 +23,7 @@ from typing import Any
 import polars as pl
 
 from clarify import schemas
-from clarify.batch.config import RunConfig
+from clarify.batch.config import AnswerStyle, RunConfig
 from clarify.batch.toc.demos import Pool, resolve_pool
 from clarify.batch.toc.program import Resources, TreeRows
 from clarify.errors import InputError
@@ -204,7 +204,7 @@ def open_resources(run: PreparedRun, cache_dir: Path, *, search_cache: Path | No
     # cost seconds once, nothing on later runs
     demos = KnnPool(run.pool.demos(), embed, name="asqa-demos", encoder_id=enc_id)
     quoted = None
-    if cfg.answer_style == "quoted" or run.dataset.quoted_gold:
+    if cfg.answer_style == AnswerStyle.QUOTED or run.dataset.quoted_gold:
         quoted = KnnPool(load_quotesum_demos(), embed, name="quotesum-demos", encoder_id=enc_id)
 
     own = Path(cache_dir) / (cache_name or DEFAULT_FILE)

@@ -2,6 +2,7 @@
 
     tree.py         the tree's state (nodes, waves, pruning status), official ToC semantics
     program.py      a tree as a program of requests (search, embed, clarify, verify, answer) and their results
+    settings.py     what a tree reads of the run config (TreeSettings), and nothing else of it
     prompts.py      the prompts' wording and fields; parse.py: reading DQ/DA lines and verdicts
     demos.py        few-shot demo pools chosen by kNN (ASQA clarification demos, SEMQA quoted demos)
     match.py        answer matching inside the tree (dsp's rules or SQuAD's)

@@ -48,7 +48,8 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
-from clarify.batch.config import RunConfig
+from clarify.batch.config import AnswerStyle
+from clarify.batch.toc.settings import TreeSettings
 from clarify.schemas import Passage
 
 # The most DQ/DA pairs a constrained clarification may hold, and the longest DQ and DA lines (words), chosen
@@ -101,15 +102,15 @@ def literal(text: str) -> str:
 
 
 # -- what each step decodes under (batch/toc/program.py asks here) ---------------------------------------------
-def clarify_grammar(cfg: RunConfig) -> str | None:
+def clarify_grammar(s: TreeSettings) -> str | None:
     """The clarification's grammar: `format_grammar()` when `[toc] constrain_format`, else None."""
-    return format_grammar() if cfg.toc.constrain_format else None
+    return format_grammar() if s.toc.constrain_format else None
 
 
-def answer_grammar(cfg: RunConfig, sources: Sequence[Passage]) -> str | None:
+def answer_grammar(s: TreeSettings, sources: Sequence[Passage]) -> str | None:
     """The final answer's grammar: `quotes_grammar(sources)` for a quoted answer when
     `[answer] constrain_quotes`, else None (the free style has no markers to constrain)."""
-    if cfg.answer_style == "quoted" and cfg.answer.constrain_quotes:
+    if s.answer_style == AnswerStyle.QUOTED and s.constrain_quotes:
         return quotes_grammar(sources)
     return None
 
