@@ -481,12 +481,3 @@ def test_a_run_started_before_the_switches_existed_resumes(tmp_path):
     assert json.loads((rd.path / "config.json").read_text())["answer"] == {"constrain_quotes": False}
     with pytest.raises(InputError, match="constrain_format"):
         rd.freeze(json.loads(config.load(None, {"toc.constrain_format": True}).to_json()), {})
-
-
-def test_added_settings_read_as_their_defaults():
-    """rundir.ADDED_SETTINGS fills what an older config.json lacks with what that run did: the defaults."""
-    from clarify.batch.rundir import ADDED_SETTINGS
-
-    defaults = json.loads(config.load(None).to_json())
-    for (section, key), value in ADDED_SETTINGS.items():
-        assert defaults[section][key] == value, (section, key)
