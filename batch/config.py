@@ -102,6 +102,7 @@ class EmptyTreeAnswer(StrEnum):
 
 
 ANSWER_STYLES = tuple(s.value for s in AnswerStyle)  # `--answer-style`
+
 # Where the trees run (one process, or Ray workers: batch/cluster.py) never changes results either, nor how
 # the openai backend talks to its server (a completion it accepts is the same whatever its deadlines,
 # retries or size cap): a run stopped by a deadline resumes with a longer one.

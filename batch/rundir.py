@@ -229,7 +229,7 @@ class RunDir:
         cfg_path, in_path = self.config_file, self.inputs_file
         if cfg_path.exists() and self.has_checkpoint():
             restart = "use a new --out, or rerun with --restart to start over (the completion cache is kept)"
-            raw = read_json(cfg_path, f"restore it, or {restart}")
+            raw = _json_object(cfg_path, f"restore it, or {restart}")
             diffs = config_changes(raw, config, ignore, source=str(cfg_path))
             if diffs:
                 raise InputError("this run directory was made with another config; use the same settings, or "

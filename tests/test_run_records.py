@@ -197,3 +197,6 @@ def test_a_config_json_with_a_setting_since_removed_is_refused_in_one_line(tmp_p
     assert "\n" not in msg and msg.startswith(f"{rd.config_file}: 2 bad config fields")
     assert "unknown key(s) ['prune_twice']" in msg and "unknown value 'splade'" in msg
     assert "made by a clarify with other settings" in msg and "--restart" in msg
+    rd.config_file.write_text("[]")
+    with pytest.raises(InputError, match=r"config.json:1: expected a JSON object, got list"):
+        rd.freeze(json.loads(config.load(None).to_json()), {})
