@@ -42,6 +42,7 @@ from clarify.batch.config import ClusterConfig, RunConfig, from_dict
 from clarify.batch.resources import PreparedRun
 from clarify.batch.rundir import RunDir
 from clarify.batch.scheduler import SchedStats
+from clarify.batch.toc.settings import TreeSettings
 from clarify.batch.toc.tree import Tree
 from clarify.errors import InputError
 from clarify.local_llm.hardware import affinity
@@ -149,7 +150,7 @@ class Worker:
         """Run every chunk given until `give(None)`; returns what the driver did."""
         from clarify.batch.scheduler import run_continuous
 
-        return run_continuous([], self.res, self.cfg, self._tree_done, more=self._more)
+        return run_continuous([], self.res, TreeSettings.of(self.cfg), self._tree_done, more=self._more)
 
     def _more(self, block: bool) -> list[Tree] | None:
         try:

@@ -368,10 +368,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
               flush=True)
     if not rd.summary_file.exists():
         from clarify.batch.toc.constraints import clarify_grammar
+        from clarify.batch.toc.settings import TreeSettings
 
         with console.step("starting the engine and timing ToC's calls on it"):
             engine = engine_for(cfg)
-            probe = probe_speed(engine, grammar=clarify_grammar(cfg))
+            probe = probe_speed(engine, grammar=clarify_grammar(TreeSettings.of(cfg)))
         constrained = any(constraints.values())
         if limit is None:
             limit = demo_size(probe, constrained)

@@ -21,12 +21,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from clarify.batch.toc.format import PARSINGS
-from clarify.batch.toc.match import MATCHING
+from clarify.batch.toc.format import Parsing
+from clarify.batch.toc.match import MatchRule
 from clarify.errors import InputError, redacted
 from clarify.eval import datasets
 from clarify.eval.datasets.asqa import pool_spec_problem
-from clarify.index.store import SEARCHER_KINDS
+from clarify.index.store import SearcherKind
 from clarify.local_llm import backends
 from clarify.local_llm.settings import CHAT_TEMPLATES, DTYPES, QUANTIZATIONS
 from clarify.options import setting, toml_value
@@ -47,7 +47,6 @@ CONSTRAINED_TOKENS_PER_QUESTION = 15_000
 CALLS_PER_QUESTION, CONSTRAINED_CALLS_PER_QUESTION = 7, 16
 PART_TREES = 64  # finished trees per checkpoint part (batch/rundir.py), unless a minute passes first
 
-ANSWER_STYLES = ("free", "quoted")
 
 
 class Scheduler(StrEnum):
@@ -61,6 +60,49 @@ class Scheduler(StrEnum):
 
 
 SCHEDULERS = tuple(s.value for s in Scheduler)  # `--scheduler` and the config's choices
+
+
+# The choice settings: a field whose type is one of these StrEnums takes exactly its values (RULES derives the
+# choices from the type). A member equals its string, so config.json and TOML hold the plain value; each
+# value's meaning is the comment on the field that takes it.
+class AnswerStyle(StrEnum):
+    FREE = "free"
+    QUOTED = "quoted"
+
+
+class NodePassages(StrEnum):
+    POOL = "pool"
+    SEARCH = "search"
+
+
+class Duplicates(StrEnum):
+    OFFICIAL = "official"
+    STRICT = "strict"
+
+
+class Removal(StrEnum):
+    OFFICIAL = "official"
+    SHOWN = "shown"
+
+
+class AnswerPassagesFrom(StrEnum):
+    POOL = "pool"
+    NODES = "nodes"
+
+
+class Evidence(StrEnum):
+    FILTER = "filter"
+    OFFICIAL = "official"
+    FILTER_EMBED = "filter-embed"
+
+
+class EmptyTreeAnswer(StrEnum):
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+ANSWER_STYLES = tuple(s.value for s in AnswerStyle)  # `--answer-style`
+
 # Where the trees run (one process, or Ray workers: batch/cluster.py) never changes results either, nor how
 # the openai backend talks to its server (a completion it accepts is the same whatever its deadlines,
 # retries or size cap): a run stopped by a deadline resumes with a longer one.
@@ -71,7 +113,6 @@ RESULT_FREE = ("scheduler", "cluster", "model.max_concurrency", "model.request_t
 def result_free(key: str) -> bool:
     """Whether the setting `key` ("scheduler", "model.max_retries") is in RESULT_FREE, itself or its table."""
     return key in RESULT_FREE or key.split(".")[0] in RESULT_FREE
-SEARCHERS = SEARCHER_KINDS  # the index's searchers (index/store.py), declared there once
 
 
 @dataclass(frozen=True)
@@ -79,11 +120,11 @@ class RetrievalConfig:
     candidates: int = 100  # per retriever before fusion (run_toc.py --top_k_docs 100)
     top_k: int = 5  # passages in each prompt (run_toc.py --top_k_reranked 5)
     pool: int = 100  # passages retrieved per search (run_toc.py --top_k_docs 100, toc/rac.py:5)
-    searcher: str = "rerank"  # bm25 | dense | hybrid | rerank
+    searcher: SearcherKind = SearcherKind.RERANK  # bm25 | dense | hybrid | rerank
     # "pool": the question is searched once and every node reranks that pool (minus exhausted passages)
     # by its own question (run_toc.py:198-199, :219 get_example → rerank); "search": every node searches
     # the index again with its own question (clarify before this switch existed).
-    node_passages: str = "pool"
+    node_passages: NodePassages = NodePassages.POOL
     # A local sentence-transformers CrossEncoder directory reranking the fused candidates and every node's
     # pool (run_toc.py:164 dsp's cross-encoder); empty: the dense encoder's cosine
     # (docs/retrieval.md#searchers-and-the-reranker). It changes every ranking, so it is part of the frozen config.
@@ -104,7 +145,7 @@ class RetrievalConfig:
     ef_search: int = setting(0, help="HNSW efSearch; 0: the index's", flag="--ef-search", metavar="N")
 
     def __post_init__(self) -> None:
-        _raise(_problems_of(self, "retrieval"), "config")
+        _settle(self, "retrieval")
 
 
 @dataclass(frozen=True)
@@ -126,13 +167,13 @@ class TocConfig:
     # --- where clarify may differ from the official code (defaults = official) ---
     # "official": toc/pruning.py:7-15 check_unique, only while pruning, against earlier valid nodes;
     # "strict": clarify's rule (question repeats, or answers all covered), also without pruning.
-    duplicates: str = "official"
+    duplicates: Duplicates = Duplicates.OFFICIAL
     # "official": run_toc.py:94-123 over the whole demo pool and the passages as the retriever has them
     # (title and text), matching whole DA strings; "shown": only the demos shown, text only, split answers.
-    removal: str = "official"
+    removal: Removal = Removal.OFFICIAL
     # "pool": rerank the question's own retrieved pool by the question (run_toc.py:259);
     # "nodes": one answer-containing passage per valid node, then the question's top passages.
-    answer_passages_from: str = "pool"
+    answer_passages_from: AnswerPassagesFrom = AnswerPassagesFrom.POOL
     # False: the clarification seed is a function of the prompt, so a byte-identical re-expansion (after a
     # restart) gets the cached completion, as the official run does through dsp's request cache;
     # True: the seed includes the node and expansion count, every expansion samples afresh.
@@ -141,25 +182,25 @@ class TocConfig:
     # top-1 by the reranker; "official": as published, the DA string's single characters are the answers
     # (a no-op for most answers, not for e.g. "16"); "filter-embed": the filter, scored by the dense
     # encoder's cosine (clarify's earlier behaviour).
-    evidence: str = "filter"
+    evidence: Evidence = Evidence.FILTER
     # "dsp": the tree's answer matching (a passage holds an answer, F1 of two answers) as the official code's
     # dsp has it (batch/toc/match.py); "squad": the metrics' ASQA/SQuAD normalisation, whitespace tokens, an
     # empty answer matches nothing and two empty answers have F1 1 (clarify's earlier behaviour).
-    matching: str = "dsp"
+    matching: MatchRule = MatchRule.DSP
     # "open": a free-style answer prompt of a tree without valid nodes ends open at `Disambiguations:`, as
     # the official template renders an empty DQ/DA field (toc/tree.py:32-40, dsp/templates/template_v2.py:73-83);
     # "closed": it asks for the answer directly (clarify's earlier behaviour).
-    empty_tree_answer: str = "open"
+    empty_tree_answer: EmptyTreeAnswer = EmptyTreeAnswer.OPEN
     # "clarify": every DQ/DA pair the official parser finds (toc/utils.py:25-46), with its text, plus pairs
     # from the lines it drops (batch/toc/format.py); "official": exactly the official parser's pairs.
-    parsing: str = "clarify"
+    parsing: Parsing = Parsing.CLARIFY
     # True: each clarification is decoded under a grammar of the official DQ/DA format, so it parses
     # (batch/toc/format.py format_grammar; docs/running-toc.md). False: free decoding, as the official code.
     constrain_format: bool = setting(False, help="decode clarifications under a grammar of the DQ/DA format; off: "
                                                  "the official free decoding", flag="--constrain-format", switch=True)
 
     def __post_init__(self) -> None:
-        _raise(_problems_of(self, "toc"), "config")
+        _settle(self, "toc")
 
 
 @dataclass(frozen=True)
@@ -221,7 +262,7 @@ class RunConfig:
     limit: int = setting(20, help="answer N questions; 0 = all: for asqa every dev question, or with the shipped "
                                   "dev-only file every one outside the demo pool dev 500-947", flag="--limit")
     seed: int = setting(0, help="sampling seed of the run", flag="--seed")
-    answer_style: str = setting("quoted", help="free: the official long answer; quoted: SEMQA [k span] answers",
+    answer_style: AnswerStyle = setting(AnswerStyle.QUOTED, help="free: the official long answer; quoted: SEMQA [k span] answers",
                                 flag="--answer-style")
     index: str = setting("", help="index directory; empty: the embedded Wikipedia index", flag="--index")
     # The clarification demos (batch/toc/demos.py): "auto" = the train split of the run's ASQA file when it has
@@ -240,7 +281,7 @@ class RunConfig:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
     def __post_init__(self) -> None:
-        _raise(_problems_of(self, ""), "config")
+        _settle(self, "")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -325,15 +366,12 @@ class Rule:
 POSITIVE = Rule(lo=1)
 RULES: dict[str, Rule] = {
     "dataset": Rule(choices=datasets.names),  # the registry (eval/datasets/), datasets registered later too
-    "answer_style": Rule(choices=ANSWER_STYLES),
     "scheduler": Rule(choices=SCHEDULERS),
     "offset": Rule(lo=0),
     "limit": Rule(lo=0),  # 0 = every question
     "retrieval.candidates": POSITIVE,
     "retrieval.top_k": POSITIVE,
     "retrieval.pool": POSITIVE,
-    "retrieval.searcher": Rule(choices=SEARCHERS),
-    "retrieval.node_passages": Rule(choices=("pool", "search")),
     "retrieval.nprobe": Rule(lo=0),
     "retrieval.ef_search": Rule(lo=0),
     **{f"toc.{name}": POSITIVE for name in (
@@ -343,13 +381,6 @@ RULES: dict[str, Rule] = {
     # vLLM SamplingParams accepts any temperature >= 0; [0, 2] is the range of the OpenAI API that dsp
     # (and so the official ToC code) calls, and above 2 sampling is noise.
     "toc.temperature": Rule(lo=0, hi=2),
-    "toc.duplicates": Rule(choices=("official", "strict")),
-    "toc.removal": Rule(choices=("official", "shown")),
-    "toc.answer_passages_from": Rule(choices=("pool", "nodes")),
-    "toc.evidence": Rule(choices=("filter", "official", "filter-embed")),
-    "toc.matching": Rule(choices=tuple(MATCHING)),
-    "toc.empty_tree_answer": Rule(choices=("open", "closed")),
-    "toc.parsing": Rule(choices=PARSINGS),
     "model.model": Rule(nonempty=True),
     "model.max_model_len": POSITIVE,
     # vLLM EngineArgs: the fraction of GPU memory the engine may use, in (0, 1]
@@ -384,7 +415,8 @@ def _type_problem(value: Any, hint: Any) -> str | None:
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif hint is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    elif hint is str:
+    elif hint is str or _is_choice(hint):  # a choice's value is then checked by its Rule
+        hint = str
         ok = isinstance(value, str)
     else:  # tuple[str, ...]
         hint = tuple
@@ -397,6 +429,21 @@ def _type_problem(value: Any, hint: Any) -> str | None:
 def _hints(cls: type) -> dict[str, Any]:
     """The declared type of each plain field (RunConfig's sub-tables are checked on their own)."""
     return {k: v for k, v in typing.get_type_hints(cls).items() if cls is not RunConfig or k not in _SECTIONS}
+
+
+def _is_choice(hint: Any) -> bool:
+    """Whether a field's type is a choice: a StrEnum (AnswerStyle, Duplicates, ...), whose values are its choices."""
+    return isinstance(hint, type) and issubclass(hint, StrEnum)
+
+
+def _choice_rules() -> dict[str, Rule]:
+    """The Rule of every choice field, derived from its type: the enum is the one declaration of its values."""
+    return {f"{section}.{name}" if section else name: Rule(choices=tuple(m.value for m in hint))
+            for section, cls in [("", RunConfig), *_SECTIONS.items()]
+            for name, hint in _hints(cls).items() if _is_choice(hint)}
+
+
+RULES.update(_choice_rules())
 
 
 def _check_values(values: dict[str, Any], cls: type, section: str) -> list[tuple[str, str]]:
@@ -464,6 +511,15 @@ def _problems_of(obj: Any, section: str) -> list[tuple[str, str]]:
     return problems
 
 
+def _settle(obj: Any, section: str) -> None:
+    """Check a config object against the schema (`_problems_of`), then hold each choice as its enum member,
+    also when it was given as a plain string (direct construction, dataclasses.replace)."""
+    _raise(_problems_of(obj, section), "config")
+    for name, hint in _hints(type(obj)).items():
+        if _is_choice(hint):
+            object.__setattr__(obj, name, hint(getattr(obj, name)))
+
+
 def _raise(problems: list[tuple[str, str]], source: str) -> None:
     if not problems:
         return
@@ -477,8 +533,8 @@ def _raise(problems: list[tuple[str, str]], source: str) -> None:
 def _as_declared(values: dict[str, Any], cls: type) -> dict[str, Any]:
     """Validated values in their declared Python types (an integer given for a float field is a float)."""
     hints = _hints(cls)
-    return {k: float(v) if hints.get(k) is float else tuple(v) if isinstance(v, list) else v
-            for k, v in values.items()}
+    return {k: float(v) if hints.get(k) is float else tuple(v) if isinstance(v, list)
+            else hints[k](v) if _is_choice(hints.get(k)) else v for k, v in values.items()}
 
 
 def from_dict(data: dict[str, Any], *, source: str = "config") -> RunConfig:

@@ -50,6 +50,8 @@ def _type_name(hint: Any) -> str:
         return "bool"
     if hint in (int, float, str):
         return hint.__name__
+    if config._is_choice(hint):  # a StrEnum: a string, one of its values (the "allowed" column)
+        return "str"
     return "list of strings"
 
 

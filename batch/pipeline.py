@@ -17,13 +17,21 @@ import polars as pl
 
 from clarify import console, faults, schemas, stops
 from clarify.batch import cluster
-from clarify.batch.config import PART_TREES, RESULT_FREE, RunConfig, calls_per_question, tokens_per_question
+from clarify.batch.config import (
+    PART_TREES,
+    RESULT_FREE,
+    AnswerStyle,
+    RunConfig,
+    calls_per_question,
+    tokens_per_question,
+)
 from clarify.batch.records import RunInputs, RunSummary
 from clarify.batch.resources import PreparedRun, open_resources, passages_only, prepare, tables
 from clarify.batch.rundir import Run, RunDir
 from clarify.batch.scheduler import DRIVERS, SchedStats
 from clarify.batch.toc.fingerprint import prompts_fingerprint
 from clarify.batch.toc.program import Resources, Step, TreeRows
+from clarify.batch.toc.settings import TreeSettings
 from clarify.batch.toc.tree import Tree
 from clarify.errors import InputError
 from clarify.eval.datasets import Dataset
@@ -192,7 +200,7 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
 
         t_toc = time.perf_counter()
         try:
-            stats = DRIVERS[cfg.scheduler](todo, res, cfg, on_tree)
+            stats = DRIVERS[cfg.scheduler](todo, res, TreeSettings.of(cfg), on_tree)
             parts.flush()
         except _Stop:
             return {"stopped_after_parts": stop_after_parts}
@@ -314,7 +322,7 @@ def finalize(rd: RunDir, prep: PreparedRun, trees: list[Tree], res: Resources, *
     spans = schemas.empty("spans")
     fidelity = None
     answers = answers.with_columns(answer_raw=pl.col("answer"))
-    if cfg.answer_style == "quoted":
+    if cfg.answer_style == AnswerStyle.QUOTED:
         answers, spans = check_answers(answers, passages, progress=False)
         calls = _add_quote_notes(calls, answers)
         answers = answers.drop("quote_note")

@@ -23,10 +23,11 @@ from typing import Any
 import polars as pl
 
 from clarify import schemas
-from clarify.batch.config import RunConfig
+from clarify.batch.config import AnswerStyle, RunConfig
 from clarify.batch.toc.constraints import requested
 from clarify.batch.toc.demos import Pool, resolve_pool
 from clarify.batch.toc.program import Resources, TreeRows
+from clarify.batch.toc.settings import TreeSettings
 from clarify.errors import InputError
 from clarify.eval import datasets
 from clarify.files import sha256 as file_sha256
@@ -90,7 +91,7 @@ def prepare(cfg: RunConfig, *, index=None, engine_factory: EngineFactory | None 
     if engine_factory is not None and cfg.model.model in EMBEDDED:
         inputs["model"] = {"name": cfg.model.model}
     else:  # a model folder's fingerprint, or a server's address and the model it reports (local_llm/backends.py)
-        inputs["model"] = backends.get(cfg.model.backend).identity(cfg.model, constrained=requested(cfg))
+        inputs["model"] = backends.get(cfg.model.backend).identity(cfg.model, constrained=requested(TreeSettings.of(cfg)))
     return PreparedRun(cfg, ds, pool, questions, gold, index, inputs, engine_factory)
 
 
@@ -205,7 +206,7 @@ def open_resources(run: PreparedRun, cache_dir: Path, *, search_cache: Path | No
     # cost seconds once, nothing on later runs
     demos = KnnPool(run.pool.demos(), embed, name="asqa-demos", encoder_id=enc_id)
     quoted = None
-    if cfg.answer_style == "quoted" or run.dataset.quoted_gold:
+    if cfg.answer_style == AnswerStyle.QUOTED or run.dataset.quoted_gold:
         quoted = KnnPool(datasets.get("quotesum").demos(), embed, name="quotesum-demos", encoder_id=enc_id)
 
     own = Path(cache_dir) / (cache_name or DEFAULT_FILE)
@@ -254,7 +255,7 @@ def engine_for(cfg: RunConfig, *, model: dict | None = None, **placement):
     engine runs its shards (batch/cluster.py), no result changes."""
     from clarify.local_llm import backends
 
-    return backends.get(cfg.model.backend).open(cfg.model, pin=model, constrained=requested(cfg), **placement)
+    return backends.get(cfg.model.backend).open(cfg.model, pin=model, constrained=requested(TreeSettings.of(cfg)), **placement)
 
 
 def tables(rows: list[TreeRows]) -> dict[str, pl.DataFrame]:

@@ -43,6 +43,7 @@ from typing import NamedTuple
 import polars as pl
 
 from clarify import console, faults, schemas
+from clarify.batch.config import from_dict
 from clarify.batch.records import RunInputs, RunSummary, read_json
 from clarify.batch.toc import fingerprint
 from clarify.batch.toc.tree import Tree
@@ -94,35 +95,19 @@ def input_changes(old: dict, new: dict) -> list[str]:
     return out
 
 
-# Settings added after runs were made whose value then is what earlier clarify did: a config.json written
-# before they existed reads as having them (the decoding constraints: off, free decoding as before;
-# the engine settings: their defaults, the engine as before), so such a run still resumes.
-ADDED_SETTINGS = {("toc", "constrain_format"): False, ("answer", "constrain_quotes"): False,
-                  # the in-process engine, batch size from the settings table, results as batched
-                  ("model", "batch_invariant"): False, ("model", "max_num_seqs"): 0,
-                  # the engine backends (vLLM in this process, as before)
-                  ("model", "backend"): "vllm", ("model", "base_url"): "", ("model", "api_key_env"): "",
-                  ("model", "endpoint"): "chat", ("model", "max_concurrency"): 64,
-                  ("model", "request_timeout_s"): 600.0, ("model", "max_retries"): 6,
-                  # per-model settings of `clarify compare --models FILE`: the folder's own quantization, the
-                  # chat template where the folder has one (as the engine always chose)
-                  ("model", "quantization"): "", ("model", "chat_template"): "auto",
-                  # the openai backend's total deadline of its checks and its reply size cap (never results)
-                  ("model", "check_timeout_s"): 10.0, ("model", "reply_bytes_per_token"): 128,
-                  # an index attached from elsewhere (none: the index folder's own parts)
-                  ("retrieval", "faiss_index"): "", ("retrieval", "encoder"): "", ("retrieval", "nprobe"): 0,
-                  ("retrieval", "ef_search"): 0,
-                  # the DQ/DA parser switch: the default reads every pair the official parser reads, which
-                  # the earlier line-start parser missed only for a label in mid-line (docs/fidelity.md#the-differences)
-                  ("toc", "parsing"): "clarify"}
-
-
-def _with_added_settings(old: dict) -> dict:
-    out = {k: dict(v) if isinstance(v, dict) else v for k, v in old.items()}
-    for (section, key), value in ADDED_SETTINGS.items():
-        if isinstance(out.setdefault(section, {}), dict):
-            out[section].setdefault(key, value)
-    return out
+def config_changes(old: dict, new: dict, ignore: tuple[str, ...] = (), source: str = "config.json") -> list[str]:
+    """What differs between a run directory's config.json (`old`, as any clarify wrote it) and this run's
+    (`new`), setting by setting ("toc.max_depth: 3 → 2"); `ignore`: settings that never change results.
+    Both are read as a RunConfig first (batch/config.py from_dict), so a setting an older config.json lacks
+    reads as its declared default: what clarify did before the setting existed (tests/test_run_records.py
+    holds that to a config.json written by an older clarify). A key this clarify does not know (a setting
+    since removed) or a value it refuses is an InputError in one line, naming it."""
+    try:
+        a, b = (_without(json.loads(from_dict(c, source=source).to_json()), ignore) for c in (old, new))
+    except InputError as exc:
+        raise InputError(f"{exc}; the run directory was made by a clarify with other settings than this one's: "
+                         f"finish it with that clarify, or use a new --out, or rerun with --restart") from None
+    return _diff(a, b)
 
 
 def _without(config: dict, ignore: tuple[str, ...]) -> dict:
@@ -244,9 +229,8 @@ class RunDir:
         cfg_path, in_path = self.config_file, self.inputs_file
         if cfg_path.exists() and self.has_checkpoint():
             restart = "use a new --out, or rerun with --restart to start over (the completion cache is kept)"
-            raw = read_json(cfg_path, f"restore it, or {restart}")
-            old = _with_added_settings(raw)
-            diffs = _diff(_without(old, ignore), _without(config, ignore))
+            raw = _json_object(cfg_path, f"restore it, or {restart}")
+            diffs = config_changes(raw, config, ignore, source=str(cfg_path))
             if diffs:
                 raise InputError("this run directory was made with another config; use the same settings, or "
                                  f"{restart}. Differences: " + "; ".join(diffs), path=str(cfg_path))
@@ -417,8 +401,6 @@ class Run:
 
     @classmethod
     def open(cls, path: str | Path) -> Run:
-        from clarify.batch.config import from_dict
-
         path = Path(path)
         if not path.is_dir():
             raise InputError("not a run directory (no such folder)", path=str(path))

@@ -29,7 +29,7 @@ import numpy as np
 import polars as pl
 
 from clarify import stops
-from clarify.batch.config import SCHEDULERS, RunConfig, Scheduler  # noqa: F401 (SCHEDULERS re-exported beside DRIVERS)
+from clarify.batch.config import SCHEDULERS, Scheduler  # noqa: F401 (SCHEDULERS re-exported beside DRIVERS)
 from clarify.batch.toc.program import (
     EmbedTexts,
     Generate,
@@ -42,6 +42,7 @@ from clarify.batch.toc.program import (
     rank_by_scores,
     tree_program,
 )
+from clarify.batch.toc.settings import TreeSettings
 from clarify.batch.toc.tree import Tree
 from clarify.index.search import cosine
 from clarify.local_llm.engine import Completion, as_step_engine
@@ -177,9 +178,9 @@ class _Slot:
 
     __slots__ = ("tree", "rows", "gen", "req", "comps", "left")
 
-    def __init__(self, tree: Tree, res: Resources, cfg: RunConfig):
+    def __init__(self, tree: Tree, res: Resources, settings: TreeSettings):
         self.tree, self.rows = tree, TreeRows()
-        self.gen = tree_program(tree, res, cfg, self.rows)
+        self.gen = tree_program(tree, res, settings, self.rows)
         self.req: Request | None = None
         self.comps: list[Completion | None] = []
         self.left = 0  # completions still in the engine (continuous)
@@ -208,12 +209,13 @@ def _settle_cheap(slots: list[_Slot], resolver: Resolver) -> list[_Slot]:
     return finished
 
 
-def _batched(groups: Sequence[Sequence[Tree]], res: Resources, cfg: RunConfig, on_tree: OnTree | None) -> SchedStats:
+def _batched(groups: Sequence[Sequence[Tree]], res: Resources, settings: TreeSettings,
+             on_tree: OnTree | None) -> SchedStats:
     """Each group of trees advances together: cheap requests batched, then one generate for all."""
     stats = SchedStats()
     resolver = Resolver(res, stats)
     for group in groups:
-        slots = [_Slot(t, res, cfg) for t in group]
+        slots = [_Slot(t, res, settings) for t in group]
         done = [s for s in slots if not s.start()]
         while True:
             done += _settle_cheap(slots, resolver)
@@ -232,14 +234,16 @@ def _finish(s: _Slot, stats: SchedStats, on_tree: OnTree | None) -> None:
         on_tree(s.tree, s.rows)
 
 
-def run_sequential(trees: Sequence[Tree], res: Resources, cfg: RunConfig, on_tree: OnTree | None = None) -> SchedStats:
+def run_sequential(trees: Sequence[Tree], res: Resources, settings: TreeSettings,
+                   on_tree: OnTree | None = None) -> SchedStats:
     """The official code's loop: one question at a time, one request at a time."""
-    return _batched([[t] for t in trees], res, cfg, on_tree)
+    return _batched([[t] for t in trees], res, settings, on_tree)
 
 
-def run_waves(trees: Sequence[Tree], res: Resources, cfg: RunConfig, on_tree: OnTree | None = None) -> SchedStats:
+def run_waves(trees: Sequence[Tree], res: Resources, settings: TreeSettings,
+              on_tree: OnTree | None = None) -> SchedStats:
     """All trees together, one `generate` per wave for every tree's next model request."""
-    return _batched([list(trees)], res, cfg, on_tree)
+    return _batched([list(trees)], res, settings, on_tree)
 
 
 def engine_capacity(engine) -> int:
@@ -255,12 +259,12 @@ def engine_capacity(engine) -> int:
 More = Callable[[bool], "list[Tree] | None"]
 
 
-def run_continuous(trees: Sequence[Tree], res: Resources, cfg: RunConfig, on_tree: OnTree | None = None,
-                   more: More | None = None) -> SchedStats:
+def run_continuous(trees: Sequence[Tree], res: Resources, settings: TreeSettings,
+                   on_tree: OnTree | None = None, more: More | None = None) -> SchedStats:
     """vLLM's step loop: every tree advances the moment its own request returns (module docstring).
     `more`: a source of further trees, admitted like the first ones while the loop runs (no tail between
     one batch of trees and the next)."""
-    loop = _StepLoop(res, cfg, on_tree)
+    loop = _StepLoop(res, settings, on_tree)
     try:
         return loop.run(trees, more)
     finally:
@@ -270,8 +274,8 @@ def run_continuous(trees: Sequence[Tree], res: Resources, cfg: RunConfig, on_tre
 class _StepLoop:
     """The continuous driver's state: trees to admit, slots waiting on the engine, engine request ids."""
 
-    def __init__(self, res: Resources, cfg: RunConfig, on_tree: OnTree | None):
-        self.res, self.cfg, self.on_tree = res, cfg, on_tree
+    def __init__(self, res: Resources, settings: TreeSettings, on_tree: OnTree | None):
+        self.res, self.settings, self.on_tree = res, settings, on_tree
         self.stats = SchedStats()
         self.resolver = Resolver(res, self.stats)
         self.engine = as_step_engine(res.engine)
@@ -291,7 +295,7 @@ class _StepLoop:
                     todo.extend(got)
             fresh: list[_Slot] = []
             while todo and self.engine.pending() + len(fresh) < self.limit:
-                fresh.append(_Slot(todo.popleft(), self.res, self.cfg))
+                fresh.append(_Slot(todo.popleft(), self.res, self.settings))
             self._feed([s for s in fresh if s.start() or self._done(s)])
             if not self.active:
                 continue
@@ -368,10 +372,10 @@ class Driven:
         return self.stats.tokens
 
 
-def drive(scheduler: str, trees: Sequence[Tree], res: Resources, cfg: RunConfig) -> Driven:
+def drive(scheduler: str, trees: Sequence[Tree], res: Resources, settings: TreeSettings) -> Driven:
     """Run `trees` to the end under one driver and collect their rows (benchmarks, tests)."""
     rows: dict[str, TreeRows] = {}
-    stats = DRIVERS[scheduler](trees, res, cfg, lambda t, r: rows.__setitem__(t.qid, r))
+    stats = DRIVERS[scheduler](trees, res, settings, lambda t, r: rows.__setitem__(t.qid, r))
     ordered = [rows[t.qid] for t in trees]
     return Driven([c for r in ordered for c in r.llm_calls], [h for r in ordered for h in r.hits],
                   [a for r in ordered for a in r.answers], stats)

@@ -66,9 +66,10 @@ def measure(args: argparse.Namespace, work: Path, cpu: str) -> int:
     engine = engine_for(cfg)
     start_s = time.perf_counter() - t0
     from clarify.batch.toc.constraints import clarify_grammar
+    from clarify.batch.toc.settings import TreeSettings
 
     t0 = time.perf_counter()
-    probe = commands.probe_speed(engine, grammar=clarify_grammar(cfg))
+    probe = commands.probe_speed(engine, grammar=clarify_grammar(TreeSettings.of(cfg)))
     probe_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     probed_old = old_probe(engine)

@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     from clarify.batch.pipeline import nodes_table
     from clarify.batch.resources import open_resources, prepare
     from clarify.batch.scheduler import drive
+    from clarify.batch.toc.settings import TreeSettings
     from clarify.batch.toc.tree import Tree
     from clarify.index import ensure_default_index, open_index
     from clarify.local_llm.engine import GenParams
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
                 ts = trees()
                 print(f"[{n} questions] {arm} ...", flush=True)
                 t0 = time.perf_counter()
-                rows = drive(arm, ts, res, cfg)
+                rows = drive(arm, ts, res, TreeSettings.of(cfg))
                 wall = time.perf_counter() - t0
                 res.engine.close()
                 tokens = rows.stats.tokens
@@ -145,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             before = engine.stats.prompts
             ts = trees()
-            rows = drive(arm, ts, resources(first[1]), cfg)
+            rows = drive(arm, ts, resources(first[1]), TreeSettings.of(cfg))
             replay[arm] = {"engine_prompts": engine.stats.prompts - before,
                            "tables_equal": _same(nodes_table, first, ts, rows)}
         run["replayed_from_first_arm_cache"] = replay

@@ -30,6 +30,7 @@ import sys
 import time
 import weakref
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +48,18 @@ FORMAT = "clarify-index"
 VERSION = 1
 ENCODERS = "encoders"  # a custom encoder is copied into <index>/encoders/<name> (the default is packaged)
 MANIFEST = "manifest.json"
-SEARCHER_KINDS = ("bm25", "dense", "hybrid", "rerank")
+
+
+class SearcherKind(StrEnum):
+    """The searchers an index gives (`Index.searcher`); a run's `retrieval.searcher`."""
+
+    BM25 = "bm25"
+    DENSE = "dense"
+    HYBRID = "hybrid"
+    RERANK = "rerank"
+
+
+SEARCHER_KINDS = tuple(k.value for k in SearcherKind)  # `clarify index search --retriever`
 
 
 # ----------------------------------------------------------------------------------------------- options
@@ -602,8 +614,8 @@ class LocalIndex:
             self._encoder = load_encoder(self._encoder_spec)
         return self._encoder
 
-    def searcher(self, kind: str = "hybrid", candidates: int = 100, *, cross_encoder: str | None = None,
-                 threads: int | None = None):
+    def searcher(self, kind: SearcherKind | str = SearcherKind.HYBRID, candidates: int = 100, *,
+                 cross_encoder: str | None = None, threads: int | None = None):
         """A Searcher: search(queries [qid, query], k) -> hits [qid, passage_id, score, rank, retriever].
 
         hybrid: union of BM25 and dense top-`candidates`, RRF (k=60). rerank: that union rescored by a
@@ -619,22 +631,23 @@ class LocalIndex:
             return self._searchers[key]
         from clarify.index.search import HybridSearcher, RerankSearcher
 
-        if kind == "bm25":
+        if kind == SearcherKind.BM25:
             from clarify.index.bm25 import BM25Searcher
 
             s = BM25Searcher(self.lucene, threads=threads)
-        elif kind == "dense":
+        elif kind == SearcherKind.DENSE:
             from clarify.index.dense import DenseSearcher
 
             s = DenseSearcher(self.dense_index, self.encoder)
-        elif kind == "hybrid":
+        elif kind == SearcherKind.HYBRID:
             if not self.has_dense:
                 self.dense_index  # noqa: B018  (raises the error that says what to do)
-            s = HybridSearcher(self.searcher("bm25", threads=threads), self.searcher("dense"), candidates=candidates)
+            s = HybridSearcher(self.searcher(SearcherKind.BM25, threads=threads), self.searcher(SearcherKind.DENSE),
+                               candidates=candidates)
         elif self.has_dense:
-            s = RerankSearcher(self.searcher("hybrid", candidates, threads=threads), self.scorer(cross_encoder))
+            s = RerankSearcher(self.searcher(SearcherKind.HYBRID, candidates, threads=threads), self.scorer(cross_encoder))
         else:
-            s = RerankSearcher(self.searcher("bm25", threads=threads), self.scorer(cross_encoder),
+            s = RerankSearcher(self.searcher(SearcherKind.BM25, threads=threads), self.scorer(cross_encoder),
                                candidates=candidates)
         self._searchers[key] = s
         return s

@@ -26,6 +26,7 @@ from clarify.batch.toc.format import (
     parse_disambiguations,
 )
 from clarify.batch.toc.quotes import check_answers, normalise
+from clarify.batch.toc.settings import TreeSettings
 from clarify.files import data_dir
 from clarify.local_llm.engine import GenParams, request_key
 from clarify.schemas import Passage
@@ -259,14 +260,17 @@ def test_the_grammar_quotes_at_most_its_cap_of_words_shared_over_the_sources(mon
 def test_switches_are_off_by_default_and_recorded_in_the_frozen_config():
     cfg = config.load(None)
     assert (cfg.toc.constrain_format, cfg.answer.constrain_quotes) == (False, False)
-    assert clarify_grammar(cfg) is None and answer_grammar(cfg, [SOURCE]) is None
+    tree = TreeSettings.of(cfg)  # what the tree program decodes by
+    assert clarify_grammar(tree) is None and answer_grammar(tree, [SOURCE]) is None
     on = config.load(None, {"toc.constrain_format": True, "answer.constrain_quotes": True})
     frozen = json.loads(on.to_json())
     assert frozen["toc"]["constrain_format"] is True and frozen["answer"]["constrain_quotes"] is True
     assert config.from_dict(frozen) == on
-    assert clarify_grammar(on) == format_grammar() and answer_grammar(on, [SOURCE]) == quotes_grammar([SOURCE])
+    tree = TreeSettings.of(on)
+    assert clarify_grammar(tree) == format_grammar() and answer_grammar(tree, [SOURCE]) == quotes_grammar([SOURCE])
     # the free answer style has no markers: nothing to constrain
-    assert answer_grammar(config.load(None, {"answer.constrain_quotes": True, "answer_style": "free"}), [SOURCE]) is None
+    free = config.load(None, {"answer.constrain_quotes": True, "answer_style": "free"})
+    assert answer_grammar(TreeSettings.of(free), [SOURCE]) is None
     with pytest.raises(Exception, match="constrain_quotes"):
         config.load(None, {"answer.constrain_quotes": "yes"})
 
@@ -307,7 +311,7 @@ def constrained_run(tmp_path_factory, default_local_index, llm_engine):
         return [Tree.new(q, text) for q, text in zip(questions["qid"], questions["question"])]
 
     res, cont_trees = resources(), trees()
-    rec = drive("continuous", cont_trees, res, cfg)
+    rec = drive("continuous", cont_trees, res, TreeSettings.of(cfg))
     res.engine.flush()
     return cfg, rec, cont_trees, resources, trees
 
@@ -373,7 +377,7 @@ def test_real_constrained_run_replays_identically_under_every_scheduler(constrai
         before = llm_engine.stats.prompts
         res = resources()
         replay_trees = trees()
-        got = drive(name, replay_trees, res, cfg)
+        got = drive(name, replay_trees, res, TreeSettings.of(cfg))
         assert llm_engine.stats.prompts == before, name  # all from the cache: the grammar is in the key
         assert nodes_table(replay_trees).equals(nodes_table(cont_trees)), name
         assert pl.DataFrame(got.answers).equals(pl.DataFrame(rec.answers)), name
@@ -474,12 +478,3 @@ def test_a_run_started_before_the_switches_existed_resumes(tmp_path):
     assert json.loads((rd.path / "config.json").read_text())["answer"] == {"constrain_quotes": False}
     with pytest.raises(InputError, match="constrain_format"):
         rd.freeze(json.loads(config.load(None, {"toc.constrain_format": True}).to_json()), {})
-
-
-def test_added_settings_read_as_their_defaults():
-    """rundir.ADDED_SETTINGS fills what an older config.json lacks with what that run did: the defaults."""
-    from clarify.batch.rundir import ADDED_SETTINGS
-
-    defaults = json.loads(config.load(None).to_json())
-    for (section, key), value in ADDED_SETTINGS.items():
-        assert defaults[section][key] == value, (section, key)

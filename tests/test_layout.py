@@ -113,3 +113,14 @@ def test_each_part_imports_only_what_the_map_allows():
             assert not any(d.startswith("batch") for d in deps), (mod, deps)
         if mod.startswith("local_llm"):
             assert not any(d.startswith(("eval", "index")) for d in deps), (mod, deps)
+
+
+def test_the_tree_reads_only_its_part_of_the_settings():
+    """The tree program, its grammars and the tree's state get `TreeSettings` (batch/toc/settings.py, the one
+    module that reads a RunConfig), never the whole run config: nothing else in batch/toc/ names RunConfig."""
+    for path in sorted((ROOT / "batch" / "toc").glob("*.py")):
+        if path.name == "settings.py":
+            continue
+        names = {a.name for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                 if isinstance(node, ast.ImportFrom) for a in node.names}
+        assert "RunConfig" not in names, path.name

@@ -70,6 +70,35 @@ def test_every_rule_names_a_declared_field():
     assert set(config.RULES) <= fields
 
 
+def test_a_choice_setting_is_its_enum_and_reads_and_writes_as_its_string(tmp_path):
+    """Each choice setting's type is a StrEnum, the one declaration of its values: the schema's choices come
+    from it, a TOML string or a plain string given in code becomes its member, and config.json, TOML and the
+    TOML printout hold the plain string."""
+    import dataclasses
+    import typing
+    from enum import StrEnum
+
+    choices = {"answer_style", "retrieval.searcher", "retrieval.node_passages", "toc.duplicates", "toc.removal",
+               "toc.answer_passages_from", "toc.evidence", "toc.matching", "toc.empty_tree_answer", "toc.parsing"}
+    for key in choices:
+        section, _, name = key.rpartition(".")
+        enum = typing.get_type_hints(config._SECTIONS[section] if section else config.RunConfig)[name]
+        assert issubclass(enum, StrEnum), key
+        assert config.RULES[key].choices == tuple(m.value for m in enum), key
+        last = list(enum)[-1]
+        cfg = config.load(None, {key: last.value})
+        got = getattr(getattr(cfg, section) if section else cfg, name)
+        assert got is last, key
+        assert config.from_dict(json.loads(cfg.to_json())) == cfg
+        assert f" = {json.dumps(last.value)}" in cfg.to_toml()
+    p = tmp_path / "c.toml"
+    p.write_text('[toc]\nevidence = "filter-embed"\n')
+    assert config.load(p).toc.evidence is config.Evidence.FILTER_EMBED
+    assert dataclasses.replace(config.TocConfig(), removal="shown").removal is config.Removal.SHOWN
+    with pytest.raises(InputError, match=r"field 'toc.removal'\): unknown value 'all'; choose one of \('official', 'shown'\)"):
+        config.TocConfig(removal="all")
+
+
 def test_config_values_take_their_declared_types(tmp_path):
     p = tmp_path / "c.toml"
     p.write_text('[toc]\ntemperature = 1\n[model]\nstop = ["###"]\n')

@@ -1,18 +1,22 @@
 """The run directory's JSON records (batch/records.py): inputs.json pins the prompts (batch/toc/fingerprint.py),
-so a resume by other prompts is refused; summary.json is a `RunSummary`; both read their older layouts.
+so a resume by other prompts is refused; summary.json is a `RunSummary`; both read their older layouts, and so
+does a resume read an older config.json (rundir.config_changes).
 Scripted engine and the small stand-in index."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import polars as pl
 import pytest
 
 from clarify import console
+from clarify.batch import config
+from clarify.batch.config import RESULT_FREE
 from clarify.batch.records import INPUTS_SCHEMA, SUMMARY_SCHEMA, RunSummary
-from clarify.batch.rundir import FINAL_TABLES, Run
+from clarify.batch.rundir import FINAL_TABLES, Run, RunDir
 from clarify.batch.toc import fingerprint, prompts
 from clarify.batch.toc import format as fmt
 from clarify.errors import InputError
@@ -148,3 +152,71 @@ def test_the_parser_is_fingerprinted_by_the_code_it_reaches(tmp_path, monkeypatc
     assert len({digests[0], digests[3], digests[4]}) == 3  # a label it reads, a helper it calls
     with pytest.raises(ValueError, match="defines no nope"):
         fingerprint._code(importlib.import_module("fp_parser0"), ("parse", "nope"))
+# config.json as the clarify of commit cb8692c wrote it (`clarify run` of 1 ASQA question, free answers, one
+# expansion; scripted engine): the last clarify before the decoding constraints and every setting added since.
+OLD_CONFIG = Path(__file__).with_name("old_layouts") / "config-cb8692c.json"
+# The settings that clarify lacked, each of which it ran as the current default (decoding unconstrained, the
+# engine in this process with its own batch size and chat template, the index's own parts, the DQ/DA parser
+# reading every official pair: docs/fidelity.md#the-differences). A setting added later shows up here: if its
+# default is not what older clarify did, an older run must not resume under it, and the normalised
+# comparison (rundir.config_changes) cannot see that by itself.
+ADDED_SINCE = {"toc.constrain_format", "toc.parsing", "answer.constrain_quotes", "retrieval.faiss_index",
+               "retrieval.encoder", "retrieval.nprobe", "retrieval.ef_search", "model.batch_invariant",
+               "model.max_num_seqs", "model.backend", "model.base_url", "model.api_key_env", "model.endpoint",
+               "model.max_concurrency", "model.request_timeout_s", "model.max_retries", "model.quantization",
+               "model.chat_template", "model.check_timeout_s", "model.reply_bytes_per_token"}
+
+
+def _keys(d: dict, prefix: str = "") -> set[str]:
+    return {k for key, v in d.items() for k in (_keys(v, f"{prefix}{key}.") if isinstance(v, dict) else {prefix + key})}
+
+
+def _checkpointed(tmp_path, raw: dict) -> RunDir:
+    """A run directory whose config.json is `raw` and which holds a finished part, so its config is binding."""
+    rd = RunDir(tmp_path / "old")
+    (rd.parts_dir / "0001").mkdir(parents=True)
+    (rd.path / "config.json").write_text(json.dumps(raw))
+    (rd.path / "inputs.json").write_text(json.dumps({}))
+    return rd
+
+
+def test_an_older_config_json_reads_as_what_that_clarify_did_and_resumes(tmp_path):
+    raw = json.loads(OLD_CONFIG.read_text())
+    same = config.load(None, {"limit": 1, "answer_style": "free", "toc.max_expansions": 1,
+                              "demo_pool": "asqa:dev[500:]"})
+    now = json.loads(same.to_json())
+    assert _keys(now) - _keys(raw) == ADDED_SINCE
+    assert config.from_dict(raw) == same  # every setting it lacks reads as its default
+
+    rd = _checkpointed(tmp_path, raw)
+    rd.freeze(now, {})  # resumes, and records the settings in full
+    assert json.loads(rd.config_file.read_text()) == now
+    rd.config_file.write_text(json.dumps(raw))
+    for key, value, said in (("toc.constrain_format", True, "toc.constrain_format: False → True"),
+                             ("toc.max_depth", 2, "toc.max_depth: 3 → 2"),
+                             ("answer_style", "quoted", "answer_style: 'free' → 'quoted'")):
+        other = json.loads(config.load(None, {"limit": 1, "answer_style": "free", "toc.max_expansions": 1,
+                                              "demo_pool": "asqa:dev[500:]", key: value}).to_json())
+        with pytest.raises(InputError) as err:
+            rd.freeze(other, {})
+        assert str(err.value).endswith(f"Differences: {said}"), str(err.value)
+    # a setting that never changes results resumes under another value, as before
+    rd.freeze(json.loads(config.load(None, {"limit": 1, "answer_style": "free", "toc.max_expansions": 1,
+                                            "demo_pool": "asqa:dev[500:]", "scheduler": "waves"}).to_json()),
+              {}, ignore=RESULT_FREE)
+
+
+def test_a_config_json_with_a_setting_since_removed_is_refused_in_one_line(tmp_path):
+    raw = json.loads(OLD_CONFIG.read_text())
+    raw["toc"]["prune_twice"] = True  # a setting this clarify does not have
+    raw["retrieval"]["searcher"] = "splade"  # and a value it does not know
+    rd = _checkpointed(tmp_path, raw)
+    with pytest.raises(InputError) as err:
+        rd.freeze(json.loads(config.load(None).to_json()), {})
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(f"{rd.config_file}: 2 bad config fields")
+    assert "unknown key(s) ['prune_twice']" in msg and "unknown value 'splade'" in msg
+    assert "made by a clarify with other settings" in msg and "--restart" in msg
+    rd.config_file.write_text("[]")
+    with pytest.raises(InputError, match=r"config.json:1: expected a JSON object, got list"):
+        rd.freeze(json.loads(config.load(None).to_json()), {})

@@ -17,6 +17,7 @@ from clarify.batch.pipeline import nodes_table, run
 from clarify.batch.scheduler import SCHEDULERS, drive
 from clarify.batch.toc.format import parse_disambiguations, parse_verdict
 from clarify.batch.toc.program import Resources
+from clarify.batch.toc.settings import TreeSettings
 from clarify.batch.toc.tree import Tree
 from clarify.errors import InputError
 from clarify.eval.datasets.jsonl import read_questions_jsonl
@@ -128,8 +129,8 @@ def _trees(verify=True):
     return [Tree.new(f"q{i}", q, verify=verify) for i, q in enumerate(QUESTIONS)]
 
 
-def _cfg(**toc):
-    return config.load(None, {"answer_style": "free", **{f"toc.{k}": v for k, v in toc.items()}})
+def _cfg(**toc) -> TreeSettings:
+    return TreeSettings.of(config.load(None, {"answer_style": "free", **{f"toc.{k}": v for k, v in toc.items()}}))
 
 
 def test_bfs_limits_depth_and_max_nodes():
@@ -428,7 +429,7 @@ def test_previous_preset_restores_every_switch():
 def test_previous_preset_runs_continuous_equal_loop():
     from pathlib import Path
 
-    cfg = config.load(Path(config.__file__).with_name("previous.toml"), {"answer_style": "free"})
+    cfg = TreeSettings.of(config.load(Path(config.__file__).with_name("previous.toml"), {"answer_style": "free"}))
     t1, t2 = _trees(), _trees()
     rec1 = drive("continuous", t1, _resources(LooseEngine("s", make_responder())), cfg)
     rec2 = drive("sequential", t2, _resources(LooseEngine("s", make_responder())), cfg)
@@ -449,7 +450,8 @@ def test_parsing_switch_reaches_the_tree():
 
     questions = {}
     for parsing in ("clarify", "official"):
-        cfg = config.load(None, {"answer_style": "free", "toc.parsing": parsing, "toc.max_expansions": 1})
+        cfg = TreeSettings.of(config.load(None, {"answer_style": "free", "toc.parsing": parsing,
+                                                 "toc.max_expansions": 1}))
         trees = [Tree.new("q0", QUESTIONS[0])]
         drive("waves", trees, _resources(ScriptedEngine("scripted", respond)), cfg)
         questions[parsing] = [n.question for n in trees[0].nodes if n.parent_id == "0"]

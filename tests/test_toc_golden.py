@@ -26,6 +26,7 @@ from clarify.batch.toc.demos import KnnPool
 from clarify.batch.toc.format import Disambiguation
 from clarify.batch.toc.program import Resources
 from clarify.batch.toc.prompts import Demo
+from clarify.batch.toc.settings import TreeSettings
 from clarify.batch.toc.tree import Tree
 from clarify.local_llm.cache import CachedEngine
 from clarify.local_llm.scripted import ScriptedEngine
@@ -119,8 +120,8 @@ def _resources(tmp_path, script: Script) -> Resources:
 
 def _cfg(**overrides):
     # top_k (--top_k_reranked) 2 and one demo (--n_shot 1) keep the hand derivation small
-    return config.load(None, {"answer_style": "free", "retrieval.top_k": 2, "toc.n_demos": 1,
-                              "toc.answer_passages": 2, **overrides})
+    return TreeSettings.of(config.load(None, {"answer_style": "free", "retrieval.top_k": 2, "toc.n_demos": 1,
+                                              "toc.answer_passages": 2, **overrides}))
 
 
 def _run(tmp_path, question, scheduler="continuous", **overrides):

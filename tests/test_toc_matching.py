@@ -23,6 +23,7 @@ from clarify.batch.toc.format import Disambiguation, parse_disambiguations
 from clarify.batch.toc.match import MATCHING, dpr_tokens, dsp_f1, dsp_has_answers, dsp_normalize_text
 from clarify.batch.toc.program import Resources, passage_string, removed_by
 from clarify.batch.toc.prompts import Demo
+from clarify.batch.toc.settings import TreeSettings
 from clarify.batch.toc.tree import Tree
 from clarify.eval import normalize
 from clarify.local_llm.cache import CachedEngine
@@ -162,7 +163,7 @@ def _run(tmp_path, pool, scores, script, **overrides):
                     demos=KnnPool(DEMOS, enc.encode, name="match-demos", encoder_id="hash"), rerank=rerank)
     cfg = config.load(None, {"answer_style": "free", "toc.n_demos": 1, **overrides})
     tree = Tree.new("q", ROOT_Q, verify=True)
-    return tree, drive("continuous", [tree], res, cfg), calls
+    return tree, drive("continuous", [tree], res, TreeSettings.of(cfg)), calls
 
 
 def _hits(rec) -> list[list[str]]:

@@ -19,6 +19,7 @@ from clarify.batch import config
 from clarify.batch.pipeline import nodes_table, run
 from clarify.batch.resources import open_resources, prepare
 from clarify.batch.scheduler import drive
+from clarify.batch.toc.settings import TreeSettings
 from clarify.batch.toc.tree import Tree
 from tests.run_fixtures import SMALL, same_tables, small_toml
 from tests.test_parse_official import check_recorded
@@ -43,7 +44,7 @@ def test_real_schedulers_build_identical_tables_from_one_cache(tmp_path, default
 
     res = resources()
     cont_trees = trees()
-    cont = drive("continuous", cont_trees, res, cfg)
+    cont = drive("continuous", cont_trees, res, TreeSettings.of(cfg))
     res.engine.flush()
     calls = pl.DataFrame(cont.llm_calls)
     # Every request went through vLLM's step loop, none through `generate`; requests of several trees and
@@ -71,7 +72,7 @@ def test_real_schedulers_build_identical_tables_from_one_cache(tmp_path, default
         before = stats.prompts
         res2 = resources()
         replay_trees = trees()
-        rec = drive(name, replay_trees, res2, cfg)
+        rec = drive(name, replay_trees, res2, TreeSettings.of(cfg))
         assert stats.prompts == before, name  # zero model calls: every completion came from the cache
         assert res2.engine.stats.hits == len(rec.llm_calls) and res2.engine.stats.engine_calls == 0
         assert nodes_table(replay_trees).equals(nodes_table(cont_trees)), name

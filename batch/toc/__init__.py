@@ -2,6 +2,7 @@
 
     tree.py         the tree's state (nodes, waves, pruning status), official ToC semantics
     program.py      a tree as a program of requests (search, embed, clarify, verify, answer) and their results
+    settings.py     what a tree reads of the run config (TreeSettings), and nothing else of it
     prompts.py      the prompts' wording, put around the layout
     format.py       the DQ/DA layout: labels, rendering, stop strings, parser, grammar
     demos.py        few-shot demo pools chosen by kNN (ASQA clarification demos, SEMQA quoted demos)

@@ -50,8 +50,9 @@ import re
 import unicodedata
 from collections.abc import Sequence
 
-from clarify.batch.config import RunConfig
+from clarify.batch.config import AnswerStyle
 from clarify.batch.toc.format import format_grammar, literal
+from clarify.batch.toc.settings import TreeSettings
 from clarify.schemas import Passage
 
 # A constrained quoted answer opens with a marker, as 126 of QuoteSum dev's 265 gold answers do (the most
@@ -62,23 +63,23 @@ from clarify.schemas import Passage
 # text after it stays free.
 
 # -- what each step decodes under (batch/toc/program.py asks here) ---------------------------------------------
-def requested(cfg: RunConfig) -> tuple[str, ...]:
-    """The settings of `cfg` that make some step decode under a grammar (none: every request is free), as an
+def requested(s: TreeSettings) -> tuple[str, ...]:
+    """The settings that make some step decode under a grammar (none: every request is free), as an
     engine backend names them when its server cannot constrain (local_llm/backends.py)."""
-    on = (("toc.constrain_format", cfg.toc.constrain_format),
-          ("answer.constrain_quotes", cfg.answer_style == "quoted" and cfg.answer.constrain_quotes))
+    on = (("toc.constrain_format", s.toc.constrain_format),
+          ("answer.constrain_quotes", s.answer_style == AnswerStyle.QUOTED and s.constrain_quotes))
     return tuple(name for name, asked in on if asked)
 
 
-def clarify_grammar(cfg: RunConfig) -> str | None:
+def clarify_grammar(s: TreeSettings) -> str | None:
     """The clarification's grammar: `format_grammar()` when `[toc] constrain_format`, else None."""
-    return format_grammar() if cfg.toc.constrain_format else None
+    return format_grammar() if s.toc.constrain_format else None
 
 
-def answer_grammar(cfg: RunConfig, sources: Sequence[Passage]) -> str | None:
+def answer_grammar(s: TreeSettings, sources: Sequence[Passage]) -> str | None:
     """The final answer's grammar: `quotes_grammar(sources)` for a quoted answer when
     `[answer] constrain_quotes`, else None (the free style has no markers to constrain)."""
-    if cfg.answer_style == "quoted" and cfg.answer.constrain_quotes:
+    if s.answer_style == AnswerStyle.QUOTED and s.constrain_quotes:
         return quotes_grammar(sources)
     return None
 

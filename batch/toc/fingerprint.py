@@ -42,7 +42,7 @@ COMPONENTS = {"prompt templates": "batch/toc/prompts.py, batch/toc/format.py", "
               "quote checker": "batch/toc/quotes.py"}
 # The parser's entry points in batch/toc/format.py: what batch/toc/program.py and batch/config.py use of it.
 PARSER = ("parse_disambiguations", "official_pairs", "parse_verdict", "clean_long_answer", "split_answers",
-          "da_text", "Disambiguation", "Parsed", "PARSINGS")
+          "da_text", "Disambiguation", "Parsed", "Parsing")
 
 # Fixed inputs the templates and grammars are rendered on: every part of a prompt appears at least once.
 _PASSAGES = (Passage("p1", "Title one", "First passage, with words."), Passage("p2", "Title two", "Second one."))

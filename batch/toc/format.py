@@ -26,6 +26,7 @@ import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from clarify.schemas import Passage
 
@@ -210,7 +211,11 @@ def da_text(answers: tuple[str, ...] | list[str]) -> str:
     return f"{DA_SEPARATOR} ".join(answers)
 
 
-PARSINGS = ("clarify", "official")
+class Parsing(StrEnum):
+    """toc.parsing: every pair the official parser finds plus those of the lines it drops, or exactly its pairs."""
+
+    CLARIFY = "clarify"
+    OFFICIAL = "official"
 
 
 def disambig_fields(completion: str) -> tuple[str, str | None]:
@@ -268,7 +273,8 @@ def _label(line: str) -> tuple[str, str] | None:
     return kind, pattern.split(line, maxsplit=2)[1]
 
 
-def parse_disambiguations(completion: str, finish_reason: str = "stop", parsing: str = "clarify") -> Parsed:
+def parse_disambiguations(completion: str, finish_reason: str = "stop",
+                          parsing: Parsing = Parsing.CLARIFY) -> Parsed:
     """`DQ i: question` / `DA i: a; b` lines → pairs, in the order of their DQ lines.
 
     parsing "official": exactly the official function's pairs (`official_pairs`). "clarify" (the default):
@@ -278,7 +284,7 @@ def parse_disambiguations(completion: str, finish_reason: str = "stop", parsing:
     continues such a completion instead, dsp/primitives/predict.py:94-116; clarify does not).
     """
     out = Parsed()
-    if parsing == "official":
+    if parsing == Parsing.OFFICIAL:
         out.pairs = [Disambiguation(q, split_answers(a), a) for q, a in official_pairs(completion)]
         if not out.pairs:
             out.notes.append("no DQ/DA pairs")

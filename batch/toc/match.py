@@ -28,6 +28,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import lru_cache
 from itertools import groupby
 
@@ -112,4 +113,12 @@ class Matching:
     f1: Callable[[str, str], float]
 
 
-MATCHING = {"dsp": Matching(dsp_has_answers, dsp_f1), "squad": Matching(normalize.has_answer, normalize.token_f1)}
+class MatchRule(StrEnum):
+    """toc.matching: which rule the tree matches answers by (the module docstring)."""
+
+    DSP = "dsp"
+    SQUAD = "squad"
+
+
+MATCHING = {MatchRule.DSP: Matching(dsp_has_answers, dsp_f1),
+            MatchRule.SQUAD: Matching(normalize.has_answer, normalize.token_f1)}

@@ -1,6 +1,7 @@
 """One question's Tree of Clarifications as a program: what it needs, asked for one request at a time.
 
-`tree_program(tree, res, cfg, rows)` is a generator. It walks the official loop (gankim/tree-of-clarifications
+`tree_program(tree, res, s, rows)` is a generator (`s`: its `TreeSettings`, the tree's part of the run
+config, batch/toc/settings.py). It walks the official loop (gankim/tree-of-clarifications
 `run_toc.py` main loop, stepped by `Tree`, batch/toc/tree.py) and, wherever it needs the outside world, it
 yields a request and receives the result:
 
@@ -30,7 +31,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from clarify.batch.config import RunConfig
+from clarify.batch.config import (
+    AnswerPassagesFrom,
+    AnswerStyle,
+    EmptyTreeAnswer,
+    Evidence,
+    NodePassages,
+    Removal,
+)
 from clarify.batch.toc.constraints import answer_grammar, clarify_grammar
 from clarify.batch.toc.demos import KnnPool
 from clarify.batch.toc.format import (
@@ -51,6 +59,7 @@ from clarify.batch.toc.prompts import (
     quoted_answer_prompt,
     verify_prompt,
 )
+from clarify.batch.toc.settings import TreeSettings
 from clarify.batch.toc.tree import ROOT, Node, Status, Tree
 from clarify.index.search import cosine
 from clarify.local_llm.engine import Completion, Engine, GenParams, request_key
@@ -146,16 +155,16 @@ def seed_for(base: int, *parts: object) -> int:
     return int.from_bytes(h[:4], "little") & 0x7FFFFFFF
 
 
-def clarify_seed(cfg: RunConfig, t: Tree, n: Node, prompt: str) -> int:
+def clarify_seed(s: TreeSettings, t: Tree, n: Node, prompt: str) -> int:
     """The clarification's sampling seed. By default (toc.restart_resample = False) it is a function of
     the prompt alone, so a byte-identical prompt — a node re-expanded after a restart with nothing
     exhausted or removed since, or two nodes asking the same question — is the same request and the
     completion cache answers it with the same completion, as dsp's request cache does for the official
     run (run_toc.py:221, temperature 0.7); a different prompt is an independent sample. With the switch
     on, the seed depends on the node and the expansion count instead, so every expansion samples anew."""
-    if cfg.toc.restart_resample:
-        return seed_for(cfg.seed, t.qid, n.node_id, t.n_expansions, Step.CLARIFY)
-    return seed_for(cfg.seed, hashlib.sha256(prompt.encode("utf-8")).hexdigest(), Step.CLARIFY)
+    if s.toc.restart_resample:
+        return seed_for(s.seed, t.qid, n.node_id, t.n_expansions, Step.CLARIFY)
+    return seed_for(s.seed, hashlib.sha256(prompt.encode("utf-8")).hexdigest(), Step.CLARIFY)
 
 
 def rank_by_scores(ids: Sequence[str], scores: Sequence[float], k: int) -> list[tuple[str, float]]:
@@ -173,14 +182,14 @@ def passage_string(p: Passage) -> str:
     return f"{p.title} | {p.text}"
 
 
-def exhausted_by(pairs: list[Disambiguation], ctx: list[str], store: dict[str, Passage], removal: str,
+def exhausted_by(pairs: list[Disambiguation], ctx: list[str], store: dict[str, Passage], removal: Removal,
                  match: Matching) -> list[str]:
     """Shown passages that hold an answer of this expansion, to be skipped from now on (`match`: toc.matching).
     removal = "official": run_toc.py:110-123 remove_dup_psgs — a passage of the shown context that
     contains a whole DA string as written (`disambig['answer']`, unsplit), matched against "title | text"
     (dsp.passage_has_answers, dsp/primitives/demonstrate.py:129-134); `same_text` then takes the pool's
     passages with the same text. "shown": any single answer, text only."""
-    if removal == "official":
+    if removal == Removal.OFFICIAL:
         found = [p.da for p in pairs]
         return [p for p in ctx if match.has_answer(passage_string(store[p]), found)]
     found = [a for p in pairs for a in p.answers]
@@ -195,7 +204,7 @@ def same_text(ids: list[str], pool: Sequence[str], store: dict[str, Passage]) ->
     return [p for p in dict.fromkeys([*pool, *ids]) if passage_string(store[p]) in texts]
 
 
-def removed_by(pairs: list[Disambiguation], shown: list[Demo], pool: Sequence[Demo], removal: str,
+def removed_by(pairs: list[Disambiguation], shown: list[Demo], pool: Sequence[Demo], removal: Removal,
                match: Matching) -> list[str]:
     """Demos whose answer this expansion found, to be left out from now on (F1 > 0.8, `match`: toc.matching;
     dsp's F1 scores two answers without tokens 0, so a DA like "The" removes nothing, dsp/utils/metrics.py:67-73).
@@ -203,7 +212,7 @@ def removed_by(pairs: list[Disambiguation], shown: list[Demo], pool: Sequence[De
     (the whole pool: `cur_demos = train.copy()`, run_toc.py:191), each demo DA (its first short answer,
     toc/utils.py:18) against the whole DA strings found, as written. "shown": only the demos in this prompt,
     against each single answer."""
-    if removal == "official":
+    if removal == Removal.OFFICIAL:
         found = [p.da for p in pairs]
         return [d.demo_id for d in pool if any(match.f1(dp.da, b) > 0.8 for dp in d.pairs for b in found)]
     found = [a for p in pairs for a in p.answers]
@@ -235,23 +244,23 @@ def answer_passages(t: Tree, store: dict[str, Passage], n_nodes: int, n_passages
 PRIORITY = {Step.VERIFY: 0, Step.CLARIFY: 1, Step.ANSWER: 2}
 
 
-def _priority(step: Step, t: Tree, cfg: RunConfig) -> int:
+def _priority(step: Step, t: Tree, s: TreeSettings) -> int:
     """Step first; then trees with more expansions ahead of them (fewer done) sooner."""
-    return PRIORITY[step] * 1000 + min(t.n_expansions, cfg.toc.max_expansions + 1)
+    return PRIORITY[step] * 1000 + min(t.n_expansions, s.toc.max_expansions + 1)
 
 
 # -- the program -------------------------------------------------------------------------------------
-def tree_program(t: Tree, res: Resources, cfg: RunConfig, rows: TreeRows) -> Program:
+def tree_program(t: Tree, res: Resources, s: TreeSettings, rows: TreeRows) -> Program:
     """A whole tree: expand node after node until the official loop stops, then the final answer.
     `wave` in the rows is the tree's own round: 1 for its first expansion, the round after its last
     expansion for its answer — the same under every driver."""
     if t.qid in res.fixed_passages:  # QuoteSum: the question's own sources, no tree (docs/architecture.md#the-index)
         t.done = True
     wave = 0
-    while (node := t.next_node(cfg.toc)) is not None:
+    while (node := t.next_node(s.toc)) is not None:
         wave += 1
-        yield from expand(t, node, res, cfg, wave, rows)
-    yield from answer(t, res, cfg, wave + 1, rows)
+        yield from expand(t, node, res, s, wave, rows)
+    yield from answer(t, res, s, wave + 1, rows)
 
 
 def _record(res: Resources, rows: TreeRows, t: Tree, req: Generate, wave: int, comps: Sequence[Completion],
@@ -272,40 +281,39 @@ def _record(res: Resources, rows: TreeRows, t: Tree, req: Generate, wave: int, c
     rows.llm_calls.extend(out)
 
 
-def node_passages(t: Tree, n: Node, cfg: RunConfig) -> Generator[Request, Any, tuple[list[tuple[str, float]], str]]:
+def node_passages(t: Tree, n: Node, s: TreeSettings) -> Generator[Request, Any, tuple[list[tuple[str, float]], str]]:
     """The top_k passages (id, score) shown to the node's clarification, and the retriever's name.
 
     retrieval.node_passages = "pool" (official): the question is searched once, run_toc.py:198-199
     (`retrieve_passages` → dsp.retrieve(question, k=top_k_docs), toc/rac.py:5), and every node — the root
     too — reranks that pool minus the exhausted passages by its own question, run_toc.py:219 → :61-64.
     "search": every node searches the index with its own question and skips exhausted passages."""
-    r = cfg.retrieval
     gone = set(t.exhausted_passages)
-    if r.node_passages == "pool":
+    if s.node_passages == NodePassages.POOL:
         if not t.searched:
-            (found,), _ = yield Search((t.question,), r.pool)
+            (found,), _ = yield Search((t.question,), s.pool)
             t.root_passages, t.searched = [pid for pid, _ in found], True
         cands = tuple(p for p in t.root_passages if p not in gone)
-        (ranked,) = yield Rerank((n.question,), (cands,), r.top_k)
+        (ranked,) = yield Rerank((n.question,), (cands,), s.top_k)
         return ranked, "rerank"
-    (ranked,), retriever = yield Search((n.question,), r.pool)
+    (ranked,), retriever = yield Search((n.question,), s.pool)
     if n.node_id == ROOT and not t.searched:
         t.root_passages, t.searched = [pid for pid, _ in ranked], True
-    return [(pid, s) for pid, s in ranked if pid not in gone][: r.top_k], retriever
+    return [(pid, score) for pid, score in ranked if pid not in gone][: s.top_k], retriever
 
 
-def expand(t: Tree, n: Node, res: Resources, cfg: RunConfig, wave: int, rows: TreeRows) -> Program:
+def expand(t: Tree, n: Node, res: Resources, s: TreeSettings, wave: int, rows: TreeRows) -> Program:
     """One expansion of node `n`: retrieve, clarify, dedup, verify (run_toc.py:215-249)."""
-    toc = cfg.toc
+    toc = s.toc
     # 1. Retrieval.
-    used, retriever = yield from node_passages(t, n, cfg)
+    used, retriever = yield from node_passages(t, n, s)
     ctx = [pid for pid, _ in used]
     t.note_passages(ctx)  # run_toc.py:220 toc.slt_psgs += qd_example.context
     # scores as ranked: rounded (rank_by_scores), so the table does not carry float noise that depends on
     # the batch a query was scored in
     rows.hits.extend({"qid": t.qid, "node_id": n.node_id, "wave": wave, "query": n.question,
-                      "passage_id": pid, "score": round(float(s), 5), "rank": k, "retriever": retriever}
-                     for k, (pid, s) in enumerate(used, 1))
+                      "passage_id": pid, "score": round(float(score), 5), "rank": k, "retriever": retriever}
+                     for k, (pid, score) in enumerate(used, 1))
     store = res.passages(ctx) if ctx else {}
 
     # 2. Clarification with kNN demos for the node's question (run_toc.py:219 get_example → knn).
@@ -314,9 +322,9 @@ def expand(t: Tree, n: Node, res: Resources, cfg: RunConfig, wave: int, rows: Tr
     prompt = clarify_prompt(n.question, [store[p] for p in ctx], demos)
     # [toc] constrain_format: the same prompt, decoded under the DQ/DA grammar (batch/toc/format.py)
     params = GenParams(temperature=toc.temperature, max_tokens=toc.clarify_max_tokens,
-                       stop=CLARIFY_STOP + cfg.model.stop, seed=clarify_seed(cfg, t, n, prompt),
-                       grammar=clarify_grammar(cfg))
-    req = Generate(Step.CLARIFY, (n.node_id,), (prompt,), (params,), _priority(Step.CLARIFY, t, cfg))
+                       stop=CLARIFY_STOP + s.stop, seed=clarify_seed(s, t, n, prompt),
+                       grammar=clarify_grammar(s))
+    req = Generate(Step.CLARIFY, (n.node_id,), (prompt,), (params,), _priority(Step.CLARIFY, t, s))
     comps = yield req
     parsed = parse_disambiguations(comps[0].text, comps[0].finish_reason, toc.parsing)
     _record(res, rows, t, req, wave, comps, [parsed.error])
@@ -327,7 +335,7 @@ def expand(t: Tree, n: Node, res: Resources, cfg: RunConfig, wave: int, rows: Tr
         # pair the official remove_dup_demos raises on `max()` of nothing; here nothing is removed.)
         match = MATCHING[toc.matching]
         gone = exhausted_by(parsed.pairs, ctx, store, toc.removal, match)
-        if gone and toc.removal == "official":
+        if gone and toc.removal == Removal.OFFICIAL:
             pool = [p for p in t.root_passages if p not in t.exhausted_passages]
             gone = same_text(gone, pool, res.passages(list(dict.fromkeys(pool + ctx))))
         t.exhausted_passages.extend(p for p in gone if p not in t.exhausted_passages)
@@ -343,7 +351,7 @@ def expand(t: Tree, n: Node, res: Resources, cfg: RunConfig, wave: int, rows: Tr
         req = Generate(Step.VERIFY, tuple(c.node_id for c in pending),
                        tuple(verify_prompt(ev, t.question, c.pair.da) for c, ev in zip(pending, evidence)),
                        tuple(GenParams(temperature=0.0, max_tokens=toc.verify_max_tokens, choices=VERDICTS)
-                             for _ in pending), _priority(Step.VERIFY, t, cfg))
+                             for _ in pending), _priority(Step.VERIFY, t, s))
         comps = yield req
         parsed_verdicts = [parse_verdict(comp.text) for comp in comps]
         _record(res, rows, t, req, wave, comps, [err for _, err in parsed_verdicts])
@@ -352,7 +360,7 @@ def expand(t: Tree, n: Node, res: Resources, cfg: RunConfig, wave: int, rows: Tr
     t.settle(children, verdicts, toc)
 
 
-def _evidence(t: Tree, pending: list[Node], res: Resources, mode: str,
+def _evidence(t: Tree, pending: list[Node], res: Resources, mode: Evidence,
               match: Matching) -> Generator[Request, Any, list[Passage | None]]:
     """The context of each verification: one passage the tree has shown (None when it has shown none).
 
@@ -371,12 +379,12 @@ def _evidence(t: Tree, pending: list[Node], res: Resources, mode: str,
     for p in t.seen_passages:
         first.setdefault(passage_string(store[p]), p)
     shown = list(first.values())
-    text = (lambda p: store[p].text) if mode == "filter-embed" else (lambda p: passage_string(store[p]))
+    text = (lambda p: store[p].text) if mode == Evidence.FILTER_EMBED else (lambda p: passage_string(store[p]))
     pools = []
     for c in pending:
-        answers = list(c.pair.da) if mode == "official" else c.pair.da.split(";")
+        answers = list(c.pair.da) if mode == Evidence.OFFICIAL else c.pair.da.split(";")
         pools.append([p for p in shown if match.has_answer(text(p), answers)] or shown)
-    if mode == "filter-embed":
+    if mode == Evidence.FILTER_EMBED:
         texts = tuple(dict.fromkeys([c.question for c in pending] + [store[p].text for pool in pools for p in pool]))
         vecs = yield EmbedTexts(texts)
         best = [rank_by_scores(pool, cosine(vecs[c.question], [vecs[store[p].text] for p in pool]), 1)
@@ -386,13 +394,13 @@ def _evidence(t: Tree, pending: list[Node], res: Resources, mode: str,
     return [store[b[0][0]] if b else None for b in best]
 
 
-def answer(t: Tree, res: Resources, cfg: RunConfig, wave: int, rows: TreeRows) -> Program:
+def answer(t: Tree, res: Resources, s: TreeSettings, wave: int, rows: TreeRows) -> Program:
     """The tree's final long-form answer, at temperature 0 (run_toc.py:253-262)."""
-    toc = cfg.toc
+    toc = s.toc
     if t.qid in res.fixed_passages:
         ctx = res.fixed_passages[t.qid]
     else:
-        if toc.answer_passages_from == "pool":
+        if toc.answer_passages_from == AnswerPassagesFrom.POOL:
             # run_toc.py:259 get_example(args, cur_demos, tree_ins, all_passages, ...): the question's whole
             # retrieved pool (exhaustion not applied) reranked by the question, top --top_k_reranked
             (top,) = yield Rerank((t.question,), (tuple(t.root_passages),), toc.answer_passages)
@@ -406,16 +414,17 @@ def answer(t: Tree, res: Resources, cfg: RunConfig, wave: int, rows: TreeRows) -
     pairs = [n.pair for n in t.valid_nodes()[: toc.answer_nodes]]
     vecs = yield EmbedTexts((t.question,))
     qmat = vecs[t.question][None, :]
-    if cfg.answer_style == "quoted":
+    if s.answer_style == AnswerStyle.QUOTED:
         (demos,) = res.quoted_demos.select(qmat, [t.question], 2, [[t.qid]])
         prompt = quoted_answer_prompt(t.question, pairs, ctx, demos)
     else:
         (demos,) = res.demos.select(qmat, [t.question], toc.n_demos, [t.removed_demos])
-        prompt = answer_prompt(t.question, pairs, ctx, demos, open_empty=toc.empty_tree_answer == "open")
+        open_empty = toc.empty_tree_answer == EmptyTreeAnswer.OPEN
+        prompt = answer_prompt(t.question, pairs, ctx, demos, open_empty=open_empty)
     # [answer] constrain_quotes: quoted spans decoded as runs of their source's words (batch/toc/constraints.py)
-    params = GenParams(temperature=0.0, max_tokens=toc.answer_max_tokens, stop=ANSWER_STOP + cfg.model.stop,
-                       grammar=answer_grammar(cfg, ctx))
-    req = Generate(Step.ANSWER, (ROOT,), (prompt,), (params,), _priority(Step.ANSWER, t, cfg))
+    params = GenParams(temperature=0.0, max_tokens=toc.answer_max_tokens, stop=ANSWER_STOP + s.stop,
+                       grammar=answer_grammar(s, ctx))
+    req = Generate(Step.ANSWER, (ROOT,), (prompt,), (params,), _priority(Step.ANSWER, t, s))
     comps = yield req
     # the official answer is the whole completion (dsp/templates/template_v2.py:146-176 extract: every field
     # before `answer` is given, the DQ/DA one as "" for an empty tree): after an open prompt, the DQ/DA
@@ -423,4 +432,4 @@ def answer(t: Tree, res: Resources, cfg: RunConfig, wave: int, rows: TreeRows) -
     text = clean_long_answer(comps[0].text)
     _record(res, rows, t, req, wave, comps, [None if text else "empty answer"])
     rows.answers.append({"qid": t.qid, "answer": text, "passage_ids": [p.passage_id for p in ctx],
-                         "style": cfg.answer_style})
+                         "style": str(s.answer_style)})

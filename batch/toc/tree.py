@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 
-from clarify.batch.config import TocConfig
+from clarify.batch.config import Duplicates, TocConfig
 from clarify.batch.toc.format import Disambiguation
 from clarify.eval.normalize import normalize_answer as normalize  # SQuAD-style, as dsp's normalize_text
 
@@ -130,7 +130,7 @@ class Tree:
         return None
 
     def add_candidates(self, parent: Node, pairs: list[Disambiguation], wave: int,
-                       duplicates: str = "official") -> list[Node]:
+                       duplicates: Duplicates = Duplicates.OFFICIAL) -> list[Node]:
         """Children of `parent` from one clarification: `duplicate` when `duplicates` (TocConfig) says so,
         else `pending` while pruning is on (to be verified), `valid` at once when it is off."""
         valid_before = self.valid_nodes()
@@ -139,7 +139,7 @@ class Tree:
         out = []
         for pair in pairs:
             parent.n_children += 1
-            if duplicates == "official":
+            if duplicates == Duplicates.OFFICIAL:
                 dup = self.pruning and not official_unique(valid_before, pair)
             else:
                 dup = strict_duplicate(pair, seen_q, seen_a)
