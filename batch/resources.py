@@ -137,9 +137,9 @@ def index_identity(index) -> dict:
     path = getattr(index, "path", None)
     if path is None:
         return {}
-    manifest = getattr(index, "manifest", None) or {}
-    if manifest.get("corpus") is not None:
-        ident = json.dumps({k: manifest.get(k) for k in ("corpus", "build", "passages")}, sort_keys=True, default=str)
+    manifest = getattr(index, "manifest", None)  # an IndexManifest (index/manifest.py); None: a prebuilt index
+    if manifest is not None:
+        ident = json.dumps(manifest.identity(), sort_keys=True, default=str)
     else:  # a prebuilt index: its files' names, sizes, mtimes and sampled blocks (store.fingerprint)
         from clarify.index.store import fingerprint
 
