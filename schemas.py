@@ -7,7 +7,8 @@ A stage calls `check(df, "hits")` on entry: a missing column raises `SchemaError
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
 
 import polars as pl
 
@@ -20,6 +21,24 @@ class Passage:
     passage_id: str
     title: str
     text: str
+
+
+def column(dtype: pl.DataType):
+    """A row record's field: the Polars type of its column (`table_schema`)."""
+    return field(metadata={"dtype": dtype})
+
+
+def table_schema(record: type) -> dict[str, pl.DataType]:
+    """The table schema of a row record: its fields, in order, with their columns' types. A table whose rows
+    a program builds one at a time (the tree's rows) declares its record once and takes its schema from it."""
+    return {f.name: f.metadata["dtype"] for f in fields(record)}
+
+
+def frame(rows: Iterable, record: type) -> pl.DataFrame:
+    """Row records as their table (an empty table with the schema when there are none)."""
+    rows = list(rows)
+    schema = table_schema(record)
+    return pl.DataFrame({name: [getattr(r, name) for r in rows] for name in schema}, schema=schema)
 
 
 QUESTIONS = {"qid": pl.String, "question": pl.String, "dataset": pl.String}
@@ -35,18 +54,22 @@ HITS = {
     "retriever": pl.String,
 }
 
-# A run's hits (parts/NNNN/hits.parquet and the final hits.parquet): HITS plus the node and the tree's
-# round (`wave`) that asked, and the query sent.
-RUN_HITS = {
-    "qid": pl.String,
-    "node_id": pl.String,
-    "wave": pl.Int32,
-    "query": pl.String,
-    "passage_id": pl.String,
-    "score": pl.Float64,
-    "rank": pl.Int32,
-    "retriever": pl.String,
-}
+@dataclass(frozen=True)
+class RunHit:
+    """A run's hit (parts/NNNN/hits.parquet and the final hits.parquet): HITS plus the node and the tree's
+    round (`wave`) that asked, and the query sent."""
+
+    qid: str = column(pl.String)
+    node_id: str = column(pl.String)
+    wave: int = column(pl.Int32)
+    query: str = column(pl.String)
+    passage_id: str = column(pl.String)
+    score: float = column(pl.Float64)
+    rank: int = column(pl.Int32)
+    retriever: str = column(pl.String)
+
+
+RUN_HITS = table_schema(RunHit)
 
 # The shared search cache (batch/search_cache.py): one searcher's hits per (query, k), in a folder named
 # by the searcher's identity (kind, candidates, reranker, the index's manifest checksum).
@@ -59,43 +82,63 @@ SEARCH_CACHE = {
     "retriever": pl.String,
 }
 
-# ToC tree nodes. status: root | valid | pruned | duplicate | pending (batch/toc/tree.py)
-NODES = {
-    "qid": pl.String,
-    "node_id": pl.String,
-    "parent_id": pl.String,
-    "depth": pl.Int32,
-    "question": pl.String,
-    "answers": pl.List(pl.String),
-    "status": pl.String,
-    "wave": pl.Int32,
-    "evidence_passage_id": pl.String,
-    "verdict_text": pl.String,
-}
+@dataclass(frozen=True)
+class NodeRow:
+    """A ToC tree node as the nodes table holds it. status: root | valid | pruned | duplicate | pending
+    (batch/toc/tree.py Status)."""
+
+    qid: str = column(pl.String)
+    node_id: str = column(pl.String)
+    parent_id: str | None = column(pl.String)
+    depth: int = column(pl.Int32)
+    question: str = column(pl.String)
+    answers: tuple[str, ...] = column(pl.List(pl.String))
+    status: str = column(pl.String)
+    wave: int = column(pl.Int32)
+    evidence_passage_id: str | None = column(pl.String)
+    verdict_text: str | None = column(pl.String)
+
+
+NODES = table_schema(NodeRow)
 
 # The node statuses that count as a disambiguation the tree kept (summary, report, plots, Answer-F1): a
 # valid node stays valid once expanded; the root is the ambiguous question itself.
 KEPT_STATUSES = ("valid",)
 
-# One row per prompt sent to (or answered from the cache of) an engine. step: clarify | verify | answer
-LLM_CALLS = {
-    "call_id": pl.String,
-    "step": pl.String,
-    "qid": pl.String,
-    "node_id": pl.String,
-    "wave": pl.Int32,
-    "model": pl.String,
-    "prompt": pl.String,
-    "completion": pl.String,
-    "finish_reason": pl.String,
-    "prompt_tokens": pl.Int64,
-    "output_tokens": pl.Int64,
-    "cached": pl.Boolean,
-    "parse_error": pl.String,
-}
+@dataclass(frozen=True)
+class LlmCall:
+    """One prompt sent to (or answered from the cache of) an engine. step: clarify | verify | answer
+    (batch/toc/program.py Step); parse_error: why the completion did not parse, None when it did."""
 
-# A tree's answer as its program writes it, before the quote check (parts/NNNN/answers.parquet).
-TREE_ANSWERS = {"qid": pl.String, "answer": pl.String, "passage_ids": pl.List(pl.String), "style": pl.String}
+    call_id: str = column(pl.String)
+    step: str = column(pl.String)
+    qid: str = column(pl.String)
+    node_id: str = column(pl.String)
+    wave: int = column(pl.Int32)
+    model: str = column(pl.String)
+    prompt: str = column(pl.String)
+    completion: str = column(pl.String)
+    finish_reason: str | None = column(pl.String)
+    prompt_tokens: int = column(pl.Int64)
+    output_tokens: int = column(pl.Int64)
+    cached: bool = column(pl.Boolean)
+    parse_error: str | None = column(pl.String)
+
+
+LLM_CALLS = table_schema(LlmCall)
+
+
+@dataclass(frozen=True)
+class TreeAnswer:
+    """A tree's answer as its program writes it, before the quote check (parts/NNNN/answers.parquet)."""
+
+    qid: str = column(pl.String)
+    answer: str = column(pl.String)
+    passage_ids: tuple[str, ...] = column(pl.List(pl.String))
+    style: str = column(pl.String)
+
+
+TREE_ANSWERS = table_schema(TreeAnswer)
 
 # answer: the final answer, with `[k span]` markers when quoted (after quote repair); answer_raw: as the
 # model wrote it; passage_ids[k-1] is the passage numbered k in the prompt.

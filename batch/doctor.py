@@ -92,14 +92,13 @@ def index() -> dict:
     from clarify.index.store import default_index_status
 
     status = default_index_status()
-    m = status.pop("manifest") or {}
-    status["passages"] = (m.get("passages") or {}).get("count")
-    status["bm25_documents"] = (m.get("bm25") or {}).get("documents")
-    dense = m.get("dense") or {}
-    status["dense"] = (f"{dense.get('vectors')} x {dense.get('dim')} {dense.get('encoder_name')}, "
-                       f"FAISS {dense.get('faiss')}") if dense else None
-    status["created"] = m.get("created")
-    status["timings"] = m.get("timings")
+    m = status.pop("manifest")  # an IndexManifest (index/manifest.py), None before the first build
+    status["passages"] = m.passages.count if m else None
+    status["bm25_documents"] = m.bm25.documents if m and m.bm25 else None
+    dense = m.dense if m else None
+    status["dense"] = (f"{dense.vectors} x {dense.dim} {dense.encoder_name}, FAISS {dense.faiss}") if dense else None
+    status["created"] = m.created if m else None
+    status["timings"] = m.timings if m else None
     if not status["built"]:
         status["how"] = "clarify index build --default (or let `clarify demo` build it)"
     elif status["differences"]:

@@ -40,11 +40,7 @@ from clarify.local_llm.models import parameter_count
 
 
 def nodes_table(trees: list[Tree]) -> pl.DataFrame:
-    rows = [{"qid": t.qid, "node_id": n.node_id, "parent_id": n.parent_id, "depth": n.depth,
-             "question": n.question, "answers": list(n.answers), "status": n.status, "wave": n.wave,
-             "evidence_passage_id": n.evidence_passage_id, "verdict_text": n.verdict_text}
-            for t in trees for n in t.nodes]
-    return pl.DataFrame(rows, schema=schemas.NODES)
+    return schemas.frame((row for t in trees for row in t.node_rows()), schemas.NodeRow)
 
 
 PART_S = 60.0  # seconds between parts while trees finish

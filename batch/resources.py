@@ -139,9 +139,9 @@ def index_identity(index) -> dict:
     path = getattr(index, "path", None)
     if path is None:
         return {}
-    manifest = getattr(index, "manifest", None) or {}
-    if manifest.get("corpus") is not None:
-        ident = json.dumps({k: manifest.get(k) for k in ("corpus", "build", "passages")}, sort_keys=True, default=str)
+    manifest = getattr(index, "manifest", None)  # an IndexManifest (index/manifest.py); None: a prebuilt index
+    if manifest is not None:
+        ident = json.dumps(manifest.identity(), sort_keys=True, default=str)
     else:  # a prebuilt index: its files' names, sizes, mtimes and sampled blocks (store.fingerprint)
         from clarify.index.store import fingerprint
 
@@ -260,8 +260,6 @@ def engine_for(cfg: RunConfig, *, model: dict | None = None, **placement):
 
 def tables(rows: list[TreeRows]) -> dict[str, pl.DataFrame]:
     """Finished trees' rows as one part's tables (batch/rundir.py `write_part`)."""
-    calls = [r for t in rows for r in t.llm_calls]
-    hits = [r for t in rows for r in t.hits]
-    answers = [r for t in rows for r in t.answers]
-    return {"llm_calls": pl.DataFrame(calls, schema=schemas.LLM_CALLS) if calls else schemas.empty("llm_calls"),
-            "hits": pl.DataFrame(hits, schema=schemas.RUN_HITS), "answers": pl.DataFrame(answers, schema=schemas.TREE_ANSWERS)}
+    return {"llm_calls": schemas.frame((r for t in rows for r in t.llm_calls), schemas.LlmCall),
+            "hits": schemas.frame((r for t in rows for r in t.hits), schemas.RunHit),
+            "answers": schemas.frame((r for t in rows for r in t.answers), schemas.TreeAnswer)}

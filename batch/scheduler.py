@@ -47,6 +47,7 @@ from clarify.batch.toc.tree import Tree
 from clarify.index.search import cosine
 from clarify.local_llm.engine import Completion, as_step_engine
 from clarify.local_llm.engine import Request as EngineRequest
+from clarify.schemas import LlmCall, RunHit, TreeAnswer
 
 ADMIT_FACTOR = 2  # admit trees while requests in flight < ADMIT_FACTOR × the engine's batch capacity
 DEFAULT_CAPACITY = 64  # engines that do not say how many requests they run at once (scripted engines)
@@ -362,9 +363,9 @@ class Driven:
     """Every tree's rows, concatenated in the order the trees were given (what a run directory's final
     tables hold), and the driver's stats."""
 
-    llm_calls: list[dict]
-    hits: list[dict]
-    answers: list[dict]
+    llm_calls: list[LlmCall]
+    hits: list[RunHit]
+    answers: list[TreeAnswer]
     stats: SchedStats
 
     @property

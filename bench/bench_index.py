@@ -47,9 +47,9 @@ def main() -> None:
     results["ensure_default_index_s"] = round(time.perf_counter() - t0, 2)
     idx = open_index(path)
     m = idx.manifest
-    results["default_index"] = {"path": str(path), "passages": m["passages"]["count"], "build_timings_s": m["timings"],
-                                "build_total_s": round(sum(m["timings"].values()), 1),
-                                "encoder": m["dense"]["encoder_name"], "faiss": m["dense"]["faiss_class"]}
+    results["default_index"] = {"path": str(path), "passages": m.passages.count, "build_timings_s": m.timings,
+                                "build_total_s": round(sum(m.timings.values()), 1),
+                                "encoder": m.dense.encoder_name, "faiss": m.dense.faiss_class}
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         build_index(default_corpus_files(), Path(tmp) / "bm25only", dense=False)

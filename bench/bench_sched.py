@@ -29,6 +29,8 @@ from pathlib import Path
 
 import polars as pl
 
+from clarify import schemas
+
 
 def critical_path(calls: pl.DataFrame) -> int:
     """The longest tree's chain of dependent engine steps: per tree, the sum over its model requests that
@@ -116,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
                 wall = time.perf_counter() - t0
                 res.engine.close()
                 tokens = rows.stats.tokens
-                calls = pl.DataFrame(rows.llm_calls)
+                calls = schemas.frame(rows.llm_calls, schemas.LlmCall)
                 arm_out = {"llm_calls": calls.height, "requests_computed": int((~calls["cached"]).sum()),
                            "trees": rows.stats.trees,
                            "retrieval_embed_share": round((rows.stats.seconds["retrieval"]
@@ -169,8 +171,9 @@ def _same(nodes_table, first, trees, rows) -> bool:
     """Same trees and rows (the `cached` flag aside) as the first arm."""
     _, _, ftrees, frows = first
     return (nodes_table(trees).equals(nodes_table(ftrees))
-            and pl.DataFrame(rows.answers).equals(pl.DataFrame(frows.answers))
-            and pl.DataFrame(rows.llm_calls).drop("cached").equals(pl.DataFrame(frows.llm_calls).drop("cached")))
+            and schemas.frame(rows.answers, schemas.TreeAnswer).equals(schemas.frame(frows.answers, schemas.TreeAnswer))
+            and schemas.frame(rows.llm_calls, schemas.LlmCall).drop("cached").equals(
+                schemas.frame(frows.llm_calls, schemas.LlmCall).drop("cached")))
 
 
 if __name__ == "__main__":

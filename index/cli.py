@@ -176,12 +176,12 @@ def cmd_build(args) -> int:
             print(f"shard {args.shard}: encoded chunks in {out}")
             return 0
     m = open_index(out).manifest
-    skipped = m["passages"].get("skipped") or {}
-    print(f"index {out}: {m['passages']['count']} passages"
+    skipped = m.passages.skipped or {}
+    print(f"index {out}: {m.passages.count} passages"
           + (f", skipped {sum(skipped.values())} bad rows {skipped}" if skipped else "")
-          + (f", bm25 {m['bm25']['documents']} docs" if m.get("bm25") else "")
-          + (f", dense {m['dense']['vectors']}x{m['dense']['dim']} {m['dense']['faiss']}" if m.get("dense") else "")
-          + f", timings {m.get('timings')}")
+          + (f", bm25 {m.bm25.documents} docs" if m.bm25 else "")
+          + (f", dense {m.dense.vectors}x{m.dense.dim} {m.dense.faiss}" if m.dense else "")
+          + f", timings {m.timings}")
     return 0
 
 

@@ -2,6 +2,7 @@
 
 An index directory built by clarify:
     manifest.json        format, counts, encoder, dimensions, build settings, timings, checksums
+                         (an IndexManifest, index/manifest.py: written by the build, read by every open)
     passages.parquet     the corpus as `passages` [passage_id, title, text]
     lucene/              Pyserini/Lucene BM25 index (raw JSON stored)
     dense/index, dense/docid, dense/embeddings.npy   FAISS (Pyserini layout) + float32 memmap
@@ -21,8 +22,8 @@ temporary sibling directory under a file lock and are moved into place when comp
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
-import json
 import logging
 import os
 import shutil
@@ -38,16 +39,14 @@ import polars as pl
 
 from clarify import console, faults, stops
 from clarify.errors import InputError, need_file
-from clarify.files import data_dir, home, make_dirs, modes, open_own, write_json
+from clarify.files import data_dir, home, make_dirs, modes, open_own
 from clarify.files import sha256 as sha256_file
 from clarify.index.corpus import DEFAULT_CORPUS_FILES, LAYOUT, corpus_entries, read_corpus_into
 from clarify.index.encode import encoding_dir
+from clarify.index.manifest import MANIFEST, SCHEMA, Bm25Part, DensePart, IndexManifest, Passages
 from clarify.index.textstore import IDS_FILE, ROWS_FILE, TEXT_FILE, PassageStore
 
-FORMAT = "clarify-index"
-VERSION = 1
 ENCODERS = "encoders"  # a custom encoder is copied into <index>/encoders/<name> (the default is packaged)
-MANIFEST = "manifest.json"
 
 
 class SearcherKind(StrEnum):
@@ -117,12 +116,12 @@ class BuildOptions:
 
 
 # --------------------------------------------------------------------------------------------- helpers
-def _current_corpus(files: list[Path], manifest: dict | None, *, verify: bool = False) -> list[dict]:
+def _current_corpus(files: list[Path], manifest: IndexManifest | None, *, verify: bool = False) -> list[dict]:
     """The corpus files' identities for a build (index/corpus.py `corpus_entries`), cheaply: a file whose
     name, size and mtime are those the manifest recorded keeps the manifest's sha256 (a stat, no read:
     seconds for a 21M-passage corpus); any other file, or every file with `verify`, is hashed in full."""
     cheap = corpus_entries(files, checksum=False)
-    old = {c.get("name"): c for c in (manifest or {}).get("corpus", [])}
+    old = {c.get("name"): c for c in (manifest.corpus if manifest else ())}
     out = []
     for f, entry in zip(files, cheap):
         prev = old.get(entry["name"])
@@ -134,35 +133,15 @@ def _current_corpus(files: list[Path], manifest: dict | None, *, verify: bool = 
     return out
 
 
-def read_manifest(path: Path) -> dict | None:
+def read_manifest(path: Path) -> IndexManifest | None:
+    """The manifest of the index folder `path` (index/manifest.py), or None when it holds none."""
     mf = Path(path) / MANIFEST
-    if not mf.is_file():
-        return None
-    try:
-        manifest = json.loads(mf.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"broken index manifest: {exc}", path=str(mf)) from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise InputError(f"not a clarify index manifest (format is not '{FORMAT}')", path=str(mf))
-    version = manifest.get("version")
-    if isinstance(version, bool) or not isinstance(version, int):  # "1" would print as 1 in the line below
-        raise InputError(f"broken index manifest: 'version' is a JSON {type(version).__name__} ({version!r}), "
-                         f"not an integer; rebuild it", path=str(mf), field="version")
-    if version != VERSION:
-        raise InputError(f"index format version {version} is not supported (want {VERSION}); rebuild it",
-                         path=str(mf))
-    for part in ("passages", "bm25", "dense", "build"):  # each an object, or absent/null for a part not built
-        if manifest.get(part) is not None and not isinstance(manifest[part], dict):
-            raise InputError(f"broken index manifest: '{part}' is a JSON {type(manifest[part]).__name__}, not an "
-                             f"object; rebuild it", path=str(mf), field=part)
-    if not isinstance(manifest.get("corpus", []), list):
-        raise InputError("broken index manifest: 'corpus' is not a list; rebuild it", path=str(mf), field="corpus")
-    return manifest
+    return IndexManifest.read(mf) if mf.is_file() else None
 
 
-def _differences(manifest: dict, corpus: list[dict], options: BuildOptions) -> list[str]:
+def _differences(manifest: IndexManifest, corpus: list[dict], options: BuildOptions) -> list[str]:
     diffs = []
-    old = {c["name"]: c for c in manifest.get("corpus", [])}
+    old = {c["name"]: c for c in manifest.corpus}
     new = {c["name"]: c for c in corpus}
     for name in sorted(set(old) | set(new)):
         if name not in old:
@@ -171,13 +150,12 @@ def _differences(manifest: dict, corpus: list[dict], options: BuildOptions) -> l
             diffs.append(f"corpus file '{name}' was removed")
         elif old[name]["sha256"] != new[name]["sha256"]:
             diffs.append(f"corpus file '{name}' changed (sha256 {old[name]['sha256'][:12]} -> {new[name]['sha256'][:12]})")
-    if [c["name"] for c in manifest.get("corpus", [])] != [c["name"] for c in corpus] and not diffs:
+    if [c["name"] for c in manifest.corpus] != [c["name"] for c in corpus] and not diffs:
         diffs.append("corpus files are given in a different order")
-    old_opts = manifest.get("build", {})
     for key, value in options.identity().items():
-        if old_opts.get(key) != value:
-            diffs.append(f"setting '{key}' changed ({old_opts.get(key)!r} -> {value!r})")
-    encoder = (manifest.get("dense") or {}).get("encoder")
+        if manifest.build.get(key) != value:
+            diffs.append(f"setting '{key}' changed ({manifest.build.get(key)!r} -> {value!r})")
+    encoder = manifest.dense.encoder if manifest.dense else None
     if encoder not in (None, "", "default") and not str(encoder).startswith(f"{ENCODERS}/"):
         diffs.append("the index does not hold a copy of its encoder (built by an older clarify)")
     return diffs
@@ -293,8 +271,14 @@ def build_index(corpus, out, *, options: BuildOptions | None = None, force: bool
                 current = _current_corpus(files, manifest, verify=verify)
                 diffs = _differences(manifest, current, options)
                 if not diffs:
-                    _log(f"{out} is up to date ({manifest['passages']['count']} passages); nothing to do",
+                    _log(f"{out} is up to date ({manifest.passages.count} passages); nothing to do",
                          show=False)
+                    if manifest.schema_version < SCHEMA:  # the writer upgrades an old layout (index/manifest.py)
+                        try:
+                            dataclasses.replace(manifest, schema_version=SCHEMA).write(out / MANIFEST)
+                            _log(f"{out / MANIFEST} rewritten in the current layout (schema_version {SCHEMA})")
+                        except OSError as exc:  # a folder this user may read, not write: it stays readable
+                            _log(f"{out / MANIFEST} kept in its old layout: {exc.strerror or exc}", show=False)
                     return out
                 if not force:
                     raise InputError("index was built from a different corpus or with other settings: "
@@ -310,8 +294,7 @@ def build_index(corpus, out, *, options: BuildOptions | None = None, force: bool
             manifest = _build_into(tmp, files, current, options, encoding=encoding_dir(out), shard=shard)
             if manifest is None:  # a shard: its chunks are in the encoding folder
                 return encoding_dir(out)
-            manifest["path_built"] = str(out.resolve())
-            write_json(manifest, tmp / MANIFEST, sort_keys=False)
+            dataclasses.replace(manifest, path_built=str(out.resolve())).write(tmp / MANIFEST)
             faults.point("index-built")
             old = None
             readers = _no_readers(out, wait=True)  # one that started reading since the check above
@@ -331,7 +314,7 @@ def build_index(corpus, out, *, options: BuildOptions | None = None, force: bool
 
 
 def _build_into(tmp: Path, files: list[Path], entries: list[dict], options: BuildOptions, *, encoding: Path,
-                shard: tuple[int, int] | None = None) -> dict | None:
+                shard: tuple[int, int] | None = None) -> IndexManifest | None:
     timings = {}
     t0 = time.perf_counter()
     read = read_corpus_into(files, tmp, skip_bad=options.skip_bad)  # streamed into the store (index/corpus.py)
@@ -340,32 +323,25 @@ def _build_into(tmp: Path, files: list[Path], entries: list[dict], options: Buil
     store = read.store
     texts = PassageStore(tmp, store)  # memory-mapped: the phases below stream from it
     timings["read_s"] = round(time.perf_counter() - t0, 3)
-    manifest: dict = {
-        "format": FORMAT,
-        "version": VERSION,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "corpus": entries,
-        "passages": {"count": read.count, **store,
-                     "sha256": sha256_file(tmp / store["file"]), "skipped": dict(read.skipped)},
-        "build": options.identity(),
-        "bm25": None,
-        "dense": None,
-    }
+    created = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    passages = Passages(read.count, store["file"], store["ids"], store["rows"], store["format"],
+                        sha256=sha256_file(tmp / store["file"]), skipped=dict(read.skipped))
+    bm25 = dense = None
     if options.bm25 and shard is None:
         from clarify.index.bm25 import build_lucene
 
         t0 = time.perf_counter()
         stats = build_lucene(texts, tmp / "lucene", threads=options.threads, heap=options.jvm_heap)
         timings["lucene_s"] = round(time.perf_counter() - t0, 3)
-        manifest["bm25"] = {
-            "dir": "lucene", "documents": stats["documents"],
-            "stats": {k: stats[k] for k in ("total_terms", "documents", "non_empty_documents", "unique_terms")
-                      if k in stats},
-            "indexer": f"Anserini IndexCollection (JsonCollection, -storeRaw), {stats['threads']} threads, "
-                       f"heap {stats['heap']}",
-            "contents": "'\"' + title + '\"\\n' + text (DPR convention)", "analyzer": "Anserini DefaultEnglishAnalyzer (porter)",
-            "files": {p.name: p.stat().st_size for p in sorted((tmp / "lucene").iterdir()) if p.is_file()},
-        }
+        bm25 = Bm25Part(
+            "lucene", stats["documents"],
+            stats={k: stats[k] for k in ("total_terms", "documents", "non_empty_documents", "unique_terms")
+                   if k in stats},
+            indexer=f"Anserini IndexCollection (JsonCollection, -storeRaw), {stats['threads']} threads, "
+                    f"heap {stats['heap']}",
+            contents="'\"' + title + '\"\\n' + text (DPR convention)", analyzer="Anserini DefaultEnglishAnalyzer (porter)",
+            files={p.name: p.stat().st_size for p in sorted((tmp / "lucene").iterdir()) if p.is_file()},
+        )
     if options.dense:
         import faiss
 
@@ -398,19 +374,17 @@ def _build_into(tmp: Path, files: list[Path], entries: list[dict], options: Buil
         _write_docids(dense_dir, texts)
         timings["faiss_s"] = round(time.perf_counter() - t0, 3)
         del emb
-        manifest["dense"] = {
-            "dir": "dense", "encoder": encoder_spec, "encoder_name": encoder.name,
-            "encoder_path": str(encoder.path), "dim": encoder.dim, "normalized": True, "metric": "inner_product",
-            "faiss": options.faiss, "factory": facts["factory"], "faiss_class": type(index).__name__,
-            "vectors": int(index.ntotal), "train_rows": facts["train_rows"],
+        dense = DensePart(
+            "dense", encoder_spec, encoder_name=encoder.name, encoder_path=str(encoder.path), dim=encoder.dim,
+            normalized=True, metric="inner_product", faiss=options.faiss, factory=facts["factory"],
+            faiss_class=type(index).__name__, vectors=int(index.ntotal), train_rows=facts["train_rows"],
             # search parameters stored in the index file; a run may set others ([retrieval] nprobe, ef_search)
-            "faiss_params": facts["params"] | ({"M": options.hnsw_m} if options.faiss == "hnsw" else {}),
-            "passage_text": "title + '\\n' + text",
-            "embeddings": source,
-            "sha256": {name: sha256_file(dense_dir / name) for name in ("index", "docid", "embeddings.npy")},
-        }
-    manifest["timings"] = timings
-    return manifest
+            faiss_params=facts["params"] | ({"M": options.hnsw_m} if options.faiss == "hnsw" else {}),
+            passage_text="title + '\\n' + text",
+            embeddings=source,
+            sha256={name: sha256_file(dense_dir / name) for name in ("index", "docid", "embeddings.npy")},
+        )
+    return IndexManifest(tuple(entries), passages, options.identity(), bm25, dense, timings, created)
 
 
 def _write_docids(dense_dir: Path, texts: PassageStore) -> None:
@@ -504,7 +478,7 @@ class DenseOptions:
 
 
 class LocalIndex:
-    """An opened index: passages, searchers, encoder.
+    """An opened index: passages, searchers, encoder; `manifest`: its IndexManifest, None for a prebuilt one.
 
     passages            pl.DataFrame [passage_id, title, text] (a full copy: small indexes and tools)
     passage_lookup(ids) rows for these ids, in the given order (InputError for unknown ids); reads only
@@ -513,7 +487,7 @@ class LocalIndex:
     encoder             the query encoder (`encode(texts) -> float32 [n, dim]`; dense.load_encoder)
     """
 
-    def __init__(self, path: Path, manifest: dict, *, lucene_dir: Path | None, dense_dir: Path | None,
+    def __init__(self, path: Path, manifest: IndexManifest | None, *, lucene_dir: Path | None, dense_dir: Path | None,
                  encoder_spec: str | None, passages_file: Path | None, store: dict | None = None,
                  dense_options: DenseOptions | None = None):
         self.path, self.manifest = Path(path), manifest
@@ -683,9 +657,8 @@ class LocalIndex:
         docid lines (`docid_sample`) is looked up in them; InputError naming the docid file and a line whose
         id is not a passage here (its vectors would come back as passages this index cannot show). Opens
         the passages (for a prebuilt Lucene index, the JVM): a run calls it before its directory is made."""
-        own = (self.manifest.get("dense") or {}).get("dir")
-        if self._dense_dir is None or (self.manifest.get("format") != "pyserini-prebuilt" and own and
-                                       Path(self._dense_dir).resolve() == (self.path / str(own)).resolve()):
+        own = self.manifest.dense.dir if self.manifest and self.manifest.dense else None
+        if self._dense_dir is None or (own and Path(self._dense_dir).resolve() == (self.path / own).resolve()):
             return
         docid = Path(self._dense_dir) / "docid"
         _, sample = docid_sample(docid)
@@ -700,14 +673,15 @@ class LocalIndex:
     def verify(self) -> list[str]:
         """Recompute the manifest checksums (the full read of every file, on request); return the list of
         mismatches (empty = intact)."""
-        bad = []
-        p = self.manifest.get("passages") or {}
-        if p.get("sha256") and sha256_file(_inside(self.path, p["file"], "the passages file")) != p["sha256"]:
-            bad.append(p["file"])
-        d = self.manifest.get("dense") or {}
-        for name, digest in (d.get("sha256") or {}).items():
-            if sha256_file(_inside(self.path, f"{d['dir']}/{name}", "a dense file")) != digest:
-                bad.append(f"{d['dir']}/{name}")
+        bad: list[str] = []
+        if self.manifest is None:  # a prebuilt index records no checksums
+            return bad
+        p, d = self.manifest.passages, self.manifest.dense
+        if p.sha256 and sha256_file(_inside(self.path, p.file, "the passages file")) != p.sha256:
+            bad.append(str(p.file))
+        for name, digest in ((d.sha256 or {}) if d else {}).items():
+            if sha256_file(_inside(self.path, f"{d.dir}/{name}", "a dense file")) != digest:
+                bad.append(f"{d.dir}/{name}")
         return bad
 
 
@@ -818,19 +792,18 @@ def open_index(path, *, faiss_dir=None, encoder: str | None = None,
     faiss_dir = check_faiss_dir(faiss_dir) if faiss_dir else None
     manifest = read_manifest(path)
     if manifest is not None:
-        bm25, dense = manifest.get("bm25"), manifest.get("dense")
-        pinfo = manifest.get("passages") or {}
-        passages_file = _inside(path, pinfo.get("file"), "the passages file")
+        bm25, dense, pinfo = manifest.bm25, manifest.dense, manifest.passages
+        passages_file = _inside(path, pinfo.file, "the passages file")
         store = None
-        if pinfo.get("format") == "arrow-ipc":  # the memory-mapped text store (older indexes: passages.parquet)
-            store = {k: str(_inside(path, pinfo.get(k), "a passage store file").relative_to(path))
+        if pinfo.format == "arrow-ipc":  # the memory-mapped text store (older indexes: passages.parquet)
+            store = {k: str(_inside(path, getattr(pinfo, k), "a passage store file").relative_to(path))
                      for k in ("file", "ids", "rows")}
-        lucene_dir = _inside(path, bm25.get("dir"), "the BM25 folder") if bm25 else None
-        dense_dir = _inside(path, dense.get("dir"), "the dense folder") if dense else None
+        lucene_dir = _inside(path, bm25.dir, "the BM25 folder") if bm25 else None
+        dense_dir = _inside(path, dense.dir, "the dense folder") if dense else None
         for part in (passages_file, lucene_dir, dense_dir):
             if part is not None and not part.exists():
                 raise InputError(f"index is incomplete: '{part.name}' is missing", path=str(path))
-        spec = encoder or (dense.get("encoder") if dense and not faiss_dir else None) or "default"
+        spec = encoder or (dense.encoder if dense and not faiss_dir else None) or "default"
         if not encoder and spec != "default":  # the manifest's encoder: only one the index holds
             spec = str(_inside(path, spec, "the encoder folder", fix=ENCODER_FIX))
         dense_dir = faiss_dir or dense_dir
@@ -844,9 +817,7 @@ def open_index(path, *, faiss_dir=None, encoder: str | None = None,
         if faiss_dir is not None:
             check_dense(faiss_dir, spec)
         _check_search_options(faiss_dir, dense_options)
-        manifest = {"format": "pyserini-prebuilt", "bm25": {"dir": str(path)},
-                    "dense": {"dir": str(faiss_dir), "encoder": spec} if faiss_dir else None}
-        return LocalIndex(path, manifest, lucene_dir=path, dense_dir=faiss_dir, encoder_spec=spec,
+        return LocalIndex(path, None, lucene_dir=path, dense_dir=faiss_dir, encoder_spec=spec,
                           passages_file=None, dense_options=dense_options)
     if (path / "index").is_file() and (path / "docid").is_file():
         raise InputError("a FAISS directory holds no passage text: open the Lucene index of the same corpus and "
@@ -891,11 +862,11 @@ def index_pins(index) -> dict:
     the query encoder attached to it from elsewhere (`[retrieval] faiss_index`, `encoder`), by path and
     cheap fingerprint. {} for an index opened with its own parts."""
     out = {}
-    manifest = getattr(index, "manifest", None) or {}
-    own_dense = (manifest.get("dense") or {}).get("dir")
+    manifest = getattr(index, "manifest", None)
+    own_dense = manifest.dense.dir if manifest is not None and manifest.dense else None
     dense_dir = getattr(index, "dense_dir", None)
-    if dense_dir is not None and (manifest.get("format") == "pyserini-prebuilt"
-                                  or Path(dense_dir).resolve() != (Path(index.path) / str(own_dense)).resolve()):
+    if dense_dir is not None and (own_dense is None
+                                  or Path(dense_dir).resolve() != (Path(index.path) / own_dense).resolve()):
         out["faiss_index"] = {"path": str(dense_dir), "fingerprint": fingerprint(dense_dir)}
     spec = getattr(index, "encoder_spec", "default")
     if spec not in ("", "default") and not Path(spec).resolve().is_relative_to(Path(index.path).resolve()):

@@ -56,7 +56,7 @@ def test_rebuild_is_noop_and_change_is_detected(tmp_path):
         fh.write(json.dumps({"id": "new-1", "title": "Zanzibar", "text": "Quetzalcoatl visited Zanzibar."}) + "\n")
     build_index([corpus], out, dense=False, force=True)
     idx = open_index(out)
-    assert idx.manifest["passages"]["count"] == 61 and idx.manifest["bm25"]["documents"] == 61
+    assert idx.manifest.passages.count == 61 and idx.manifest.bm25.documents == 61
     hits = idx.searcher("bm25").search(pl.DataFrame({"qid": ["z"], "query": ["Quetzalcoatl"]}), 3)
     assert hits["passage_id"].to_list() == ["new-1"]
     assert not list(tmp_path.glob(".idx.building-*")) and not list(tmp_path.glob(".idx.old-*"))
@@ -102,7 +102,7 @@ def test_bad_corpus_fails_before_indexing(tmp_path):
     assert not (tmp_path / "idx").exists()
     out = build_index([corpus], tmp_path / "idx", dense=False, skip_bad=True)
     m = open_index(out).manifest
-    assert m["passages"]["count"] == 1 and m["passages"]["skipped"] == {"empty_text": 1}
+    assert m.passages.count == 1 and m.passages.skipped == {"empty_text": 1}
 
 
 def test_reopen_gives_identical_hits(small_index):
@@ -174,8 +174,8 @@ def test_approximate_faiss_kinds(small_index, kind, opts, min_overlap):
 def test_build_with_hnsw_option(tmp_path):
     corpus = write_small_corpus(tmp_path / "c.jsonl", n_core=60, n_random=0)
     idx = open_index(build_index([corpus], tmp_path / "hnsw", bm25=False, faiss="hnsw", hnsw_m=8))
-    assert idx.manifest["dense"]["faiss_class"] == "IndexHNSWFlat" and idx.manifest["bm25"] is None
-    assert idx.manifest["dense"]["faiss_params"] == {"M": 8, "efSearch": 128}
+    assert idx.manifest.dense.faiss_class == "IndexHNSWFlat" and idx.manifest.bm25 is None
+    assert idx.manifest.dense.faiss_params == {"M": 8, "efSearch": 128}
     queries = _queries(idx.passages, 10)
     top = idx.searcher("dense").search(queries, 1)
     assert (top["qid"] == top["passage_id"]).mean() >= 0.9
@@ -240,11 +240,11 @@ def test_an_index_being_read_is_not_rebuilt_under_its_reader(tmp_path):
         fh.write(json.dumps({"id": "new-1", "title": "Zanzibar", "text": "Quetzalcoatl visited Zanzibar."}) + "\n")
     with pytest.raises(InputError, match="being read by a running clarify process"):
         build_index([corpus], out, dense=False, force=True)
-    assert reader.manifest["passages"]["count"] == 40 and not list(tmp_path.glob(".idx.building-*"))
+    assert reader.manifest.passages.count == 40 and not list(tmp_path.glob(".idx.building-*"))
     del reader
     gc.collect()
     build_index([corpus], out, dense=False, force=True)
-    assert open_index(out).manifest["passages"]["count"] == 41
+    assert open_index(out).manifest.passages.count == 41
 
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
@@ -282,8 +282,8 @@ def test_a_dpr_layout_tsv_corpus_builds(tmp_path):
             fh.write(f"{pid}\t\"{text.replace(chr(34), chr(34) * 2)}\"\t{title}\n")
     out = build_index([tmp_path / "psgs_w100.tsv"], tmp_path / "idx")
     idx = open_index(out)
-    assert idx.manifest["passages"]["count"] == 40 and idx.manifest["bm25"]["documents"] == 40
-    assert idx.manifest["dense"]["vectors"] == 40
+    assert idx.manifest.passages.count == 40 and idx.manifest.bm25.documents == 40
+    assert idx.manifest.dense.vectors == 40
     assert idx.passages.equals(rows)
     queries = _queries(rows, 10)
     for kind in ("bm25", "dense"):
@@ -310,7 +310,7 @@ def test_a_build_with_nothing_to_do_does_not_read_the_corpus(tmp_path, monkeypat
     os.utime(corpus, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched, same bytes: hashed, still current
     hashed.clear()
     build_index([corpus], out, dense=False)
-    assert hashed == [corpus] and open_index(out).manifest["corpus"][0]["mtime_ns"] == st.st_mtime_ns
+    assert hashed == [corpus] and open_index(out).manifest.corpus[0]["mtime_ns"] == st.st_mtime_ns
     data = corpus.read_bytes()
     corpus.write_bytes(data.replace(b"a", b"e", 1))  # same size; mtime put back: only `verify` sees it
     os.utime(corpus, ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -347,3 +347,19 @@ def test_the_collection_indexer_gives_the_same_bm25_hits_as_the_in_process_index
         pl.col("passage_id").is_in(sample)).sort(pl.col("passage_id").replace_strict(
             {p: i for i, p in enumerate(sample)}, return_dtype=pl.Int64)))
     assert not (tmp_path / "collection.collection").exists()
+
+
+def test_the_next_build_rewrites_an_old_layout_manifest_without_rebuilding(tmp_path):
+    """An index whose manifest was written before `schema_version` (index/manifest.py layout 1: the same
+    keys without it) is up to date for the next build, which writes the manifest in the current layout
+    and leaves the index's files alone."""
+    corpus = write_small_corpus(tmp_path / "c.jsonl", n_core=30, n_random=0)
+    out = build_index([corpus], tmp_path / "idx", dense=False)
+    new = json.loads((out / "manifest.json").read_text())
+    old = {k: v for k, v in new.items() if k != "schema_version"}
+    (out / "manifest.json").write_text(json.dumps(old))
+    segments = {p.name: p.stat().st_mtime_ns for p in (out / "lucene").iterdir()}
+    assert open_index(out).manifest.schema_version == 1
+    build_index([corpus], out, dense=False)
+    assert json.loads((out / "manifest.json").read_text()) == new
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "lucene").iterdir()} == segments

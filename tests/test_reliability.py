@@ -19,6 +19,7 @@ from clarify.batch import config
 from clarify.batch.cli import main
 from clarify.batch.pipeline import run
 from clarify.errors import InputError
+from clarify.index.manifest import IndexManifest, Passages
 from clarify.local_llm.scripted import ScriptedEngine
 from clarify.local_llm.settings import EngineOptions
 from tests.fixtures_llm import write_fake_model
@@ -212,7 +213,8 @@ def test_changed_index_is_refused(tmp_path):
         def __init__(self, corpus_sha):
             super().__init__()
             self.path = tmp_path / "index"
-            self.manifest = {"corpus": [{"name": "passages.jsonl", "sha256": corpus_sha}], "build": {"bm25": True}}
+            self.manifest = IndexManifest(({"name": "passages.jsonl", "sha256": corpus_sha},), Passages(40, "p"),
+                                          {"bm25": True})
 
     q = _questions(tmp_path, *QS)
     _run(_cfg(q), tmp_path / "r", index=BuiltIndex("a" * 64), stop_after_parts=1, part_trees=1)

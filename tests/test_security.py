@@ -335,7 +335,7 @@ def test_log_pruning_deletes_only_clarifys_own_logs(tmp_path):
 
 def _manifest_index(path: Path, **parts) -> Path:
     from clarify.files import write_json
-    from clarify.index.store import FORMAT, MANIFEST, VERSION
+    from clarify.index.manifest import FORMAT, MANIFEST, VERSION
 
     path.mkdir(parents=True)
     pl.DataFrame({"passage_id": ["p"], "title": ["t"], "text": ["x"]}).write_parquet(path / "passages.parquet")
@@ -390,7 +390,7 @@ def test_an_index_holds_its_own_encoder(tmp_path):
     out = build_index(corpus, tmp_path / "idx", bm25=False, dense=True, encoder=str(enc))
     shutil.rmtree(enc)
     idx = open_index(out)
-    assert idx.manifest["dense"]["encoder"] == "encoders/my-encoder"
+    assert idx.manifest.dense.encoder == "encoders/my-encoder"
     assert idx.encoder.encode(["hello"]).shape == (1, idx.encoder.dim) and idx.encoder.name == "my-encoder"
     # an index of an older clarify (the encoder named outside) is rebuilt by --force, not kept as up to date
     import json

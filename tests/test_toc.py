@@ -141,7 +141,7 @@ def test_bfs_limits_depth_and_max_nodes():
     for t in trees:
         # breadth first (run_toc.py:214 pops the queue's front): the root, its children in order, then
         # the grandchildren; two children per expansion reach 10 valid nodes after five expansions
-        order = [c["node_id"] for c in rec.llm_calls if c["step"] == "clarify" and c["qid"] == t.qid]
+        order = [c.node_id for c in rec.llm_calls if c.step == "clarify" and c.qid == t.qid]
         assert order == ["0", "0.1", "0.2", "0.1.1", "0.1.2"]
         depths = [n.depth for n in t.nodes]
         assert max(depths) <= cfg.toc.max_depth
@@ -338,6 +338,30 @@ def test_part_tables_follow_schemas():
     assert got.tokens > 0 and got.stats.trees == 2
 
 
+def test_row_records_are_the_tables_schemas():
+    """The tree's rows are declared once (schemas.py row records, each table's schema taken from its record):
+    the tables a part writes from them hold what Polars makes of the same rows as plain dicts (how the
+    tables were built before the records), nulls, lists and enum values included."""
+    from clarify import schemas
+    from clarify.batch.resources import tables
+    from clarify.batch.toc.program import TreeRows
+
+    eng = ScriptedEngine("scripted", make_responder(garbage=True))
+    trees = _trees()[:2]
+    got = drive("continuous", trees, _resources(eng), _cfg(max_expansions=3))
+    part = tables([TreeRows(got.llm_calls, got.hits, got.answers)])
+    nodes = [row for t in trees for row in t.node_rows()]
+    for df, rows, record, name in ((part["llm_calls"], got.llm_calls, schemas.LlmCall, "llm_calls"),
+                                   (part["hits"], got.hits, schemas.RunHit, "run_hits"),
+                                   (part["answers"], got.answers, schemas.TreeAnswer, "tree_answers"),
+                                   (nodes_table(trees), nodes, schemas.NodeRow, "nodes")):
+        assert schemas.SCHEMAS[name] == schemas.table_schema(record) and df.schema == schemas.SCHEMAS[name]
+        as_dicts = pl.DataFrame([dataclasses.asdict(r) for r in rows], schema=schemas.SCHEMAS[name])
+        assert df.height == len(rows) > 0 and df.equals(as_dicts), name
+    calls = part["llm_calls"]
+    assert 0 < calls["parse_error"].null_count() < calls.height  # rows with and without a parse error
+
+
 # --- bugs found reading the official code (docs/fidelity.md) --------------------------------------------------
 
 class _NoHits:
@@ -356,8 +380,8 @@ def test_no_passages_shown_does_not_crash_verification():
     res.searcher = _NoHits()
     trees = _trees()[:1]
     rec = drive("continuous", trees, res, _cfg(max_expansions=2))
-    verify = [c for c in rec.llm_calls if c["step"] == "verify"]
-    assert verify and all("Context:" in c["prompt"] for c in verify)
+    verify = [c for c in rec.llm_calls if c.step == "verify"]
+    assert verify and all("Context:" in c.prompt for c in verify)
     assert all(n.evidence_passage_id is None for n in trees[0].nodes)
     assert len(rec.answers) == 1
 

@@ -188,8 +188,8 @@ def test_golden_q1_matches_official_tree(tmp_path, scheduler):
     assert tree.valid == ["0.1", "0.3", "0.1.7", "0.1.8", "0.3.7", "0.3.8", "0.1.7.1", "0.1.7.2", "0.1.8.1",
                           "0.3.7.1", "0.3.7.2"]
     assert (tree.n_expansions, tree.pruning) == (15, False)
-    clarify = [c for c in rec.llm_calls if c["step"] == "clarify"]
-    assert [c["node_id"] for c in clarify] == ORDER_Q1
+    clarify = [c for c in rec.llm_calls if c.step == "clarify"]
+    assert [c.node_id for c in clarify] == ORDER_Q1
     # contexts shown, in expansion order (E1..E15), from the pool reranked per node minus exhausted
     hits = pl.DataFrame(rec.hits).group_by("wave", maintain_order=True).agg("passage_id")["passage_id"].to_list()
     ctx2010, ctx_root = ["p3", "p4"], ["p4", "p3"]
@@ -200,11 +200,11 @@ def test_golden_q1_matches_official_tree(tmp_path, scheduler):
     # a byte-identical prompt is one request: the model was asked R1 three times (E1, E4, E7; E10 is
     # E7's prompt again), Q2010 once (E2; E3, E5, E6, E8, E9, E11-E13, E15 are cached), QFINAL once
     assert script.asked == Counter({R1: 3, Q2010: 1, QFINAL: 1})
-    ids = [c["call_id"] for c in clarify]  # E2 and E3 are one request (seed from the prompt alone)
-    assert ids[1] == ids[2] and ids[6] == ids[9] and [c["cached"] for c in clarify[1:3]] == [False, True]
+    ids = [c.call_id for c in clarify]  # E2 and E3 are one request (seed from the prompt alone)
+    assert ids[1] == ids[2] and ids[6] == ids[9] and [c.cached for c in clarify[1:3]] == [False, True]
     # final answer (:259): the question's whole pool, exhaustion NOT applied, reranked by R1, top 2
-    assert rec.answers[0]["passage_ids"] == ["p1", "p2"]
-    answer_prompt = [c for c in rec.llm_calls if c["step"] == "answer"][0]["prompt"]
+    assert rec.answers[0].passage_ids == ("p1", "p2")
+    answer_prompt = [c for c in rec.llm_calls if c.step == "answer"][0].prompt
     assert answer_prompt.count("DQ ") - answer_prompt.count("DQ i") == 10 + 1  # 10 pairs (+1 in the demo)
 
 
@@ -231,9 +231,9 @@ def test_golden_q1_restart_resample_switch(tmp_path):
         rec = drive("continuous", [tree], _resources(tmp_path, script), _cfg(**{"toc.restart_resample": True}))
     finally:
         CLARIFY.update(orig)
-    clarify = [c for c in rec.llm_calls if c["step"] == "clarify"]
-    assert len({c["call_id"] for c in clarify}) == len(clarify)  # no two expansions share a request
-    assert not any(c["cached"] for c in clarify)
+    clarify = [c for c in rec.llm_calls if c.step == "clarify"]
+    assert len({c.call_id for c in clarify}) == len(clarify)  # no two expansions share a request
+    assert not any(c.cached for c in clarify)
     assert script.asked[Q2010] > 1
 
 
@@ -254,11 +254,11 @@ EXPECTED_Q2 = {
 def test_golden_q2_matches_official_tree(tmp_path):
     tree, rec, script = _run(tmp_path, R2, **{"toc.max_nodes": 3})
     assert _statuses(tree) == EXPECTED_Q2
-    assert [c["node_id"] for c in rec.llm_calls if c["step"] == "clarify"] == ["0", "0.1", "0.2"]
+    assert [c.node_id for c in rec.llm_calls if c.step == "clarify"] == ["0", "0.1", "0.2"]
     hits = pl.DataFrame(rec.hits).group_by("wave", maintain_order=True).agg("passage_id")["passage_id"].to_list()
     assert hits == [["b1", "b2"], ["b3"], ["b3"]]
     # the answer reranks the whole pool by the question (:259): the exhausted b1, b2 come back
-    assert rec.answers[0]["passage_ids"] == ["b1", "b2"]
+    assert rec.answers[0].passage_ids == ("b1", "b2")
 
 
 def test_golden_switches_build_clarify_trees(tmp_path):
@@ -268,6 +268,6 @@ def test_golden_switches_build_clarify_trees(tmp_path):
     tree, rec, _ = _run(tmp_path, R2, **{"toc.max_expansions": 1, "toc.duplicates": "strict",
                                          "toc.answer_passages_from": "nodes"})
     assert tree.node("0.1").status == "duplicate" and tree.node("0.2").status == "valid"
-    assert rec.answers[0]["passage_ids"] == ["b2", "b1"]  # b2 holds 1850 (0.2), then the root's own top
+    assert rec.answers[0].passage_ids == ("b2", "b1")  # b2 holds 1850 (0.2), then the root's own top
     tree, rec, _ = _run(tmp_path / "b", R1, **{"toc.duplicates": "strict", "toc.max_expansions": 1})
     assert [tree.node(i).status for i in ("0.1", "0.2", "0.3")] == ["valid", "pruned", "duplicate"]

@@ -233,14 +233,14 @@ def test_empty_tree_free_answer_prompt_ends_open(tmp_path):
     tree, rec, _ = _run(tmp_path, pool, {CAV: 0.9}, script, **{"toc.max_expansions": 1, "retrieval.top_k": 2,
                                                                 "toc.answer_passages": 2})
     assert tree.valid == []
-    asked, _, answer = [c["prompt"] for c in rec.llm_calls]  # E2 restarts at the root: the same prompt
+    asked, _, answer = [c.prompt for c in rec.llm_calls]  # E2 restarts at the root: the same prompt
     assert answer == asked  # the root's clarification: the same passages (reranked by the question) and demo
     assert answer.endswith(f"Question: {ROOT_Q}\n\nDisambiguations:\n")
-    assert rec.answers[0]["answer"] == "DQ 1: Who won in 2016? DA 1: Cleveland Cavaliers Answer: The Cavaliers won."
+    assert rec.answers[0].answer == "DQ 1: Who won in 2016? DA 1: Cleveland Cavaliers Answer: The Cavaliers won."
     # toc.empty_tree_answer = "closed" (clarify's earlier choice): the answer is asked for directly
     _, rec, _ = _run(tmp_path / "closed", pool, {CAV: 0.9}, script,
                      **{"toc.max_expansions": 1, "toc.empty_tree_answer": "closed"})
-    assert [c for c in rec.llm_calls if c["step"] == "answer"][0]["prompt"].endswith("Disambiguations:\n\n\nAnswer:")
+    assert [c for c in rec.llm_calls if c.step == "answer"][0].prompt.endswith("Disambiguations:\n\n\nAnswer:")
 
 
 def test_da_as_written_for_duplicates_verification_and_the_answer(tmp_path):
@@ -262,8 +262,8 @@ def test_da_as_written_for_duplicates_verification_and_the_answer(tmp_path):
     script = Script({ROOT_Q: ['DQ 1: Who won in 2016?\nDA 1:  "Cleveland Cavaliers" ;  LeBron  ']},
                     true={'"Cleveland Cavaliers" ;  LeBron'})
     tree, rec, _ = _run(tmp_path, [CAV, SINCLAIR], {}, script, **{"toc.max_nodes": 1})
-    verify = [c for c in rec.llm_calls if c["step"] == "verify"][0]
-    assert verify["prompt"].endswith('Proposed Answer: "Cleveland Cavaliers" ;  LeBron\nTrue or False:')
+    verify = [c for c in rec.llm_calls if c.step == "verify"][0]
+    assert verify.prompt.endswith('Proposed Answer: "Cleveland Cavaliers" ;  LeBron\nTrue or False:')
     assert tree.node("0.1").status == "valid" and tree.node("0.1").answers == ["Cleveland Cavaliers", "LeBron"]
-    answer = [c for c in rec.llm_calls if c["step"] == "answer"][0]["prompt"]
+    answer = [c for c in rec.llm_calls if c.step == "answer"][0].prompt
     assert answer.endswith('DQ 1: Who won in 2016?\nDA 1: "Cleveland Cavaliers" ;  LeBron\n\nAnswer:')

@@ -61,7 +61,7 @@ def test_real_schedulers_build_identical_tables_from_one_cache(tmp_path, default
     # what the model wrote differs between CPUs (it may end its turn at once): every computed call made
     # tokens, and each tree has its answer row
     assert (calls.filter(~pl.col("cached"))["output_tokens"] > 0).all()
-    assert sorted(a["qid"] for a in cont.answers) == sorted(questions["qid"])
+    assert sorted(a.qid for a in cont.answers) == sorted(questions["qid"])
     # the real model's clarifications, parsed by the official function and by clarify's default: wherever
     # the official one finds pairs, the default finds the same (tests/test_parse_official.py)
     clar = calls.filter(pl.col("step") == "clarify")

@@ -164,7 +164,7 @@ def test_a_broken_job_record_is_one_line(tmp_path, capsys):
 @pytest.mark.parametrize(("manifest", "match"), [
     ({"bm25": ["lucene"]}, r"\(field 'bm25'\): broken index manifest: 'bm25' is a JSON list, not an object"),
     ({"version": "1"}, r"\(field 'version'\): broken index manifest: 'version' is a JSON str \('1'\), not an integer"),
-    ({"dense": 3}, r"'dense' is a JSON int, not an object"),
+    ({"dense": 3}, r"'dense' is a JSON int \(3\), not an object"),
 ])
 def test_a_manifest_of_the_wrong_shape_is_one_line(tmp_path, capsys, manifest, match):
     import re

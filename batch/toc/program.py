@@ -63,6 +63,7 @@ from clarify.batch.toc.settings import TreeSettings
 from clarify.batch.toc.tree import ROOT, Node, Status, Tree
 from clarify.index.search import cosine
 from clarify.local_llm.engine import Completion, Engine, GenParams, request_key
+from clarify.schemas import LlmCall, RunHit, TreeAnswer
 
 if TYPE_CHECKING:
     from clarify.index.search import Searcher
@@ -139,12 +140,13 @@ Program = Generator[Request, Any, None]
 
 @dataclass
 class TreeRows:
-    """A tree's rows, in the order its program made them; `tokens`: prompt + output tokens of its
-    completions that the engine computed in this session (not cache hits)."""
+    """A tree's rows, in the order its program made them (row records of schemas.py: each table's schema
+    is its record's); `tokens`: prompt + output tokens of its completions that the engine computed in this
+    session (not cache hits)."""
 
-    llm_calls: list[dict] = field(default_factory=list)
-    hits: list[dict] = field(default_factory=list)
-    answers: list[dict] = field(default_factory=list)
+    llm_calls: list[LlmCall] = field(default_factory=list)
+    hits: list[RunHit] = field(default_factory=list)
+    answers: list[TreeAnswer] = field(default_factory=list)
     tokens: int = 0
 
 
@@ -271,13 +273,13 @@ def _record(res: Resources, rows: TreeRows, t: Tree, req: Generate, wave: int, c
     for node_id, prompt, p, c, err in zip(req.node_ids, req.prompts, req.params, comps, errors):
         if not c.cached:  # tokens the engine really processed in this session
             rows.tokens += c.prompt_tokens + c.output_tokens
-        out.append({
-            "call_id": request_key(res.engine.model_id, prompt, p), "step": req.step, "qid": t.qid,
-            "node_id": node_id, "wave": wave, "model": res.engine.model_id, "prompt": prompt,
-            "completion": c.text, "finish_reason": c.finish_reason, "prompt_tokens": c.prompt_tokens,
-            "output_tokens": c.output_tokens, "cached": c.cached,
-            "parse_error": TOO_LONG if c.finish_reason == "prompt_too_long" else err,
-        })
+        out.append(LlmCall(
+            call_id=request_key(res.engine.model_id, prompt, p), step=req.step, qid=t.qid,
+            node_id=node_id, wave=wave, model=res.engine.model_id, prompt=prompt,
+            completion=c.text, finish_reason=c.finish_reason, prompt_tokens=c.prompt_tokens,
+            output_tokens=c.output_tokens, cached=c.cached,
+            parse_error=TOO_LONG if c.finish_reason == "prompt_too_long" else err,
+        ))
     rows.llm_calls.extend(out)
 
 
@@ -311,8 +313,8 @@ def expand(t: Tree, n: Node, res: Resources, s: TreeSettings, wave: int, rows: T
     t.note_passages(ctx)  # run_toc.py:220 toc.slt_psgs += qd_example.context
     # scores as ranked: rounded (rank_by_scores), so the table does not carry float noise that depends on
     # the batch a query was scored in
-    rows.hits.extend({"qid": t.qid, "node_id": n.node_id, "wave": wave, "query": n.question,
-                      "passage_id": pid, "score": round(float(score), 5), "rank": k, "retriever": retriever}
+    rows.hits.extend(RunHit(qid=t.qid, node_id=n.node_id, wave=wave, query=n.question,
+                            passage_id=pid, score=round(float(score), 5), rank=k, retriever=retriever)
                      for k, (pid, score) in enumerate(used, 1))
     store = res.passages(ctx) if ctx else {}
 
@@ -431,5 +433,5 @@ def answer(t: Tree, res: Resources, s: TreeSettings, wave: int, rows: TreeRows) 
     # lines the model wrote are part of it
     text = clean_long_answer(comps[0].text)
     _record(res, rows, t, req, wave, comps, [None if text else "empty answer"])
-    rows.answers.append({"qid": t.qid, "answer": text, "passage_ids": [p.passage_id for p in ctx],
-                         "style": str(s.answer_style)})
+    rows.answers.append(TreeAnswer(qid=t.qid, answer=text, passage_ids=tuple(p.passage_id for p in ctx),
+                                   style=str(s.answer_style)))

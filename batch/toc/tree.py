@@ -26,6 +26,7 @@ from enum import StrEnum
 from clarify.batch.config import Duplicates, TocConfig
 from clarify.batch.toc.format import Disambiguation
 from clarify.eval.normalize import normalize_answer as normalize  # SQuAD-style, as dsp's normalize_text
+from clarify.schemas import NodeRow
 
 ROOT = "0"
 
@@ -178,6 +179,12 @@ class Tree:
     def _keep(self, child: Node) -> None:
         self.valid.append(child.node_id)
         self.queue.append(child.node_id)
+
+    def node_rows(self) -> list[NodeRow]:
+        """The tree's nodes as rows of the nodes table (schemas.NODES), in the order they were made."""
+        return [NodeRow(qid=self.qid, node_id=n.node_id, parent_id=n.parent_id, depth=n.depth, question=n.question,
+                        answers=tuple(n.answers), status=n.status, wave=n.wave,
+                        evidence_passage_id=n.evidence_passage_id, verdict_text=n.verdict_text) for n in self.nodes]
 
     def note_passages(self, passage_ids: list[str]) -> None:
         for pid in passage_ids:
