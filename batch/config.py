@@ -272,8 +272,8 @@ class RunConfig:
     demo_pool: str = setting("auto", help="few-shot clarification demos: asqa:train, asqa:dev[500:], either with "
                                           "@FILE; auto: the ASQA file's train split if it has one, else "
                                           "asqa:dev[500:]", flag="--demo-pool", metavar="SPEC")
-    scheduler: str = setting(Scheduler.CONTINUOUS.value, help="how trees are driven; recorded, never changes results",
-                             flag="--scheduler")
+    scheduler: Scheduler = setting(Scheduler.CONTINUOUS, help="how trees are driven; recorded, never changes results",
+                                   flag="--scheduler")
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     toc: TocConfig = field(default_factory=TocConfig)
     answer: AnswerConfig = field(default_factory=AnswerConfig)
@@ -366,7 +366,6 @@ class Rule:
 POSITIVE = Rule(lo=1)
 RULES: dict[str, Rule] = {
     "dataset": Rule(choices=datasets.names),  # the registry (eval/datasets/), datasets registered later too
-    "scheduler": Rule(choices=SCHEDULERS),
     "offset": Rule(lo=0),
     "limit": Rule(lo=0),  # 0 = every question
     "retrieval.candidates": POSITIVE,
