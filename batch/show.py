@@ -17,12 +17,13 @@ from typing import TextIO
 
 import polars as pl
 
+from clarify.batch.toc.tree import Status
 from clarify.errors import InputError, printable
 
 # Which question the demo shows when none is named: the one whose tree shows most of what ToC does.
 PICK_RULE = "the most valid nodes, ties broken by ROUGE-L, then by question order"
 PICK_METRIC = "rouge_l"  # the per-question ROUGE-L of the ASQA and QuoteSum scorers (scores.parquet)
-STATUS_WORDS = {"root": "ROOT", "valid": "valid", "pruned": "pruned", "duplicate": "duplicate", "pending": "pending"}
+STATUS_WORDS = {s: "ROOT" if s is Status.ROOT else s.value for s in Status}  # batch/toc/tree.py
 TEXT_CLIP = 160  # characters of a node's question or answer on one line
 
 
@@ -65,9 +66,9 @@ def tree_lines(nodes: pl.DataFrame, titles: dict[str, str]) -> list[str]:
             return
         seen.add(r["node_id"])
         pad = "  " * indent
-        status = r["status"] or "pending"
+        status = r["status"] or Status.PENDING
         word = STATUS_WORDS.get(status, status)
-        if status == "root" or (r["parent_id"] is None and indent == 0):
+        if status == Status.ROOT or (r["parent_id"] is None and indent == 0):
             lines.append(f"{pad}{word}: {printable(_clip(r['question'], TEXT_CLIP))}")
         else:
             answers = "; ".join(r["answers"] or []) or "(no answer)"
@@ -108,7 +109,7 @@ def show(run_dir: Path | str, qid: str | None = None, out: TextIO | None = None)
     print(f"\nQ: {printable(question)}", file=out)
     if mine.height:
         counts = dict(mine.group_by("status").len().iter_rows())
-        said = ", ".join(f"{counts[s]} {s}" for s in ("valid", "pruned", "duplicate", "pending") if counts.get(s))
+        said = ", ".join(f"{counts[s]} {s}" for s in (Status.VALID, Status.PRUNED, Status.DUPLICATE, Status.PENDING) if counts.get(s))
         print(f"tree of clarifications ({mine.height} nodes{': ' + said if said else ''}):", file=out)
         for line in tree_lines(mine, titles):
             print(f"  {line}", file=out)

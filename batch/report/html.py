@@ -48,6 +48,7 @@ from clarify.batch.report.comparison import (
 )
 from clarify.batch.rundir import Run, RunDir
 from clarify.batch.toc import quotes
+from clarify.batch.toc.tree import Status
 from clarify.errors import InputError
 from clarify.files import write_text
 
@@ -55,13 +56,7 @@ from clarify.files import write_text
 
 # Hit lists shown per node: the last stage of the retrieval pipeline that is present.
 RETRIEVER_PREFERENCE = ("rerank", "fused", "dense", "bm25")
-STATUS_LABELS = {
-    "root": "ROOT",
-    "valid": "VALID",
-    "pruned": "PRUNED",
-    "duplicate": "DUPLICATE",
-    "pending": "PENDING",
-}
+STATUS_LABELS = {s: s.value.upper() for s in Status}  # the nodes table's statuses (batch/toc/tree.py)
 SPAN_LABELS = {
     "verbatim": "verbatim",
     "repaired": "not verbatim: repaired",
@@ -173,7 +168,7 @@ def _node(ctx: _Ctx, node: dict, children: dict, idx: dict, k: int, seen: set) -
     nid = node["node_id"]
     seen.add(nid)
     status = node["status"] or "unknown"
-    is_root = status == "root" or node["parent_id"] is None
+    is_root = status == Status.ROOT or node["parent_id"] is None
     elem = f"{ctx.prefix}-n{idx[nid]}"
     ev = node.get("evidence_passage_id")
     lists = _node_hits(ctx, nid, k)
