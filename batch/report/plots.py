@@ -14,11 +14,12 @@ from pathlib import Path
 import polars as pl
 
 from clarify import schemas
+from clarify.batch.toc.program import Step
 from clarify.errors import InputError
 from clarify.files import write_atomic
 
 VALID_STATUSES = schemas.KEPT_STATUSES  # nodes counted as disambiguations
-STEP_ORDER = ("clarify", "verify", "answer")
+STEP_ORDER = tuple(s.value for s in Step)  # the order a tree makes its requests in (batch/toc/program.py)
 
 
 def _figure(n_axes: int = 1, width: float = 5.2, height: float = 3.4):
