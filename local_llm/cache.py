@@ -170,12 +170,40 @@ def _read_one(uri: str) -> None:
 
 def _create_private(p: Path) -> None:
     """The cache's folders and, when new, its file, with the private modes of files.py (every prompt and
-    completion is in it; SQLite gives its -wal and -shm files the database file's mode)."""
+    completion is in it; SQLite gives its -wal and -shm files the database file's mode).
+
+    A new file appears under its name with its table already in it: it is made under a hidden temporary
+    name, given the schema and WAL mode, then linked into place. The workers of a cluster run start side
+    by side in one cache folder and each reads the others' `*.sqlite` (`union_of`); a file created empty
+    and given its table a moment later was seen in between by a starting worker as "no such table:
+    completions", which stopped the run."""
     try:
         make_dirs(p.parent)
-        if not os.path.lexists(p):
-            with contextlib.suppress(FileExistsError):
-                os.close(open_own(p, os.O_RDWR | os.O_CREAT | os.O_EXCL))
+        if os.path.lexists(p):
+            return
+        tmp = p.with_name(f".{p.name}.{os.getpid()}-{threading.get_ident()}.new")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)  # left by a process of this pid that died mid-creation
+        os.close(open_own(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL))
+        try:
+            con = sqlite3.connect(tmp, isolation_level=None)
+            try:
+                con.execute("PRAGMA journal_mode=WAL")  # kept in the file's header (sqlite.org/wal.html)
+                con.execute(_SCHEMA)
+            finally:
+                con.close()
+            try:
+                os.link(tmp, p)  # never replaces a file another process linked first
+            except FileExistsError:
+                pass
+            except OSError:  # a file system without hard links: rename, unless the name was taken meanwhile
+                if not os.path.lexists(p):
+                    os.rename(tmp, p)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+    except sqlite3.DatabaseError as exc:
+        raise unusable(p, exc) from exc
     except OSError as exc:
         raise InputError(f"cannot make a completion cache here: {exc.strerror or exc}", path=str(p)) from None
 
@@ -216,6 +244,8 @@ class CachedEngine:
             raise unusable(p, exc) from exc
         self._also = []
         for other in also:
+            if os.path.getsize(other) == 0:
+                continue  # an empty file holds no completions (left by a creation that stopped midway)
             try:
                 con = sqlite3.connect(read_only_uri(other), uri=True, timeout=60, check_same_thread=False)
                 con.execute("SELECT 1 FROM completions LIMIT 1").fetchone()  # a cache, not a table scan

@@ -102,6 +102,45 @@ def test_a_file_that_is_not_a_cache_is_an_input_error(tmp_path, echo_engine):
         CachedEngine(echo_engine, bad).generate(["p"], [GenParams()])
 
 
+def test_caches_created_side_by_side_are_never_seen_without_their_table(tmp_path, echo_engine):
+    """The workers of a cluster run start together in one cache folder, each creating its own file and
+    reading every other `*.sqlite` there (local_llm/cache.py `union_of`). A file visible under its name
+    before its table existed stopped a starting worker with "no such table: completions"."""
+    import threading
+
+    from clarify.local_llm.cache import union_of
+
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    done, seen, errors = threading.Event(), [], []
+
+    def create():
+        for i in range(60):
+            CachedEngine(echo_engine, folder / f"worker-{i:02d}.sqlite").close()
+        done.set()
+
+    creator = threading.Thread(target=create)
+    creator.start()
+    while not done.is_set():
+        own = folder / "reader.sqlite"
+        try:
+            others = union_of(folder, own)
+            CachedEngine(echo_engine, own, also=others).close()
+            seen.append(len(others))
+        except InputError as exc:
+            errors.append(str(exc))
+            break
+    creator.join()
+    assert errors == [] and seen and max(seen) > 0
+    assert sorted(p.name for p in folder.glob("*.sqlite")) == ["reader.sqlite"] + [f"worker-{i:02d}.sqlite"
+                                                                                  for i in range(60)]
+    assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no temporary file left
+    empty = folder / "worker-60.sqlite"
+    empty.touch()  # what a creation stopped midway leaves: holds nothing, read as nothing
+    with CachedEngine(echo_engine, folder / "reader.sqlite", also=union_of(folder, folder / "reader.sqlite")) as c:
+        assert c.generate(["p"], [GenParams()])[0].text == "echo:p"
+
+
 _WRITER = textwrap.dedent(
     """
     import sys
