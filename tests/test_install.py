@@ -33,7 +33,13 @@ def test_regular_install_runs_clarify_on_the_embedded_defaults(tmp_path, llm_mod
     (wheel,) = (tmp_path / "wheel").glob("clarify-*.whl")
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check", str(wheel)],
                    check=True, cwd=tmp_path)
+    # No other clarify on the path; the rest of PYTHONPATH stays (bench/emulate_avx2's sitecustomize: a
+    # process without it under ATEN_CPU_CAPABILITY=avx2 mixes AVX2 torch with AVX-512 vLLM kernels, SIGABRT)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CLARIFY_DATA")}
+    keep = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+            if e and not (Path(e) / "clarify" / "__init__.py").exists()]
+    if keep:
+        env["PYTHONPATH"] = os.pathsep.join(keep)
     where = subprocess.run([str(py), "-c", "import clarify, clarify.files as f; print(clarify.__file__); "
                             "print(f.data_dir())"], check=True, capture_output=True, text=True, cwd=tmp_path,
                            env=env).stdout.split()

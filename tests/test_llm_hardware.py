@@ -147,3 +147,29 @@ def test_engine_busy_is_one_line_not_a_traceback(monkeypatch, capsys):
     assert cli.main(["doctor"]) == 1
     err = capsys.readouterr().err
     assert err == "clarify doctor: error: CPU core 0 is in use by a vLLM engine of pid 4242; wait for it\n"
+
+
+@pytest.mark.skipif(__import__("platform").machine().lower() not in ("x86_64", "amd64"), reason="x86 only")
+def test_avx2_emulation_shows_every_process_an_avx2_only_cpu():
+    """bench/emulate_avx2 (how the suite is timed as the slowest CPU kind runs it, on any x86 machine): a
+    process started with it sees no AVX-512, AVX512-BF16 or AMX, ATen dispatches AVX2, and "auto" resolves
+    to float32, also when a library asks `importlib.util.find_spec("torch")` before importing it (vLLM's
+    import does; its kernels are chosen by the same torch.cpu checks, vllm/platforms/cpu.py)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root / "bench" / "emulate_avx2"), "ATEN_CPU_CAPABILITY": "avx2",
+           "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    code = ("import importlib.util, json; importlib.util.find_spec('torch'); import torch\n"
+            "from clarify.local_llm.hardware import cpu_facts, resolve_dtype\n"
+            "f = cpu_facts(); f['avx512'] = torch.cpu._is_avx512_supported()\n"
+            "f['auto'] = resolve_dtype('auto', 'cpu', bf16_native=f['bf16_native'], model_dtype='bfloat16')\n"
+            "print(json.dumps(f))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    facts = json.loads(out.stdout.splitlines()[-1])
+    assert facts["capability"] == "AVX2" and facts["auto"] == "float32"
+    assert not (facts["avx512"] or facts["avx512_bf16"] or facts["amx"] or facts["bf16_native"])
