@@ -33,6 +33,7 @@ TITLES = {
     "constrained": ("Constrained decoding", "ASQA dev 0-49 and all 91 QuoteSum dev questions, both embedded models, three arms"),
     "index": ("Retrieval on the embedded index", "AC@k of each retriever (first 500 ASQA dev questions) and search speed"),
     "encode": ("Encoding the embedded corpus", "batching by token count vs corpus order (1,000 passages)"),
+    "avx2_emulation": ("The suite as an AVX2-only CPU runs it", "bench/emulate_avx2 on a faster CPU, calibrated against a real AVX2 EPYC (estimates marked)"),
     "shipped_embeddings_avx2": ("Shipped corpus vectors on an AVX2 CPU", "the shipped vectors re-encoded with AVX2 kernels"),
     "eval": ("Scoring speed and reproduced reference scores", "ASQA and QuoteSum scorers (bench/bench_eval.py)"),
     "scale": ("Index growth from 125k to 2M passages", "synthetic corpora; FAISS types; log-log fits to 21M (estimates)"),
