@@ -1,7 +1,7 @@
 """Ray scale-out (batch/cluster.py, docs/scale.md) on this machine: a local Ray cluster, the real engine (vLLM
 on CPU, the embedded model) in each worker, bound to its own core, and the real embedded index.
 
-- 2 workers on 6 questions build the same tables as one process replaying their union cache (with both
+- 2 workers on 4 questions build the same tables as one process replaying their union cache (with both
   decoding constraints on (the DQ/DA format, verbatim quotes): the grammars travel in each request to the workers' engines);
 - a worker actor killed mid-run: its chunk is requeued and redone, no chunk is answered twice;
 - the driver SIGKILLed after its first part: the same command (with another worker count) resumes from
@@ -71,9 +71,9 @@ CONSTRAINED_TOML = ('answer_style = "quoted"\n[answer]\nconstrain_quotes = true\
 
 @pytest.fixture(scope="module")
 def two_workers(tmp_path_factory, default_index):
-    """6 ASQA questions on 2 Ray workers (cores 0 and 1), chunks of 2, both constraints on."""
+    """4 ASQA questions on 2 Ray workers (cores 0 and 1), chunks of 2, both constraints on."""
     out = tmp_path_factory.mktemp("cluster") / "two"
-    got = _drive({"limit": 6, "index": str(default_index), "cluster.workers": 2, "cluster.chunk_questions": 2,
+    got = _drive({"limit": 4, "index": str(default_index), "cluster.workers": 2, "cluster.chunk_questions": 2,
                   **CONSTRAINED}, out)
     return out, got["summary"]
 
@@ -82,7 +82,7 @@ def test_two_workers_equal_one_process_replaying_their_caches(two_workers, tmp_p
                                                                llm_engine):
     out, summary = two_workers
     c = summary["cluster"]
-    assert summary["n_questions"] == 6 and c["workers"] == 2 and c["chunks"] == 3 and c["requeued"] == 0
+    assert summary["n_questions"] == 4 and c["workers"] == 2 and c["chunks"] == 2 and c["requeued"] == 0
     assert summary["constraints"] == {"format": True, "quotes": True}
     # the workers decoded under the grammars: every quote they wrote is verbatim (the checker ran after)
     assert summary["quote_fidelity"]["n_spans"] == summary["quote_fidelity"]["n_verbatim"]
@@ -95,14 +95,14 @@ def test_two_workers_equal_one_process_replaying_their_caches(two_workers, tmp_p
     caches = sorted(p.name for p in (out / "cache").glob("*.sqlite"))
     assert caches == ["worker-00.sqlite", "worker-01.sqlite"]
     assert summary["cached_calls"] < summary["llm_calls"]  # the workers computed
-    assert {w["slot"] for w in c["per_worker"]} == {0, 1} and sum(w["trees"] for w in c["per_worker"]) == 6
+    assert {w["slot"] for w in c["per_worker"]} == {0, 1} and sum(w["trees"] for w in c["per_worker"]) == 4
 
     # one process, the union of the workers' caches: no engine work, the same tables
     replay = tmp_path / "replay"
     replay.mkdir()
     shutil.copytree(out / "cache", replay / "cache")
     prompts = llm_engine.stats.prompts
-    one = run(_cfg(limit=6, **CONSTRAINED), replay, engine_factory=lambda c: llm_engine, index=default_local_index,
+    one = run(_cfg(limit=4, **CONSTRAINED), replay, engine_factory=lambda c: llm_engine, index=default_local_index,
               progress=False)
     assert llm_engine.stats.prompts == prompts and one["cached_calls"] == one["llm_calls"]
     same_tables(out, replay)
@@ -152,7 +152,7 @@ def test_killed_or_stopped_driver_resumes_from_written_chunks(two_workers, tmp_p
     shutil.copytree(done / "cache", out / "cache")
     head, toc = CONSTRAINED_TOML
     toml = small_toml(tmp_path / "small.toml", head=head, toc=toc)
-    flags = ["--dataset", "asqa", "--limit", "6", "--index", str(default_index), "--config", str(toml),
+    flags = ["--dataset", "asqa", "--limit", "4", "--index", str(default_index), "--config", str(toml),
              "--no-progress", "--chunk-questions", "2", "--out", str(out)]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.run(_cli("run", *flags, "--workers", "2"), capture_output=True, timeout=900,
@@ -163,7 +163,7 @@ def test_killed_or_stopped_driver_resumes_from_written_chunks(two_workers, tmp_p
         assert proc.returncode == 130, proc.stderr.decode()[-3000:]
         said = proc.stderr.decode()  # the cluster's plan, then one line for the stop: no traceback
         assert "Traceback" not in said and said.strip().splitlines()[-1] == (
-            "clarify run: stopped by SIGINT: 2 of 6 trees written (1 part); resume with: clarify run "
+            "clarify run: stopped by SIGINT: 2 of 4 trees written (1 part); resume with: clarify run "
             + " ".join([*flags, "--workers", "2"]))
     assert (out / "parts" / "0001").exists() and not (out / "summary.json").exists()
     first = Run.open(out).parts()
@@ -177,7 +177,7 @@ def test_killed_or_stopped_driver_resumes_from_written_chunks(two_workers, tmp_p
     # only the chunks no part held were scheduled again
     assert summary["cluster"]["chunks"] == len(parts) - len(first) and summary["cluster"]["workers"] == 1
     qids = [q for p in parts for q in p["ran_on"]["qids"]]
-    assert len(qids) == len(set(qids)) == 6
+    assert len(qids) == len(set(qids)) == 4
     same_tables(done, out)
 
 
