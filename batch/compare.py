@@ -303,7 +303,7 @@ def compare(models: list[str] | list[Entry], cfg: RunConfig, out: Path, *, paral
     paired = paired_table(runs)
     write_parquet(table, out / "comparison.parquet")
     write_parquet(paired, out / "paired.parquet")
-    write_text(_markdown(table) + "\npaired differences (* : the 95 % interval excludes 0)\n\n"
+    write_text(_markdown(table) + "\npaired differences\n\n"
                + paired_markdown(paired), out / "comparison.md")
     try:
         from clarify.batch.report.plots import plot_compare

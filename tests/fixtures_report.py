@@ -1,7 +1,7 @@
 """Two real run directories for the tests of `clarify report` and of runs compared (batch/report/).
 
 `report_runs` (SESSION-scoped) runs `clarify.batch.pipeline.run` twice over the first three ASQA dev
-questions (data/asqa/dev.json), each with a scripted model (local_llm/scripted.py) standing in for one
+questions (`paired_runs`: the first ten, for the paired tests) (data/asqa/dev.json), each with a scripted model (local_llm/scripted.py) standing in for one
 of two model folders of known size (`write_fake_model`): the same pipeline, tables and summary.json a
 real run writes, wall times included. The index is the stand-in of the pipeline's other scripted tests
 (tests/toc_fakes.py FakeIndex: token overlap over the shipped Wikipedia passages, no JVM or encoder to
@@ -36,6 +36,9 @@ from tests.toc_fakes import FakeIndex
 DATA = Path(__file__).resolve().parent.parent / "data"
 HOSTILE = "<script>alert('x')</script><img src=x onerror=alert(1)> True"
 N_QUESTIONS = 3
+# `paired_runs`: enough questions that the paired tests apply (eval/paired.py MIN_N) and that a difference on
+# every question survives Holm over the table's tests (exact permutation p = 2 / 2**10 = 0.002)
+N_PAIRED = 10
 # (run name, model folder name, parameters, whether its verifier prunes the doubtful pair)
 MODELS = (("smol", "SmolLM2-135M-Instruct", 135_000_000, True), ("gemma", "gemma-3-270m", 268_000_000, False))
 SETTINGS = {"dataset": "asqa", "limit": N_QUESTIONS, "answer_style": "quoted", "toc.max_expansions": 4}
@@ -74,7 +77,7 @@ def scripted_model(prunes: bool):
             if any(i["ambiguous_question"] == question for i in _asqa()):
                 pairs = proposed_pairs(question)
             else:  # a disambiguated question: its own pair again
-                pairs = [p for q in (i["ambiguous_question"] for i in _asqa()[:N_QUESTIONS])
+                pairs = [p for q in (i["ambiguous_question"] for i in _asqa()[:max(N_QUESTIONS, N_PAIRED)])
                          for p in proposed_pairs(q) if p[0] == question][:1]
             return "\n".join(f"DQ {i}: {q}\nDA {i}: {a}" for i, (q, a) in enumerate(pairs, 1)) + "\nAnswer: -"
         sources = {int(k): (title, text) for k, title, text in SOURCE.findall(query)}
@@ -97,19 +100,30 @@ def copy_run(run_dir: Path, to: Path) -> Path:
     return Path(shutil.copytree(run_dir, to))
 
 
-@pytest.fixture(scope="session")
-def report_runs(tmp_path_factory) -> list[Path]:
-    """[smol, gemma]: the two run directories of the module docstring (read them, do not change them)."""
+def _two_runs(root: Path, n_questions: int) -> list[Path]:
+    """[smol, gemma] over the first `n_questions` ASQA dev questions, in `root` (module docstring)."""
     from clarify.batch import config
     from clarify.batch.pipeline import run
     from clarify.local_llm.scripted import ScriptedEngine
 
-    root = tmp_path_factory.mktemp("report-runs")
     out = []
     for name, folder, parameters, prunes in MODELS:
         model = write_fake_model(root / "models" / folder, parameters=parameters)
-        cfg = config.load(None, {**SETTINGS, "model.model": str(model)})
+        cfg = config.load(None, {**SETTINGS, "limit": n_questions, "model.model": str(model)})
         engine = ScriptedEngine(f"scripted-{folder}", scripted_model(prunes))
         run(cfg, root / name, engine_factory=lambda c, e=engine: e, index=FakeIndex(), progress=False)
         out.append(root / name)
     return out
+
+
+@pytest.fixture(scope="session")
+def report_runs(tmp_path_factory) -> list[Path]:
+    """[smol, gemma]: the two run directories of the module docstring (read them, do not change them)."""
+    return _two_runs(tmp_path_factory.mktemp("report-runs"), N_QUESTIONS)
+
+
+@pytest.fixture(scope="session")
+def paired_runs(tmp_path_factory) -> list[Path]:
+    """[smol, gemma] as `report_runs`, over the first N_PAIRED questions: paired tests apply (read them, do
+    not change them)."""
+    return _two_runs(tmp_path_factory.mktemp("paired-runs"), N_PAIRED)

@@ -1,7 +1,7 @@
 """A real `clarify compare --models models.toml` of the two embedded models on CPU (tiny: 2 questions, short
 outputs), one with its own non-default [model] settings: each run freezes its own settings, the paired
-table and the cost come out of the real runs, and their report shows the forest plot and the cost table
-in headless chromium (tests/test_report_browser.py's Browser).
+table and the cost come out of the real runs, and their report shows the paired and cost tables in
+headless chromium (the forest plot, which needs more questions, from the scripted ten-question runs) (tests/test_report_browser.py's Browser).
 
 The second model is Gemma 3 270M where `make gemma` installed it; elsewhere (CI's `make test` does not)
 it is SmolLM2 again under another name with the same non-default settings, so the per-model settings are
@@ -79,21 +79,30 @@ def test_each_run_freezes_its_own_model_settings(real_compare, second_model):
     paired = pl.read_parquet(out / "paired.parquet")
     assert set(paired["metric"]) >= {"str_em", "rouge_l"} and "n_gold" not in set(paired["metric"])
     assert (paired["questions"] == 2).all()
-    assert ((paired["ci_low"] <= paired["diff"]) & (paired["diff"] <= paired["ci_high"])).all()
+    # 2 questions are fewer than eval/paired.py MIN_N: differences without an interval, test or star
+    assert paired.select("ci_low", "ci_high", "p_perm", "p_holm", "significant").null_count().row(0) == (paired.height,) * 5
     assert (paired["wins"] + paired["ties"] + paired["losses"] == 2).all()
+    assert "rest on fewer than 6 questions" in stdout and "| — | — | — |" in stdout
     print(stdout[stdout.index("paired differences"):])  # the paired table as the terminal shows it
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian package 'chromium' is not installed (make browser)")
-def test_report_of_a_real_compare_shows_forest_plot_and_cost_table(real_compare, tmp_path):
+def test_report_of_a_real_compare_shows_forest_plot_and_cost_table(real_compare, paired_runs, tmp_path):
     out, _ = real_compare
     page = report.write_report([out / "smollm2-135m-instruct", out / SECOND], tmp_path / "report.html")
+    # the forest plot needs intervals: the real compare's 2 questions have none (eval/paired.py MIN_N), the
+    # scripted pair of runs over 10 questions (tests/fixtures_report.py) has them
+    ten = report.write_report(paired_runs, tmp_path / "ten.html")
     b = Browser(tmp_path / "profile")
     try:
-        b.open_page(page.resolve().as_uri())
+        b.open_page(ten.resolve().as_uri())
         forest = b.js("(() => { const i = [...document.images].find(i => i.alt.startsWith('forest plot'));"
                       " return i && [i.complete, i.naturalWidth, i.naturalHeight]; })()")
         assert forest[0] and forest[1] > 300 and forest[2] > 100
+        b.open_page(page.resolve().as_uri())
+        assert b.js("[...document.images].some(i => i.alt.startsWith('forest plot'))") is False
+        notes = b.js("[...document.querySelectorAll('p.paired-note')].map(p => p.textContent)")
+        assert any("fewer than 6 questions" in n for n in notes)
         assert b.js("document.querySelector('table.paired').checkVisibility()") is True
         metrics = b.js("[...document.querySelectorAll('table.paired tbody tr')].map(r => r.dataset.metric)")
         assert "str_em" in metrics and len(metrics) == len(pl.read_parquet(out / "paired.parquet"))

@@ -12,10 +12,10 @@ import polars as pl
 import pytest
 
 from clarify.batch.report import html as report
-from clarify.batch.report.comparison import cost_row, fmt, paired_markdown, paired_table
+from clarify.batch.report.comparison import cost_row, fmt, paired_markdown, paired_notes, paired_table
 from clarify.batch.rundir import Run
 from clarify.errors import InputError
-from clarify.eval.paired import paired_bootstrap
+from clarify.eval.paired import MIN_N, holm, mde, paired_bootstrap
 from tests.fixtures_report import copy_run
 from tests.test_report import parse
 
@@ -39,35 +39,82 @@ def _shift_scores(run_dir, metric: str, by: list[float]) -> None:
     scores.write_parquet(path)
 
 
-@pytest.fixture
-def two_runs(report_runs, tmp_path):
-    smol, gemma = (copy_run(d, tmp_path / d.name) for d in report_runs)
+def _prepare(smol, gemma) -> list:
     # the two models write the same answers (their trees differ): equal STR-EM and length on every question
     for metric in ("str_em", "length"):
         a, b = (pl.read_parquet(d / "scores.parquet").filter(pl.col("metric") == metric) for d in (smol, gemma))
         assert a.equals(b), metric
-    _shift_scores(gemma, "str_em", [10.0, 20.0, 30.0])  # gemma better on every question
-    _shift_scores(gemma, "length", [1.0, -1.0, 0.0])  # a win, a loss, a tie
+    n = pl.read_parquet(gemma / "questions.parquet")["qid"].n_unique()
+    _shift_scores(gemma, "str_em", [10.0 * (i + 1) for i in range(n)])  # gemma better on every question
+    _shift_scores(gemma, "length", [[1.0, -1.0, 0.0][i % 3] for i in range(n)])  # wins, losses, ties
     _on_devices(smol, 2)
     _on_devices(gemma, 2)
     return [smol, gemma]
 
 
-def test_paired_table_of_two_runs(two_runs):
+@pytest.fixture
+def two_runs(report_runs, tmp_path):
+    """Three questions: fewer than eval/paired.py MIN_N."""
+    return _prepare(*(copy_run(d, tmp_path / d.name) for d in report_runs))
+
+
+@pytest.fixture
+def ten_runs(paired_runs, tmp_path):
+    """Ten questions: the paired tests apply."""
+    return _prepare(*(copy_run(d, tmp_path / d.name) for d in paired_runs))
+
+
+def _per_question(runs: list[Run], metrics: list[str]) -> np.ndarray:
+    """(questions, metrics) of b - a, in the questions table's order (the bootstrap's draw follows it)."""
+    order = runs[0].questions.select("qid").unique(maintain_order=True)
+    a, b = (order.join(r.scores.pivot(on="metric", index="qid", values="value"), on="qid", how="left",
+                       maintain_order="left") for r in runs)
+    return np.column_stack([(b[m] - a[m]).to_numpy() for m in metrics])
+
+
+def test_paired_table_below_the_minimum_n_has_no_interval_and_no_star(two_runs):
+    """Three questions, every one better: the difference and wins are shown, but no interval, p-value or
+    star (one question used to give `+33.3 [+33.3, +33.3]*`)."""
     runs = [Run.open(d) for d in two_runs]
     table = paired_table(runs)
     em = table.filter(pl.col("metric") == "str_em").row(0, named=True)
     assert (em["a"], em["b"], em["questions"], em["diff"]) == ("smol", "gemma", 3, pytest.approx(20.0))
-    assert em["excludes_zero"] and 10.0 <= em["ci_low"] <= em["ci_high"] <= 30.0
     assert (em["wins"], em["ties"], em["losses"]) == (3, 0, 0)
-    words = table.filter(pl.col("metric") == "length").row(0, named=True)
-    assert (words["wins"], words["ties"], words["losses"]) == (1, 1, 1) and not words["excludes_zero"]
-    # the same numbers as the bootstrap on the per-question differences, metric columns in table order
-    a, b = (r.scores.pivot(on="metric", index="qid", values="value").sort("qid") for r in runs)
+    assert table.select("ci_low", "ci_high", "excludes_zero", "p_perm", "p_holm", "significant", "mde").null_count().row(0) \
+        == (table.height,) * 7
+    text = paired_markdown(table)
+    assert "| gemma − smol | str_em | 3 | " in text and "| +20.00 | — | — | — |" in text and " *" not in text
+    assert f"rest on fewer than {MIN_N} questions" in text and "cannot be told from noise" not in text
+
+
+def test_paired_table_of_ten_questions_tests_and_adjusts(ten_runs):
+    runs = [Run.open(d) for d in ten_runs]
+    table = paired_table(runs)
     metrics = table["metric"].to_list()
-    got = paired_bootstrap(np.column_stack([(b[m] - a[m]).to_numpy() for m in metrics]))
+    diffs = _per_question(runs, metrics)
+    em = table.filter(pl.col("metric") == "str_em").row(0, named=True)
+    assert (em["questions"], em["diff"], em["wins"]) == (10, pytest.approx(55.0), 10)
+    # the exact permutation test: every difference positive, 2 of the 2**10 sign assignments as extreme
+    assert em["p_perm"] == pytest.approx(2 / 2**10) and em["excludes_zero"]
+    # every column as scipy's permutation test and the bootstrap on the per-question differences
+    from scipy import stats
+
+    for k, row in enumerate(table.iter_rows(named=True)):
+        want = stats.permutation_test((diffs[:, k],), np.mean, permutation_type="samples", n_resamples=10_000).pvalue
+        assert row["p_perm"] == pytest.approx(want, abs=1e-12), row["metric"]
+    got = paired_bootstrap(diffs)
     assert table["ci_low"].to_list() == pytest.approx(got.lo.tolist())
-    assert "| gemma − smol | str_em | 3 |" in paired_markdown(table) and "+20.00 *" in paired_markdown(table)
+    # Holm over every tested row of the table; `significant` = survives at 5 %
+    assert table["p_holm"].to_list() == pytest.approx(holm(table["p_perm"].to_numpy()).tolist())
+    assert table["significant"].to_list() == [p < 0.05 for p in table["p_holm"].to_list()]
+    assert em["significant"] and em["p_holm"] == pytest.approx(table.height * 2 / 2**10)
+    words = table.filter(pl.col("metric") == "length").row(0, named=True)
+    assert (words["wins"], words["ties"], words["losses"]) == (4, 3, 3) and not words["significant"]
+    assert table["mde"].to_list() == pytest.approx(mde(diffs).tolist())
+    text = paired_markdown(table)
+    assert "| gemma − smol | str_em | 10 |" in text and "+55.00 *" in text
+    assert f"with n = 10 a difference in str_em below {em['mde']:.2f} points cannot be told from noise" in text
+    assert "over the " + str(table.height) + " tests shown" in text
 
 
 def test_cost_reads_what_finalize_writes(two_runs):
@@ -86,15 +133,22 @@ def test_cost_reads_what_finalize_writes(two_runs):
     assert row["peak_gpu_gib"] is None  # no GPU
 
 
-def test_report_shows_paired_table_forest_plot_and_cost(two_runs, tmp_path):
-    out = report.write_report(two_runs, tmp_path / "cmp.html")
+def _comparison(out) -> object:
     dom = parse(out.read_text())
-    section = next(n for n in dom.iter() if n.tag == "section" and n.attrs.get("id") == "comparison")
+    return next(n for n in dom.iter() if n.tag == "section" and n.attrs.get("id") == "comparison")
+
+
+def test_report_shows_paired_table_forest_plot_and_cost(ten_runs, tmp_path):
+    out = report.write_report(ten_runs, tmp_path / "cmp.html")
+    section = _comparison(out)
     paired = next(t for t in section.iter() if t.tag == "table" and "paired" in t.classes)
-    marked = [tr for tr in paired.iter() if tr.tag == "tr" and "excludes-zero" in tr.classes]
-    excluding = paired_table([Run.open(d) for d in two_runs]).filter("excludes_zero")["metric"].to_list()
-    assert [tr.attrs["data-metric"] for tr in marked] == excluding
-    assert "str_em" in excluding and "length" not in excluding
+    marked = [tr for tr in paired.iter() if tr.tag == "tr" and "significant" in tr.classes]
+    table = paired_table([Run.open(d) for d in ten_runs])
+    surviving = table.filter("significant")["metric"].to_list()
+    assert [tr.attrs["data-metric"] for tr in marked] == surviving
+    assert "str_em" in surviving and "length" not in surviving
+    notes = [n.text() for n in section.iter() if n.tag == "p" and "paired-note" in n.classes]
+    assert notes == paired_notes(table) and any(n.startswith("with n = 10 a difference in str_em") for n in notes)
     imgs = {n.attrs["alt"]: n.attrs["src"] for n in section.iter() if n.tag == "img"}
     forest = next(src for alt, src in imgs.items() if alt.startswith("forest plot"))
     assert forest.startswith("data:image/png;base64,")
@@ -102,8 +156,18 @@ def test_report_shows_paired_table_forest_plot_and_cost(two_runs, tmp_path):
     cost = next(t for t in section.iter() if t.tag == "table" and "cost" in t.classes)
     head = [th.text() for th in cost.iter() if th.tag == "th"]
     cells = [[td.text() for td in tr.iter() if td.tag == "td"] for tr in cost.iter() if tr.tag == "tr"][1:]
-    walls = [json.loads((d / "summary.json").read_text())["wall_s_total"] / 3 for d in two_runs]
+    walls = [json.loads((d / "summary.json").read_text())["wall_s_total"] / 10 for d in ten_runs]
     assert [c[head.index("wall_s_per_question")] for c in cells] == [fmt(w) for w in walls]
+
+
+def test_report_of_three_questions_marks_nothing_and_says_why(two_runs, tmp_path):
+    section = _comparison(report.write_report(two_runs, tmp_path / "cmp.html"))
+    rows = [tr for tr in section.iter() if tr.tag == "tr" and tr.attrs.get("data-metric")]
+    assert rows and all("untested" in tr.classes for tr in rows)
+    assert not any(n.tag == "strong" and "sig" in n.classes for n in section.iter())
+    notes = [n.text() for n in section.iter() if n.tag == "p" and "paired-note" in n.classes]
+    assert any(f"fewer than {MIN_N} questions" in n for n in notes)
+    assert not any(n.tag == "img" and n.attrs.get("alt", "").startswith("forest plot") for n in section.iter())
 
 
 def test_runs_over_different_questions_are_refused_in_one_line(report_runs, tmp_path):

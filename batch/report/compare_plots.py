@@ -10,13 +10,15 @@ import polars as pl
 
 from clarify.batch.report.plots import _figure, _png
 
-SIGNIFICANT = "#c44e52"  # an interval that excludes 0
+SIGNIFICANT = "#c44e52"  # a difference that survives Holm-Bonferroni (comparison.paired_rows `significant`)
 NOT_SIGNIFICANT = "#4c72b0"
 
 
 def forest_png(paired: pl.DataFrame) -> bytes | None:
     """One panel per metric, one row per pair (b − a): the mean difference as a point, its interval as a
-    bar, a line at 0; a pair whose interval excludes 0 is drawn filled in red and starred."""
+    bar, a line at 0; a difference that survives Holm-Bonferroni is drawn filled in red and starred. Rows
+    on too few questions for an interval (eval/paired.py MIN_N) are left out; None when none is left."""
+    paired = paired.filter(pl.col("ci_low").is_not_null())
     if paired.height == 0:
         return None
     metrics = paired["metric"].unique(maintain_order=True).to_list()
@@ -36,10 +38,10 @@ def forest_png(paired: pl.DataFrame) -> bytes | None:
             r = rows.get(pair)
             if r is None:
                 continue
-            color = SIGNIFICANT if r["excludes_zero"] else NOT_SIGNIFICANT
+            color = SIGNIFICANT if r["significant"] else NOT_SIGNIFICANT
             ax.plot([r["ci_low"], r["ci_high"]], [y, y], color=color, linewidth=2)
-            ax.plot([r["diff"]], [y], marker="o", color=color, markerfacecolor=color if r["excludes_zero"] else "white")
-            if r["excludes_zero"]:
+            ax.plot([r["diff"]], [y], marker="o", color=color, markerfacecolor=color if r["significant"] else "white")
+            if r["significant"]:
                 ax.annotate("*", (r["ci_high"], y), textcoords="offset points", xytext=(3, -4), color=color)
         ax.axvline(0, color="#999999", linestyle="--", linewidth=1)
         ax.set_yticks(range(len(pairs)), labels if i % cols == 0 else [""] * len(pairs), fontsize=7)

@@ -194,17 +194,14 @@ def check_same_questions(runs: list[Run]) -> None:
 
 PAIRED_SCHEMA = {"a": pl.String, "b": pl.String, "metric": pl.String, "questions": pl.Int64, "a_mean": pl.Float64,
                  "b_mean": pl.Float64, "diff": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64,
-                 "excludes_zero": pl.Boolean, "wins": pl.Int64, "ties": pl.Int64, "losses": pl.Int64}
+                 "excludes_zero": pl.Boolean, "p_perm": pl.Float64, "p_holm": pl.Float64, "significant": pl.Boolean,
+                 "mde": pl.Float64, "wins": pl.Int64, "ties": pl.Int64, "losses": pl.Int64}
 
 
 def paired_table(runs: list[Run], *, resamples: int | None = None, seed: int | None = None) -> pl.DataFrame:
     """Every pair of runs (a before b in the given order) on every metric they report and scored per
-    question (summary.json `metrics` found in scores.parquet): the mean of b - a, its 95 % paired-bootstrap interval (eval/paired.py: one draw of
-    questions for every pair and metric, fixed seed), whether the interval excludes 0, and on how many
-    questions b scored higher (wins), the same (ties) or lower (losses). The runs must share their
-    questions (`check_same_questions`)."""
-    from clarify.eval import paired
-
+    question (summary.json `metrics` found in scores.parquet), as `paired_rows` computes them. The runs
+    must share their questions (`check_same_questions`)."""
     check_same_questions(runs)
     qids = runs[0].questions["qid"].unique(maintain_order=True).to_list()
     # the metrics the runs report (summary.json `metrics`, in its order) that are scored per question; the
@@ -216,42 +213,97 @@ def paired_table(runs: list[Run], *, resamples: int | None = None, seed: int | N
     metrics = list(dict.fromkeys(reported)) or scored
     # (question x metric) value matrix per run, NaN where a run has no value
     frame = pl.DataFrame({"qid": qids}, schema={"qid": pl.String})
-    values = {}
+    values = []
     for run in runs:
         wide = (run.scores.filter(pl.col("value").is_not_nan()).group_by("qid", "metric").agg(pl.col("value").mean())
                 .pivot(on="metric", index="qid", values="value"))
         wide = frame.join(wide, on="qid", how="left", maintain_order="left")
-        values[run.name] = np.column_stack([wide[m].cast(pl.Float64).fill_null(np.nan).to_numpy() if m in wide.columns
-                                            else np.full(len(qids), np.nan) for m in metrics]) if metrics else None
-    pairs = [(i, j) for i in range(len(runs)) for j in range(i + 1, len(runs))]
+        values.append(np.column_stack([wide[m].cast(pl.Float64).fill_null(np.nan).to_numpy() if m in wide.columns
+                                       else np.full(len(qids), np.nan) for m in metrics]) if metrics else None)
+    return paired_rows([r.name for r in runs], values, metrics, resamples=resamples, seed=seed)
+
+
+def paired_rows(names: list[str], values: list[np.ndarray | None], metrics: list[str], *,
+                resamples: int | None = None, seed: int | None = None) -> pl.DataFrame:
+    """The paired table (PAIRED_SCHEMA) of runs `names`, each scored as `values[i]` ((questions x metrics),
+    rows aligned across runs, NaN where a run has no value): for every pair (a before b) and metric, the
+    mean of b - a and wins/ties/losses; from eval/paired.MIN_N questions on, its 95 % paired-bootstrap
+    interval, whether that excludes 0, the permutation p-value, the minimum detectable effect at this n
+    (eval/paired.py; one draw of questions for every pair and metric, fixed seed) and the Holm-adjusted
+    p-value over every tested row of the table; `significant` = the difference survives Holm at 5 %.
+    Below MIN_N the interval, tests and mark are null (eval/paired.py says why)."""
+    from clarify.eval import paired
+
+    pairs = [(i, j) for i in range(len(names)) for j in range(i + 1, len(names))]
     if not metrics or not pairs:
         return pl.DataFrame(schema=PAIRED_SCHEMA)
-    a_vals = np.concatenate([values[runs[i].name] for i, _ in pairs], axis=1)
-    b_vals = np.concatenate([values[runs[j].name] for _, j in pairs], axis=1)
-    got = paired.paired_bootstrap(b_vals - a_vals, resamples=resamples or paired.RESAMPLES,
-                                  seed=paired.SEED if seed is None else seed)
-    rows = []
+    a_vals = np.concatenate([values[i] for i, _ in pairs], axis=1)
+    b_vals = np.concatenate([values[j] for _, j in pairs], axis=1)
+    got = paired.paired_tests(b_vals - a_vals, resamples=resamples or paired.RESAMPLES,
+                              seed=paired.SEED if seed is None else seed)
+    kept = []
     for k, ((i, j), metric) in enumerate((p, m) for p in pairs for m in metrics):
         both = ~np.isnan(a_vals[:, k]) & ~np.isnan(b_vals[:, k])
-        if not both.any():
-            continue
-        lo, hi = float(got.lo[k]), float(got.hi[k])
-        rows.append({"a": runs[i].name, "b": runs[j].name, "metric": metric, "questions": int(got.n[k]),
+        if both.any():
+            kept.append((k, i, j, metric, both))
+    adjusted = paired.holm(np.array([got.p[k] for k, *_ in kept]))  # the family: the rows shown
+
+    def num(x) -> float | None:
+        return None if np.isnan(x) else float(x)
+
+    rows = []
+    for (k, i, j, metric, both), p_holm in zip(kept, adjusted):
+        lo, hi, tested = num(got.paired.lo[k]), num(got.paired.hi[k]), not np.isnan(got.p[k])
+        rows.append({"a": names[i], "b": names[j], "metric": metric, "questions": int(got.paired.n[k]),
                      "a_mean": float(a_vals[both, k].mean()), "b_mean": float(b_vals[both, k].mean()),
-                     "diff": float(got.mean[k]), "ci_low": lo, "ci_high": hi, "excludes_zero": lo > 0 or hi < 0,
-                     "wins": int(got.wins[k]), "ties": int(got.ties[k]), "losses": int(got.losses[k])})
+                     "diff": float(got.paired.mean[k]), "ci_low": lo, "ci_high": hi,
+                     "excludes_zero": (lo > 0 or hi < 0) if lo is not None else None,
+                     "p_perm": num(got.p[k]), "p_holm": num(p_holm),
+                     "significant": bool(p_holm < paired.ALPHA) if tested else None, "mde": num(got.mde[k]),
+                     "wins": int(got.paired.wins[k]), "ties": int(got.paired.ties[k]),
+                     "losses": int(got.paired.losses[k])})
     return pl.DataFrame(rows, schema=PAIRED_SCHEMA)
 
 
+def _p(value: float | None) -> str:
+    """A p-value as the tables show it: 3 decimals, `< 0.001` below, — when untested."""
+    if value is None:
+        return "—"
+    return "< 0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def paired_notes(table: pl.DataFrame) -> list[str]:
+    """The lines under the paired table: what * means, the minimum n, and per metric the smallest difference
+    these questions can tell from noise (the largest `mde` over the pairs shown: eval/paired.py `mde`)."""
+    from clarify.eval import paired
+
+    lines = [f"* : the difference survives Holm-Bonferroni at {paired.ALPHA:.0%} over the {table['p_holm'].drop_nulls().len()} "
+             f"tests shown (metrics x pairs; p_perm: paired permutation test, {paired.RESAMPLES:,} sign assignments "
+             "or all of them; p_holm: adjusted)."]
+    small = table.filter(pl.col("questions") < paired.MIN_N)
+    if small.height:
+        lines.append(f"{small.height} row(s) rest on fewer than {paired.MIN_N} questions: shown without an interval or "
+                     f"test, since no outcome of the paired permutation test on fewer than {paired.MIN_N} questions "
+                     f"reaches p < {paired.ALPHA} (its smallest p-value is 2 / 2^n).")
+    for row in (table.filter(pl.col("mde").is_not_null()).group_by("metric", maintain_order=True)
+                .agg(pl.col("mde").max(), pl.col("questions").min()).iter_rows(named=True)):
+        lines.append(f"with n = {row['questions']} a difference in {row['metric']} below {row['mde']:.2f} points cannot be "
+                     f"told from noise (the minimum detectable effect at {paired.POWER:.0%} power, from the paired SD).")
+    return lines
+
+
 def paired_markdown(table: pl.DataFrame) -> str:
-    """The paired table as Markdown (printed by `clarify compare`): * marks an interval that excludes 0."""
-    lines = ["| b − a | metric | q | a | b | b − a | 95 % CI | wins/ties/losses |", "|---|---|---|---|---|---|---|---|"]
+    """The paired table as Markdown (printed by `clarify compare`) with `paired_notes` under it; * marks a
+    difference that survives Holm-Bonferroni."""
+    lines = ["| b − a | metric | q | a | b | b − a | 95 % CI | p_perm | p_holm | wins/ties/losses |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in table.iter_rows(named=True):
-        mark = " *" if r["excludes_zero"] else ""
+        mark = " *" if r["significant"] else ""
+        ci = f"{r['ci_low']:+.2f} … {r['ci_high']:+.2f}" if r["ci_low"] is not None else "—"
         lines.append(f"| {r['b']} − {r['a']} | {r['metric']} | {r['questions']} | {r['a_mean']:.2f} | {r['b_mean']:.2f} "
-                     f"| {r['diff']:+.2f}{mark} | {r['ci_low']:+.2f} … {r['ci_high']:+.2f} | "
+                     f"| {r['diff']:+.2f}{mark} | {ci} | {_p(r['p_perm'])} | {_p(r['p_holm'])} | "
                      f"{r['wins']}/{r['ties']}/{r['losses']} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n" + "\n".join(paired_notes(table)) + "\n"
 
 
 def compare_stats(runs: list[Run], table: pl.DataFrame, metrics: list[str]) -> dict:
@@ -267,11 +319,15 @@ def compare_stats(runs: list[Run], table: pl.DataFrame, metrics: list[str]) -> d
     quality = (varied or metrics or [None])[0]
     shown = costs.join(table.select("run", *([quality] if quality else [])), on="run", how="left")
     return {
-        "paired_columns": ["b − a", "metric", "questions", "a", "b", "b − a", "95 % CI", "wins/ties/losses"],
+        "paired_columns": ["b − a", "metric", "questions", "a", "b", "b − a", "95 % CI", "p (permutation)",
+                           "p (Holm)", "wins/ties/losses"],
         "paired_rows": [{"pair": f"{r['b']} − {r['a']}", "metric": r["metric"], "questions": r["questions"],
                          "a_mean": r["a_mean"], "b_mean": r["b_mean"], "diff": r["diff"],
-                         "ci": f"{r['ci_low']:+.3g} … {r['ci_high']:+.3g}", "excludes_zero": r["excludes_zero"],
+                         "ci": f"{r['ci_low']:+.3g} … {r['ci_high']:+.3g}" if r["ci_low"] is not None else "—",
+                         "significant": bool(r["significant"]), "tested": r["p_perm"] is not None,
+                         "p_perm": _p(r["p_perm"]), "p_holm": _p(r["p_holm"]),
                          "wtl": f"{r['wins']}/{r['ties']}/{r['losses']}"} for r in paired.iter_rows(named=True)],
+        "paired_notes": paired_notes(paired),
         "forest": forest_png(paired),  # PNG bytes (html.py embeds them)
         "cost_columns": costs.columns,
         "cost_rows": list(costs.iter_rows()),
