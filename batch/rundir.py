@@ -415,6 +415,12 @@ class Run:
         return cls(path, config, settings, summary)
 
     @property
+    def key(self) -> Path:
+        """What identifies the run: its folder with every symlink resolved (two paths to one folder are one run;
+        two folders of the same name are two). Runs are labelled by `run_labels`, never by name alone."""
+        return Path(os.path.realpath(self.path))
+
+    @property
     def finished(self) -> bool:
         return bool(self.summary)
 
@@ -448,6 +454,32 @@ class Run:
         """Every part's verified state (`verify_part`): its trees, tables' checksums, and for a cluster
         run `ran_on` (worker, node, question ids)."""
         return [verify_part(d) for d in RunDir(self.path).part_dirs()]
+
+
+def check_distinct(paths: list[str | Path]) -> None:
+    """InputError, in one line naming both arguments, when two of `paths` are the same folder once symlinks
+    are resolved (`Run.key`): the same run would be compared with itself."""
+    seen: dict[str, str | Path] = {}
+    for p in paths:
+        real = os.path.realpath(p)
+        if real in seen:
+            same = "" if os.path.abspath(seen[real]) == real == os.path.abspath(p) else f" ({real})"
+            raise InputError(f"{seen[real]} and {p} are the same run directory{same}: name each run once")
+        seen[real] = p
+
+
+def run_labels(paths: list[str | Path]) -> list[str]:
+    """How each run is named in a comparison: its folder's name, or, where runs share it (`cmpA/smollm2` and
+    `cmpB/smollm2`), the shortest end of its path (absolute, symlinks as given) that no other run's path
+    ends with. The runs must be distinct folders (`check_distinct`), so every label is different."""
+    check_distinct(paths)
+    parts = [Path(os.path.abspath(p)).parts for p in paths]
+    labels = []
+    for i, own in enumerate(parts):
+        k = next(k for k in range(1, len(own) + 1)
+                 if all(own[-k:] != other[-k:] for j, other in enumerate(parts) if j != i))
+        labels.append(str(Path(*own[-k:])))
+    return labels
 
 
 def _json_object(path: Path, what_to_do: str) -> dict:

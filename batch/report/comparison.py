@@ -12,7 +12,7 @@ import math
 import numpy as np
 import polars as pl
 
-from clarify.batch.rundir import Run
+from clarify.batch.rundir import Run, run_labels
 from clarify.errors import InputError
 
 
@@ -75,8 +75,9 @@ def summary_row(run: Run) -> dict:
 
 
 def comparison_table(runs: list[Run]) -> pl.DataFrame:
-    """One row per run (see `summary_row`); columns are the union over runs (missing → null)."""
-    rows = [summary_row(r) for r in runs]
+    """One row per run (see `summary_row`), its `run` the run's label (rundir.run_labels: two folders of one
+    name are two rows); columns are the union over runs (missing → null)."""
+    rows = [{**summary_row(r), "run": label} for r, label in zip(runs, run_labels([r.path for r in runs]))]
     columns: list[str] = []
     for row in rows:
         columns += [c for c in row if c not in columns]
@@ -160,8 +161,9 @@ def cost_row(run: Run) -> dict:
 
 
 def cost_table(runs: list[Run]) -> pl.DataFrame:
-    """One row per run: run, model and `cost_row`."""
-    rows = [{"run": r.name, "model": r.config.model.model, **cost_row(r)} for r in runs]
+    """One row per run: run (its label, rundir.run_labels), model and `cost_row`."""
+    rows = [{"run": label, "model": r.config.model.model, **cost_row(r)}
+            for r, label in zip(runs, run_labels([r.path for r in runs]))]
     return pl.DataFrame(rows, schema={"run": pl.String, "model": pl.String, "device": pl.String,
                                       "devices": pl.Float64, "engine_tokens_per_question": pl.Float64,
                                       "llm_calls_per_question": pl.Float64, "model_calls_per_question": pl.Float64,
@@ -206,6 +208,7 @@ def paired_table(runs: list[Run], *, resamples: int | None = None, seed: int | N
     from clarify.eval import paired
 
     check_same_questions(runs)
+    labels = run_labels([r.path for r in runs])  # runs are keyed by folder (Run.key), shown by label, never by name
     qids = runs[0].questions["qid"].unique(maintain_order=True).to_list()
     # the metrics the runs report (summary.json `metrics`, in its order) that are scored per question; the
     # per-question helper counts of scores.parquet (n_gold, n_pairs, ...) are not compared
@@ -221,13 +224,13 @@ def paired_table(runs: list[Run], *, resamples: int | None = None, seed: int | N
         wide = (run.scores.filter(pl.col("value").is_not_nan()).group_by("qid", "metric").agg(pl.col("value").mean())
                 .pivot(on="metric", index="qid", values="value"))
         wide = frame.join(wide, on="qid", how="left", maintain_order="left")
-        values[run.name] = np.column_stack([wide[m].cast(pl.Float64).fill_null(np.nan).to_numpy() if m in wide.columns
-                                            else np.full(len(qids), np.nan) for m in metrics]) if metrics else None
+        values[run.key] = np.column_stack([wide[m].cast(pl.Float64).fill_null(np.nan).to_numpy() if m in wide.columns
+                                           else np.full(len(qids), np.nan) for m in metrics]) if metrics else None
     pairs = [(i, j) for i in range(len(runs)) for j in range(i + 1, len(runs))]
     if not metrics or not pairs:
         return pl.DataFrame(schema=PAIRED_SCHEMA)
-    a_vals = np.concatenate([values[runs[i].name] for i, _ in pairs], axis=1)
-    b_vals = np.concatenate([values[runs[j].name] for _, j in pairs], axis=1)
+    a_vals = np.concatenate([values[runs[i].key] for i, _ in pairs], axis=1)
+    b_vals = np.concatenate([values[runs[j].key] for _, j in pairs], axis=1)
     got = paired.paired_bootstrap(b_vals - a_vals, resamples=resamples or paired.RESAMPLES,
                                   seed=paired.SEED if seed is None else seed)
     rows = []
@@ -236,7 +239,7 @@ def paired_table(runs: list[Run], *, resamples: int | None = None, seed: int | N
         if not both.any():
             continue
         lo, hi = float(got.lo[k]), float(got.hi[k])
-        rows.append({"a": runs[i].name, "b": runs[j].name, "metric": metric, "questions": int(got.n[k]),
+        rows.append({"a": labels[i], "b": labels[j], "metric": metric, "questions": int(got.n[k]),
                      "a_mean": float(a_vals[both, k].mean()), "b_mean": float(b_vals[both, k].mean()),
                      "diff": float(got.mean[k]), "ci_low": lo, "ci_high": hi, "excludes_zero": lo > 0 or hi < 0,
                      "wins": int(got.wins[k]), "ties": int(got.ties[k]), "losses": int(got.losses[k])})

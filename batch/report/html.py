@@ -46,7 +46,7 @@ from clarify.batch.report.comparison import (
     plotted_metrics,
     split_summary,
 )
-from clarify.batch.rundir import Run, RunDir
+from clarify.batch.rundir import Run, RunDir, check_distinct, run_labels
 from clarify.batch.toc import quotes
 from clarify.batch.toc.tree import Status
 from clarify.errors import InputError
@@ -457,8 +457,9 @@ def config_groups(settings: dict) -> list[tuple[str, list[tuple[str, object]]]]:
     return groups
 
 
-def _run(run: Run, ri: int, k: int, max_questions: int | None) -> dict:
-    """One run's section: summary, config, plots, the question index and every question's tree."""
+def _run(run: Run, ri: int, label: str, k: int, max_questions: int | None) -> dict:
+    """One run's section: summary, config, plots, the question index and every question's tree. label: the
+    run's name in the report (rundir.run_labels)."""
     questions = run.questions.unique("qid", keep="first", maintain_order=True)
     if max_questions is not None:
         questions = questions.head(max_questions)
@@ -476,7 +477,7 @@ def _run(run: Run, ri: int, k: int, max_questions: int | None) -> dict:
             tqdm(
                 questions.iter_rows(named=True),
                 total=questions.height,
-                desc=f"report {run.name}",
+                desc=f"report {label}",
                 leave=False,  # gone once done; not drawn at all when stderr is not a terminal (a log)
                 disable=None,
             )
@@ -502,7 +503,7 @@ def _run(run: Run, ri: int, k: int, max_questions: int | None) -> dict:
         )
     return {
         "id": f"run-{ri}",
-        "name": run.name,
+        "name": label,
         "path": str(run.path),
         "n_shown": questions.height,
         "n_questions": run.questions.height,
@@ -537,7 +538,8 @@ def render_report(runs: list[Run], *, passages_per_node: int = 5, max_questions:
         comparison = {"columns": table.columns, "rows": list(table.iter_rows()), "plot": plot, **stats}
     return environment().get_template("report.html.j2").render(
         written=_dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
-        runs=[_run(run, ri, passages_per_node, max_questions) for ri, run in enumerate(runs)],
+        runs=[_run(run, ri, label, passages_per_node, max_questions)
+              for ri, (run, label) in enumerate(zip(runs, run_labels([r.path for r in runs])))],
         comparison=comparison,
     )
 
@@ -545,9 +547,11 @@ def render_report(runs: list[Run], *, passages_per_node: int = 5, max_questions:
 def write_report(
     run_dirs: list[Path], out: Path, *, passages_per_node: int = 5, max_questions: int | None = None
 ) -> Path:
-    """Write one self-contained HTML report for `run_dirs` to `out` (atomically) and return `out`."""
+    """Write one self-contained HTML report for `run_dirs` to `out` (atomically) and return `out`. The same
+    folder named twice is refused first."""
     if not run_dirs:
         raise InputError("no run directory given", field="run_dirs")
+    check_distinct(run_dirs)  # one run twice would be compared with itself
     runs = [Run.open(d) for d in run_dirs]
     doc = render_report(runs, passages_per_node=passages_per_node, max_questions=max_questions)
     return write_text(doc, out)
