@@ -169,6 +169,12 @@ class RunDir:
     def report_file(self) -> Path:
         return self.path / "report.html"
 
+    @property
+    def is_run(self) -> bool:
+        """A folder is a run directory when it holds config.json: what `Run.open` requires, and what
+        `enclosing_run` looks for above a file another command would write."""
+        return self.config_file.is_file()
+
     def table_file(self, name: str) -> Path:
         return self.path / f"{name}.parquet"
 
@@ -406,7 +412,7 @@ class Run:
             raise InputError("not a run directory (no such folder)", path=str(path))
         layout = RunDir(path)
         cfg_path = layout.config_file
-        if not cfg_path.is_file():
+        if not layout.is_run:
             raise InputError("not a run directory: config.json is missing", path=str(path))
         settings = _json_object(cfg_path, "restore it, or start the run again with --restart")
         config = from_dict(settings, source=str(cfg_path))
@@ -454,6 +460,13 @@ class Run:
         """Every part's verified state (`verify_part`): its trees, tables' checksums, and for a cluster
         run `ran_on` (worker, node, question ids)."""
         return [verify_part(d) for d in RunDir(self.path).part_dirs()]
+
+
+def enclosing_run(path: str | Path) -> Path | None:
+    """The innermost run directory (`RunDir.is_run`) that holds `path` or a folder above it, symlinks resolved;
+    None when there is none. A file written there by another command would replace a run's own file."""
+    real = Path(os.path.realpath(path))
+    return next((d for d in real.parents if RunDir(d).is_run), None)
 
 
 def check_distinct(paths: list[str | Path]) -> None:
