@@ -169,6 +169,12 @@ class RunDir:
     def report_file(self) -> Path:
         return self.path / "report.html"
 
+    @property
+    def is_run(self) -> bool:
+        """A folder is a run directory when it holds config.json: what `Run.open` requires, and what
+        `enclosing_run` looks for above a file another command would write."""
+        return self.config_file.is_file()
+
     def table_file(self, name: str) -> Path:
         return self.path / f"{name}.parquet"
 
@@ -406,13 +412,19 @@ class Run:
             raise InputError("not a run directory (no such folder)", path=str(path))
         layout = RunDir(path)
         cfg_path = layout.config_file
-        if not cfg_path.is_file():
+        if not layout.is_run:
             raise InputError("not a run directory: config.json is missing", path=str(path))
         settings = _json_object(cfg_path, "restore it, or start the run again with --restart")
         config = from_dict(settings, source=str(cfg_path))
         summary = (RunSummary.read(layout.summary_file, "delete it to rewrite the final tables from the parts")
                    .to_json() if layout.summary_file.is_file() else {})
         return cls(path, config, settings, summary)
+
+    @property
+    def key(self) -> Path:
+        """What identifies the run: its folder with every symlink resolved (two paths to one folder are one run;
+        two folders of the same name are two). Runs are labelled by `run_labels`, never by name alone."""
+        return Path(os.path.realpath(self.path))
 
     @property
     def finished(self) -> bool:
@@ -448,6 +460,39 @@ class Run:
         """Every part's verified state (`verify_part`): its trees, tables' checksums, and for a cluster
         run `ran_on` (worker, node, question ids)."""
         return [verify_part(d) for d in RunDir(self.path).part_dirs()]
+
+
+def enclosing_run(path: str | Path) -> Path | None:
+    """The innermost run directory (`RunDir.is_run`) that holds `path` or a folder above it, symlinks resolved;
+    None when there is none. A file written there by another command would replace a run's own file."""
+    real = Path(os.path.realpath(path))
+    return next((d for d in real.parents if RunDir(d).is_run), None)
+
+
+def check_distinct(paths: list[str | Path]) -> None:
+    """InputError, in one line naming both arguments, when two of `paths` are the same folder once symlinks
+    are resolved (`Run.key`): the same run would be compared with itself."""
+    seen: dict[str, str | Path] = {}
+    for p in paths:
+        real = os.path.realpath(p)
+        if real in seen:
+            same = "" if os.path.abspath(seen[real]) == real == os.path.abspath(p) else f" ({real})"
+            raise InputError(f"{seen[real]} and {p} are the same run directory{same}: name each run once")
+        seen[real] = p
+
+
+def run_labels(paths: list[str | Path]) -> list[str]:
+    """How each run is named in a comparison: its folder's name, or, where runs share it (`cmpA/smollm2` and
+    `cmpB/smollm2`), the shortest end of its path (absolute, symlinks as given) that no other run's path
+    ends with. The runs must be distinct folders (`check_distinct`), so every label is different."""
+    check_distinct(paths)
+    parts = [Path(os.path.abspath(p)).parts for p in paths]
+    labels = []
+    for i, own in enumerate(parts):
+        k = next(k for k in range(1, len(own) + 1)
+                 if all(own[-k:] != other[-k:] for j, other in enumerate(parts) if j != i))
+        labels.append(str(Path(*own[-k:])))
+    return labels
 
 
 def _json_object(path: Path, what_to_do: str) -> dict:

@@ -180,3 +180,48 @@ def test_runs_over_different_questions_are_refused_in_one_line(report_runs, tmp_
     line = str(got.value)
     assert "\n" not in line and line.startswith(str(tmp_path / "b")) and "lacks 1 of" in line
     assert not (tmp_path / "x.html").exists()
+
+
+def test_runs_in_folders_of_one_name_are_paired_as_two_runs(report_runs, tmp_path):
+    """`clarify report cmpA/smollm2-135m-instruct cmpB/smollm2-135m-instruct`: the same folder name (and the
+    same summary.json `name`) under two parents are two runs, each identified by its folder (Run.key) and
+    labelled by the shortest end of its path that tells them apart (docs/running-toc.md#reading-the-report)."""
+    folder = "smollm2-135m-instruct"
+    a, b = (copy_run(report_runs[0], tmp_path / parent / folder) for parent in ("cmpA", "cmpB"))
+    _shift_scores(b, "str_em", [10.0, 20.0, 30.0])  # b better on every question
+    runs = [Run.open(a), Run.open(b)]
+    assert runs[0].name == runs[1].name  # the summary's name cannot tell them apart
+    labels = [f"cmpA/{folder}", f"cmpB/{folder}"]
+    table = paired_table(runs)
+    em = table.filter(pl.col("metric") == "str_em").row(0, named=True)
+    assert [em["a"], em["b"]] == labels
+    assert em["b_mean"] == pytest.approx(em["a_mean"] + 20.0) and em["diff"] == pytest.approx(20.0)
+    assert (em["wins"], em["ties"], em["losses"]) == (3, 0, 0)
+    dom = parse(report.write_report([a, b], tmp_path / "cmp.html").read_text())
+    section = next(n for n in dom.iter() if n.tag == "section" and n.attrs.get("id") == "comparison")
+
+    def rows(cls: str) -> list[list[str]]:
+        grid = next(t for t in section.iter() if t.tag == "table" and cls in t.classes)
+        return [[td.text() for td in tr.iter() if td.tag == "td"] for tr in grid.iter() if tr.tag == "tr"][1:]
+
+    paired_em = next(r for r in rows("paired") if r[1] == "str_em")
+    assert paired_em[0] == f"{labels[1]} − {labels[0]}" and paired_em[3] != paired_em[4]
+    assert [r[0] for r in rows("cost")] == labels and [r[0] for r in rows("compare")] == labels
+    heads = [n.text() for n in dom.iter() if n.tag == "h2" and n.text().startswith("Run ")]
+    assert heads == [f"Run {label}" for label in labels]
+    # folders of different names keep their names
+    c = copy_run(report_runs[1], tmp_path / "other" / "gemma")
+    assert paired_table([runs[0], Run.open(c)])["a"].unique().to_list() == [folder]
+
+
+def test_one_run_directory_named_twice_is_refused_in_one_line(report_runs, tmp_path):
+    run = copy_run(report_runs[0], tmp_path / "r")
+    (tmp_path / "link").symlink_to(run, target_is_directory=True)
+    for twice in ([run, run], [run, tmp_path / "link"], [run, tmp_path / "x" / ".." / "r"]):
+        with pytest.raises(InputError) as got:
+            report.write_report(twice, tmp_path / "x.html")
+        line = str(got.value)
+        assert "\n" not in line and line.startswith(f"{twice[0]} and {twice[1]} are the same run directory")
+        assert not (tmp_path / "x.html").exists()
+    with pytest.raises(InputError, match="are the same run directory"):  # the comparison of `clarify compare` too
+        paired_table([Run.open(run), Run.open(tmp_path / "link")])

@@ -607,3 +607,44 @@ def test_partial_run_still_reports(report_runs, tmp_path):
     dom = parse(out.read_text())
     assert len([n for n in dom.iter() if n.tag == "details" and "question" in n.classes]) == n_questions
     assert "answers.parquet" in next(n for n in dom.iter() if "warn" in n.classes).text()
+
+
+def _cli(argv: list[str], capsys) -> tuple[int, str]:
+    """`clarify ARGV` as the command line runs it: (exit status, stderr)."""
+    from clarify.batch.cli import main
+
+    rc = main(argv)
+    return rc, capsys.readouterr().err
+
+
+def test_out_inside_a_run_directory_is_refused_and_the_run_untouched(report_runs, tmp_path, capsys):
+    """--out onto a run's own file (config.json, summary.json, a table, a part's state, a new file in its logs)
+    would replace it with HTML and lose the run (docs/running-toc.md#reading-the-report): refused in one line,
+    for a run named on the command line, another run, or a run reached through a symlink."""
+    run = copy_run(report_runs[0], tmp_path / "r")
+    other = copy_run(report_runs[1], tmp_path / "other")
+    (tmp_path / "link").symlink_to(run, target_is_directory=True)
+    part = next((run / "parts").iterdir()) / "state.json"
+    files = {p: p.read_bytes() for p in (run / "config.json", run / "summary.json", run / "scores.parquet", part,
+                                         other / "config.json")}
+    for out in (*files, run / "logs" / "new.html", run / "notes.html", tmp_path / "link" / "config.json"):
+        rc, err = _cli(["report", str(run), "--out", str(out)], capsys)
+        assert rc == 2 and err.count("\n") == 1, (out, err)
+        assert f"{out} (field '--out'): is inside the run directory" in err and "report.html" in err
+    assert all(p.read_bytes() == before for p, before in files.items())
+    assert not (run / "logs" / "new.html").exists() and not (run / "notes.html").exists()
+    assert Run.open(run).scores.height  # the run still reads
+    # its report.html, as `clarify report RUN` writes it by default, and a file outside every run are fine
+    for out in (run / "report.html", tmp_path / "link" / "report.html", tmp_path / "elsewhere.html"):
+        assert _cli(["report", str(run), "--out", str(out)], capsys)[0] == 0 and out.is_file()
+    assert _cli(["report", str(run)], capsys)[0] == 0
+
+
+def test_out_that_is_a_folder_is_refused_in_one_line(report_runs, tmp_path, capsys):
+    run = copy_run(report_runs[0], tmp_path / "r")
+    (tmp_path / "d").mkdir()
+    for out in (tmp_path / "d", run):
+        rc, err = _cli(["report", str(run), "--out", str(out)], capsys)
+        assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err
+        assert f"{out} (field '--out'): is a folder" in err
+    assert list((tmp_path / "d").iterdir()) == []

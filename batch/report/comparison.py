@@ -12,7 +12,7 @@ import math
 import numpy as np
 import polars as pl
 
-from clarify.batch.rundir import Run
+from clarify.batch.rundir import Run, run_labels
 from clarify.errors import InputError
 
 
@@ -75,8 +75,9 @@ def summary_row(run: Run) -> dict:
 
 
 def comparison_table(runs: list[Run]) -> pl.DataFrame:
-    """One row per run (see `summary_row`); columns are the union over runs (missing → null)."""
-    rows = [summary_row(r) for r in runs]
+    """One row per run (see `summary_row`), its `run` the run's label (rundir.run_labels: two folders of one
+    name are two rows); columns are the union over runs (missing → null)."""
+    rows = [{**summary_row(r), "run": label} for r, label in zip(runs, run_labels([r.path for r in runs]))]
     columns: list[str] = []
     for row in rows:
         columns += [c for c in row if c not in columns]
@@ -160,8 +161,9 @@ def cost_row(run: Run) -> dict:
 
 
 def cost_table(runs: list[Run]) -> pl.DataFrame:
-    """One row per run: run, model and `cost_row`."""
-    rows = [{"run": r.name, "model": r.config.model.model, **cost_row(r)} for r in runs]
+    """One row per run: run (its label, rundir.run_labels), model and `cost_row`."""
+    rows = [{"run": label, "model": r.config.model.model, **cost_row(r)}
+            for r, label in zip(runs, run_labels([r.path for r in runs]))]
     return pl.DataFrame(rows, schema={"run": pl.String, "model": pl.String, "device": pl.String,
                                       "devices": pl.Float64, "engine_tokens_per_question": pl.Float64,
                                       "llm_calls_per_question": pl.Float64, "model_calls_per_question": pl.Float64,
@@ -203,6 +205,7 @@ def paired_table(runs: list[Run], *, resamples: int | None = None, seed: int | N
     question (summary.json `metrics` found in scores.parquet), as `paired_rows` computes them. The runs
     must share their questions (`check_same_questions`)."""
     check_same_questions(runs)
+    labels = run_labels([r.path for r in runs])  # runs are keyed by folder (Run.key), shown by label, never by name
     qids = runs[0].questions["qid"].unique(maintain_order=True).to_list()
     # the metrics the runs report (summary.json `metrics`, in its order) that are scored per question; the
     # per-question helper counts of scores.parquet (n_gold, n_pairs, ...) are not compared
@@ -220,7 +223,7 @@ def paired_table(runs: list[Run], *, resamples: int | None = None, seed: int | N
         wide = frame.join(wide, on="qid", how="left", maintain_order="left")
         values.append(np.column_stack([wide[m].cast(pl.Float64).fill_null(np.nan).to_numpy() if m in wide.columns
                                        else np.full(len(qids), np.nan) for m in metrics]) if metrics else None)
-    return paired_rows([r.name for r in runs], values, metrics, resamples=resamples, seed=seed)
+    return paired_rows(labels, values, metrics, resamples=resamples, seed=seed)
 
 
 def paired_rows(names: list[str], values: list[np.ndarray | None], metrics: list[str], *,

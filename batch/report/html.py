@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import base64
 import datetime as _dt
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -46,7 +47,7 @@ from clarify.batch.report.comparison import (
     plotted_metrics,
     split_summary,
 )
-from clarify.batch.rundir import Run, RunDir
+from clarify.batch.rundir import Run, RunDir, check_distinct, enclosing_run, run_labels
 from clarify.batch.toc import quotes
 from clarify.batch.toc.tree import Status
 from clarify.errors import InputError
@@ -457,8 +458,9 @@ def config_groups(settings: dict) -> list[tuple[str, list[tuple[str, object]]]]:
     return groups
 
 
-def _run(run: Run, ri: int, k: int, max_questions: int | None) -> dict:
-    """One run's section: summary, config, plots, the question index and every question's tree."""
+def _run(run: Run, ri: int, label: str, k: int, max_questions: int | None) -> dict:
+    """One run's section: summary, config, plots, the question index and every question's tree. label: the
+    run's name in the report (rundir.run_labels)."""
     questions = run.questions.unique("qid", keep="first", maintain_order=True)
     if max_questions is not None:
         questions = questions.head(max_questions)
@@ -476,7 +478,7 @@ def _run(run: Run, ri: int, k: int, max_questions: int | None) -> dict:
             tqdm(
                 questions.iter_rows(named=True),
                 total=questions.height,
-                desc=f"report {run.name}",
+                desc=f"report {label}",
                 leave=False,  # gone once done; not drawn at all when stderr is not a terminal (a log)
                 disable=None,
             )
@@ -502,7 +504,7 @@ def _run(run: Run, ri: int, k: int, max_questions: int | None) -> dict:
         )
     return {
         "id": f"run-{ri}",
-        "name": run.name,
+        "name": label,
         "path": str(run.path),
         "n_shown": questions.height,
         "n_questions": run.questions.height,
@@ -537,7 +539,8 @@ def render_report(runs: list[Run], *, passages_per_node: int = 5, max_questions:
         comparison = {"columns": table.columns, "rows": list(table.iter_rows()), "plot": plot, **stats}
     return environment().get_template("report.html.j2").render(
         written=_dt.datetime.now().strftime("%Y-%m-%d %H:%M"),
-        runs=[_run(run, ri, passages_per_node, max_questions) for ri, run in enumerate(runs)],
+        runs=[_run(run, ri, label, passages_per_node, max_questions)
+              for ri, (run, label) in enumerate(zip(runs, run_labels([r.path for r in runs])))],
         comparison=comparison,
     )
 
@@ -545,12 +548,30 @@ def render_report(runs: list[Run], *, passages_per_node: int = 5, max_questions:
 def write_report(
     run_dirs: list[Path], out: Path, *, passages_per_node: int = 5, max_questions: int | None = None
 ) -> Path:
-    """Write one self-contained HTML report for `run_dirs` to `out` (atomically) and return `out`."""
+    """Write one self-contained HTML report for `run_dirs` to `out` (atomically) and return `out`. The same
+    folder named twice, and an `out` that is a folder or a run's own file (`check_out`), are refused first."""
     if not run_dirs:
         raise InputError("no run directory given", field="run_dirs")
+    check_distinct(run_dirs)  # one run twice would be compared with itself
+    check_out(out)
     runs = [Run.open(d) for d in run_dirs]
     doc = render_report(runs, passages_per_node=passages_per_node, max_questions=max_questions)
     return write_text(doc, out)
+
+
+def check_out(out: Path) -> None:
+    """InputError, in one line naming --out, when `out` is a folder, or a file inside a run directory
+    (rundir.enclosing_run: config.json, summary.json, a table, a part, a log, ...) other than its report.html
+    (`RunDir.report_file`, where `clarify report RUN` writes by default): the report is written by renaming
+    onto that path (files.write_text), so it would replace the run's file and Run.open would then refuse the
+    run as damaged (docs/running-toc.md#reading-the-report)."""
+    if Path(out).is_dir():
+        raise InputError("is a folder; give the HTML file to write (e.g. report.html in it)", path=str(out),
+                         field="--out")
+    run = enclosing_run(out)
+    if run is not None and Path(os.path.realpath(out)) != RunDir(run).report_file:
+        raise InputError(f"is inside the run directory {run}, and would replace one of its files; write the report "
+                         f"to {RunDir(run).report_file} or outside the run", path=str(out), field="--out")
 
 
 def default_out(run_dirs: list[Path]) -> Path:
@@ -585,7 +606,8 @@ def register(sub) -> None:
     p.add_argument(
         "--out",
         default=None,
-        help="HTML file to write (default: RUN_DIR/report.html, or report.html beside the runs)",
+        help="HTML file to write (default: RUN_DIR/report.html, or report.html beside the runs); never a folder, "
+             "nor a file inside a run directory other than its report.html",
     )
     p.add_argument(
         "--passages", type=int, default=5, help="retrieved passages shown per tree node (default 5)"
