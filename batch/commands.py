@@ -74,7 +74,11 @@ examples:
 writes into --out: one run directory per model (resumable; its config.json holds that model's settings),
 models/<name>.json (each run's config), search_cache/ (retrieval shared between the models),
 comparison.parquet (quality and cost per model), paired.parquet (every pair x metric: mean difference,
-95 % paired-bootstrap interval, wins/ties/losses), comparison.md (printed) and comparison.png.
+95 % paired-bootstrap interval, wins/ties/losses), comparison.md (printed) and comparison.png (each
+metric against the parameter count; against cost per question, or the run order, when a model's count is
+unknown, as a served model's is: a models file's `params` gives it). --out must be new, empty, or an
+earlier compare's (the same command resumes it): a run directory or a folder holding other files is
+refused. No model may be named like these files (models, config.json, comparison.parquet, ...).
 """
 
 
@@ -114,12 +118,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--models", required=True,
                    help="a models TOML file ([[model]] tables: model = NAME or FOLDER and any [model] setting of "
                         "that model: dtype, tensor_parallel_size, max_model_len, quantization, chat_template, "
-                        "backend, base_url, gpu_memory_utilization, ...), or comma-separated model names or "
+                        "backend, base_url, gpu_memory_utilization, ...; and the comparison's own name and params), or comma-separated model names or "
                         "directories (each with the run's [model] settings)")
     p.add_argument("--plan-only", action="store_true",
                    help="print which GPUs (or cores) each model would run on, and when, then stop")
     _run_args(p, with_model=False)
-    p.add_argument("--out", required=True, help="comparison directory; one run directory per model inside")
+    p.add_argument("--out", required=True, help="comparison directory, new or empty or an earlier compare's (then "
+                                                "resumed); one run directory per model inside")
     p.add_argument("--parallel", action="store_true",
                    help="run the models at the same time, each on its own GPUs (or CPU cores), or placed by Ray "
                         "with --ray-address; each run's output goes to <out>/<model>.log")

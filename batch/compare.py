@@ -6,7 +6,9 @@ gets its own run directory (resumable like any run; its config.json holds that m
 in its own process. On GPUs the models are packed by memory need (batch/gpu_plan.py: each on the fewest
 GPUs that hold it, as many at once as fit, a queued one started as GPUs free up); on CPU one after
 another, or with `--parallel` all at once, each on its own cores (`device_groups`); with `--ray-address`
-Ray places them. The plan is printed before anything starts (`--plan-only` stops there). Retrieval for
+Ray places them. The plan is printed before anything starts (`--plan-only` stops there). `--out` is a new
+or empty folder, or an earlier compare's (its runs resume): never a run directory nor a folder with other
+files (`check_out`), and no model's name takes one of compare's own (models_file.COMPARE_FILES). Retrieval for
 identical queries is computed once and shared through `<out>/search_cache` (batch/search_cache.py).
 The runs are compared question by question afterwards (batch/report/comparison.py: paired table, cost).
 """
@@ -25,10 +27,10 @@ import polars as pl
 from clarify import stops
 from clarify.batch import gpu_plan
 from clarify.batch.config import RunConfig
-from clarify.batch.models_file import Entry, from_names
+from clarify.batch.models_file import COMPARE_FILES, Entry, from_names, name_clash
 from clarify.batch.models_file import slug as _slug
 from clarify.batch.report.comparison import cost_row, paired_markdown, paired_table
-from clarify.batch.rundir import Run
+from clarify.batch.rundir import FINAL_TABLES, Run
 from clarify.errors import InputError
 from clarify.eval import datasets
 from clarify.files import check_own_dir, make_dirs, open_own, write_json, write_parquet, write_text
@@ -249,6 +251,11 @@ def compare(models: list[str] | list[Entry], cfg: RunConfig, out: Path, *, paral
         raise InputError("give at least two models to compare", field="--models")
     if len({e.name for e in entries}) < len(entries):
         raise InputError("two models would share one run directory (same folder name)", field="--models")
+    where = {"path": source} if source else {"field": "--models"}
+    for e in entries:  # before anything runs: a clash would surface only once every run had finished
+        if clash := name_clash(e.name, [x.name for x in entries], f"model {e.model!r}",
+                               " (`name`)" if source else " (a models file's `name`)", **where):
+            raise clash
     configs = {e.name: e.config(cfg) for e in entries}
     gpus = gpu_facts() if gpus is None else gpus
     _check_on_device(entries, configs, [g for _, g in gpus], source)
@@ -266,6 +273,7 @@ def compare(models: list[str] | list[Entry], cfg: RunConfig, out: Path, *, paral
         print(_plan_text(configs, parallel), flush=True)
     if plan_only:
         return None
+    check_out(out, [e.name for e in entries])
     check_own_dir(make_dirs(out), "comparison folder")
     write_json(cfg.recorded(), out / "config.json")  # the settings shared by every model (before its own)
     times = _launch(configs, out, parallel, verbose, plan, [i for i, _ in gpus])
@@ -275,7 +283,10 @@ def compare(models: list[str] | list[Entry], cfg: RunConfig, out: Path, *, paral
         run = Run.open(run_dir)
         runs.append(run)
         summary, m = run.summary, run.config.model
-        row = {"model": e.name if e.name != _slug(e.model) else e.model, "params": summary["params"],
+        # a models file's `params` in place of the count the run read from the model's files (a served
+        # model's run reads none: batch/models_file.py)
+        row = {"model": e.name if e.name != _slug(e.model) else e.model,
+               "params": e.params if e.params is not None else summary["params"],
                "run_dir": str(run_dir), "started": times[e.name]["started"], "finished": times[e.name]["finished"],
                "devices": times[e.name]["devices"],
                "n_questions": summary["n_questions"],
@@ -317,6 +328,40 @@ def compare(models: list[str] | list[Entry], cfg: RunConfig, out: Path, *, paral
     except ImportError:
         pass
     return table
+
+
+# Files a run directory holds as files, never a comparison folder (where a name of these is a model's run
+# directory, a folder): batch/rundir.py
+_RUN_FILES = (".lock", "inputs.json", "summary.json", "questions.parquet", *(f"{t}.parquet" for t in FINAL_TABLES))
+# What other commands write into a comparison folder: `clarify report` of its runs, by default beside them
+# (batch/report/html.py; docs/scale.md#comparing-models)
+_BESIDE = ("report.html",)
+
+
+def check_out(out: Path, names: list[str]) -> None:
+    """`--out` is new, empty, or a comparison folder of these models or of an earlier compare into it (its
+    runs resume): it holds only what compare writes there (`COMPARE_FILES`, each model's run directory and
+    `<name>.log`, the models of `models/<name>.json`; the report of its runs). Anything else, a run
+    directory above all, is refused in one line before anything is written: compare writes its own config.json and tables at the top of
+    --out, which would replace a run's frozen config (docs/scale.md#comparing-models)."""
+    if not out.is_dir():
+        return  # new (make_dirs makes it), or not a folder (make_dirs says so)
+    top = sorted(p.name for p in out.iterdir())
+    run_files = [n for n in top if n in _RUN_FILES and (out / n).is_file()]
+    if run_files:
+        raise InputError(f"is a run directory (it holds {', '.join(run_files[:3])}), not a comparison folder: "
+                         f"clarify compare writes its own config.json and tables into --out, so give it a new "
+                         f"--out", path=str(out))
+    models = out / "models"  # the models an earlier compare into this folder ran: their runs are its own
+    earlier = [p.stem for p in models.glob("*.json")] if models.is_dir() else []
+    own = {*COMPARE_FILES, *_BESIDE, *(f for n in [*names, *earlier] for f in (n, f"{n}.log"))}
+    # a temp file of compare's own (files.write_atomic: `.NAME.tmpXXXX`) left by a killed compare
+    foreign = [n for n in top if n not in own
+               and not (n.startswith(".") and n[1:].split(".tmp", 1)[0] in own and ".tmp" in n)]
+    if foreign:
+        raise InputError(f"holds files clarify compare did not write ({', '.join(foreign[:3])}"
+                         f"{' ...' if len(foreign) > 3 else ''}): give compare a new or empty --out, or the "
+                         f"--out of an earlier compare to resume it", path=str(out))
 
 
 def _planned(entry: Entry, cfg: RunConfig) -> gpu_plan.Model:

@@ -20,7 +20,10 @@ completion cache (no engine call up to where the run stopped: batch/scheduler.py
 
 Every file is written to a temp name, fsynced and renamed (POSIX rename is atomic: files.py); nothing
 is ever deleted to make room for its replacement. The config and inputs are binding once a checkpoint
-exists: a failed start (nothing computed yet) never blocks its own directory.
+exists: a failed start (nothing computed yet) never blocks its own directory. config.json is written
+first, so a directory holding what a run made (inputs, parts, tables) but no config.json has lost it:
+refused as damaged (`RunDir.freeze`), never resumed under whatever config comes next; --restart starts it
+over.
 
 `RunDir` writes a run directory; `Run.open` reads one — the one reader of the report, `clarify eval`
 on a run, `compare`, the demo's answer printout and a finished run's re-run: the frozen config as a
@@ -224,15 +227,35 @@ class RunDir:
     def has_checkpoint(self) -> bool:
         return self.finished or bool(self.part_dirs()) or (self.path / WAVES).exists()
 
+    def own_files(self) -> list[str]:
+        """The files of this layout that a run writes only once its config is frozen (`freeze` writes
+        config.json first) and that hold what that config made, by name: inputs.json, questions.parquet,
+        parts/, the final tables, summary.json, the wave folders of an older clarify. Not `.lock` nor logs/,
+        made before the freeze, nor cache/: its keys name model, prompt and parameters, so its rows are valid
+        under any config (a cache put in a new run directory, or kept by --restart, is simply used)."""
+        names = [self.inputs_file, self.table_file("questions"), self.parts_dir, self.path / WAVES,
+                 *(self.table_file(n) for n in FINAL_TABLES), self.summary_file]
+        return [p.name for p in names if p.exists() or p.is_symlink()]
+
     def freeze(self, config: dict, inputs: RunInputs | dict, ignore: tuple[str, ...] = ()) -> None:
         """Pin config.json and inputs.json (`RunInputs`, or its pins alone). Once a checkpoint exists they are
         binding: another config, a changed input or, while trees remain to be made, other prompts
         (batch/toc/fingerprint.py) are refused, naming the difference. Before that (a failed start) they are
-        simply rewritten. `ignore`: settings that never change results (the scheduler; `model.max_retries`): a
+        simply rewritten. A directory holding what a run made but no config.json is refused as damaged
+        (`own_files`). `ignore`: settings that never change results (the scheduler; `model.max_retries`): a
         resumed run may change them, and config.json records the latest."""
         if not isinstance(inputs, RunInputs):
             inputs = RunInputs(dict(inputs))
         cfg_path, in_path = self.config_file, self.inputs_file
+        found = [] if cfg_path.exists() else self.own_files()
+        if found:
+            # config.json is written before anything else of the run (below), so a directory with the run's
+            # files but without it lost it since: nothing left says which settings made those trees, and a
+            # resume would mix them with the new ones (docs/reproducibility.md#the-run-directory)
+            raise InputError(f"damaged run directory: it holds {', '.join(found[:4])}"
+                             f"{' ...' if len(found) > 4 else ''} but no config.json (the settings it was started "
+                             f"with), so it cannot be resumed; rerun with --restart to start over (the completion "
+                             f"cache is kept), or use a new --out", path=str(self.path))
         if cfg_path.exists() and self.has_checkpoint():
             restart = "use a new --out, or rerun with --restart to start over (the completion cache is kept)"
             raw = _json_object(cfg_path, f"restore it, or {restart}")
@@ -250,9 +273,11 @@ class RunDir:
             if not self.finished:  # a finished run makes no tree: it is only read back
                 self._check_prompts(pinned, inputs)
             return
-        inputs.write(in_path)
-        faults.point("freeze")
+        # config.json first: a start stopped between the two leaves a config.json and no checkpoint, which the
+        # next start rewrites; never the run's files without the config that made them (see above)
         write_json(config, cfg_path)
+        faults.point("freeze")
+        inputs.write(in_path)
 
     def _check_prompts(self, pinned: RunInputs, inputs: RunInputs) -> None:
         """The run's trees so far were made by the prompts, parser, grammars, stop strings and quote checker

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -263,3 +264,187 @@ def test_gpus_read_from_nvidia_smi_lines():
     assert [i for i, _ in got] == ["0", "1"]
     assert got[0][1].capability == (9, 0) and got[0][1].total_bytes == 81559 << 20 and got[1][1].free_bytes == 1024 << 20
     assert [i for i, _ in parse_gpus(text, "1,0")] == ["1", "0"] and parse_gpus(text, "") == []
+
+
+# --- --out, model names and parameter counts. The runs' launch is replaced (`_finished_runs`): each model's
+# run directory is a copy of a finished run of tests/fixtures_report.py, so no engine starts.
+
+def _finished_runs(monkeypatch, report_runs, params=(135_000_000, 268_000_000)):
+    """compare's `_launch` made to write each model's config (as it does) and, for a model not yet run, copy
+    a finished run into `<out>/<name>` whose summary.json `params` is the given one (None: a served model's
+    run, which reads no weights). Returns the names launched, call after call."""
+    from clarify.batch import compare as cmp
+    from clarify.files import write_json
+    from tests.fixtures_report import copy_run
+
+    launched = []
+
+    def launch(configs, out, parallel, verbose, plan=None, gpu_ids=None):
+        for (name, cfg), src, n in zip(configs.items(), report_runs, params):
+            write_json(cfg.recorded(), out / "models" / f"{name}.json")
+            if not (out / name).exists():
+                copy_run(src, out / name)
+                summary = json.loads((out / name / "summary.json").read_text())
+                (out / name / "summary.json").write_text(json.dumps({**summary, "params": n}))
+            launched.append(name)
+        return {n: {"started": 0.0, "finished": 1.0, "devices": None} for n in configs}
+
+    monkeypatch.setattr(cmp, "_launch", launch)
+    monkeypatch.setattr(cmp, "_start", lambda *a, **k: pytest.fail("no engine may start"))
+    return launched
+
+
+def test_compare_out_onto_a_run_directory_is_refused_and_its_config_untouched(tmp_path, report_runs, monkeypatch,
+                                                                               capsys):
+    """compare writes its own config.json and tables at the top of --out: onto a run directory they would
+    replace the run's frozen config (and a stopped compare would leave a run claiming another model and
+    limit). Refused in one line by the command line, before anything is written there."""
+    from clarify.batch import cli
+    from clarify.batch import compare as cmp
+    from tests.fixtures_report import copy_run
+
+    run = copy_run(report_runs[0], tmp_path / "run")
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    monkeypatch.setattr(cmp, "gpu_facts", lambda: [])
+    monkeypatch.setattr(cmp, "_launch", lambda *a, **k: pytest.fail("no run may start"))
+    assert cli.main(["compare", "--models", "smollm2-135m-instruct,gemma3-270m", "--limit", "1",
+                     "--out", str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(f"clarify compare: error: {run}: is a run directory (it holds ")
+    assert "give it a new --out" in err
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before  # config.json byte-identical
+    assert not (run / "models").exists() and not (run / "smollm2-135m-instruct").exists()
+
+
+def test_compare_out_holding_foreign_files_is_refused_and_its_own_out_resumes(tmp_path, report_runs, monkeypatch):
+    """--out is new, empty, or compare's own: a folder with files compare did not write is refused before
+    anything is written; the --out of an earlier compare (its config.json, logs/, models/, run directories,
+    a temp file of a killed write) is accepted, its finished runs resumed, not redone."""
+    from clarify.batch import compare as cmp
+    from clarify.batch import config
+    from clarify.batch.models_file import Entry
+    from clarify.errors import InputError
+
+    launched = _finished_runs(monkeypatch, report_runs)
+    cfg = config.load(None, {"limit": 3})
+    entries = [Entry("smol", {"model": "smollm2-135m-instruct"}), Entry("gemma", {"model": "gemma3-270m"})]
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(InputError, match=r"holds files clarify compare did not write \(notes.txt\): give compare "
+                                         r"a new or empty --out"):
+        cmp.compare(entries, cfg, out, gpus=[])
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"] and launched == []
+
+    out = tmp_path / "cmp"
+    (out / "logs").mkdir(parents=True)  # as the command line's session makes it before compare runs
+    first = cmp.compare(entries, cfg, out, gpus=[])
+    assert launched == ["smol", "gemma"]
+    (out / "comparison.parquet").unlink()  # stopped before its tables
+    (out / ".paired.parquet.tmp1x2y").write_text("")  # a write killed midway
+    (out / "report.html").write_text("")  # `clarify report` of its runs writes beside them by default
+    again = cmp.compare(entries, cfg, out, gpus=[])
+    assert launched == ["smol", "gemma"] * 2 and again.drop("run_dir").equals(first.drop("run_dir"))
+    # an earlier compare of another model set into the same folder: its models are in models/
+    third = cmp.compare([entries[0], Entry("other", {"model": "gemma3-270m"})], cfg, out, gpus=[])
+    assert third["model"].to_list() == ["smol", "other"]
+    cmp.compare(entries, cfg, out, gpus=[])  # "other" (models/other.json, other/) is compare's own
+
+
+def test_model_names_that_collide_with_compare_files_are_refused_before_any_run(tmp_path, monkeypatch):
+    """A model's run directory named like one of compare's own files (`models`, `config.json`,
+    `comparison.parquet`, another model's `<name>.log`) would end in a clash after every run had finished:
+    refused up front, in one line naming the entry."""
+    from clarify.batch import compare as cmp
+    from clarify.batch import config, models_file
+    from clarify.errors import InputError
+
+    monkeypatch.setattr(cmp, "_launch", lambda *a, **k: pytest.fail("no run may start"))
+    cfg = config.load(None, {"limit": 1})
+    for models, clash in ((["/m/models", "smollm2-135m-instruct"], "'models' would take the place of the "
+                                                                    "comparison's own models"),
+                          (["smollm2-135m-instruct", "/m/Comparison.parquet"], "'Comparison.parquet' would take the "
+                                                                              "place of the comparison's own comparison.parquet"),
+                          (["/m/a", "/n/a.log"], "'a.log' would take the place of model 'a''s log")):
+        with pytest.raises(InputError) as got:
+            cmp.compare(models, cfg, tmp_path / "out", gpus=[])
+        msg = str(got.value)
+        assert "\n" not in msg and msg.startswith("field '--models': model ") and clash in msg, msg
+        assert "give the model another name (a models file's `name`)" in msg
+        assert not (tmp_path / "out").exists()
+    toml = tmp_path / "models.toml"
+    toml.write_text('[[model]]\nmodel = "smollm2-135m-instruct"\n\n[[model]]\nname = "config.json"\nmodel = "gemma3-270m"\n')
+    with pytest.raises(InputError) as got:
+        models_file.load(toml)
+    assert str(got.value).startswith(f"{toml} (field 'model[2].name'): entry 'gemma3-270m': the run directory "
+                                     f"'config.json' would take the place of the comparison's own config.json")
+    toml.write_text('[[model]]\nmodel = "/m/x"\n\n[[model]]\nname = "x.log"\nmodel = "/m/y"\n')
+    with pytest.raises(InputError, match=r"field 'model\[2\].name'.*'x.log' would take the place of model 'x''s log"):
+        models_file.load(toml)
+
+
+def test_models_file_params_parsed_and_bad_ones_refused_by_entry(tmp_path):
+    from clarify.batch import models_file
+    from clarify.errors import InputError
+
+    good = tmp_path / "models.toml"
+    good.write_text('[[model]]\nmodel = "a"\nparams = "8B"\n\n[[model]]\nmodel = "b"\nparams = 135000000\n\n'
+                    '[[model]]\nmodel = "c"\nparams = "1.5b"\n\n[[model]]\nmodel = "d"\nparams = " 270 M "\n\n'
+                    '[[model]]\nmodel = "e"\n')
+    entries = models_file.load(good)
+    assert [e.params for e in entries] == [8e9, 1.35e8, 1.5e9, 2.7e8, None]
+    assert all("params" not in e.settings for e in entries)  # the comparison's, not a [model] setting
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[model]]\nmodel = "a"\nparams = 0\n\n[[model]]\nmodel = "b"\nparams = "lots"\n\n'
+                   '[[model]]\nmodel = "c"\nparams = true\n\n[[model]]\nmodel = "d"\nparams = "8B"\n')
+    with pytest.raises(InputError) as got:
+        models_file.load(bad)
+    lines = str(got.value).splitlines()
+    assert lines[0] == f"{bad}: 3 bad model entries:" and len(lines) == 4
+    for line, (i, name, value) in zip(lines[1:], [(1, "a", "0"), (2, "b", "'lots'"), (3, "c", "True")]):
+        assert line.startswith(f"  {bad} (field 'model[{i}].params'): entry '{name}': must be a positive parameter "
+                               f"count (a number, or one with K, M, B or T: \"135M\", \"8B\"), got {value}"), line
+
+
+def test_compare_of_models_without_a_parameter_count_plots_against_cost(tmp_path, report_runs, monkeypatch):
+    """Served models (an `openai` backend) have no parameter count: the comparison still writes its table
+    and a plot, against cost per question (the axis says so); a models file's `params` supplies the count
+    for the table and the plot."""
+    from clarify.batch import compare as cmp
+    from clarify.batch import config
+    from clarify.batch.models_file import Entry
+    from clarify.batch.report import plots
+
+    _finished_runs(monkeypatch, report_runs, params=(None, None))
+    cfg = config.load(None, {"limit": 3})
+    served = [Entry("small", {"model": "small-served", "backend": "openai", "base_url": "http://h:8000/v1"}),
+              Entry("large", {"model": "large-served", "backend": "openai", "base_url": "http://h:8000/v1"})]
+    table = cmp.compare(served, cfg, tmp_path / "out", gpus=[])
+    assert table["params"].to_list() == [None, None] and table.height == 2
+    assert (tmp_path / "out" / "comparison.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| params | — | — |" in (tmp_path / "out" / "comparison.md").read_text()
+    col, xs, label, log = plots.compare_x(table)
+    assert col in plots.SIZE_FALLBACKS and log and xs == table[col].to_list()
+    assert label.startswith(col.replace("_s_per_", "-seconds per ").replace("_", " ") + " (log scale; no parameter "
+                            "count for small and large)")
+    fig = plots.compare_figure(table, ["wall_s_per_question"])
+    assert fig.axes[0].get_xlabel() == label and fig.axes[0].get_xscale() == "log"
+
+    given = [dataclasses.replace(served[0], params=8e9), dataclasses.replace(served[1], params=7e10)]
+    table = cmp.compare(given, cfg, tmp_path / "given", gpus=[])
+    assert table["params"].to_list() == [8e9, 7e10]
+    assert plots.compare_x(table)[0] == "params"
+
+
+def test_plot_against_run_order_when_no_size_nor_cost_is_known():
+    import polars as pl
+
+    from clarify.batch.report import plots
+
+    table = pl.DataFrame({"model": ["b", "a", "c"], "params": [None, 1e8, None], "sem_f1": [3.0, 1.0, 2.0],
+                          "wall_s_per_question": [1.0, None, 2.0]})
+    fig = plots.compare_figure(table, ["sem_f1"])
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "linear" and ax.get_xlabel() == "run order (no parameter count for b and c)"
+    xs, ys = ax.lines[0].get_data()
+    assert list(xs) == [1.0, 2.0, 3.0] and list(ys) == [3.0, 1.0, 2.0]  # every model, in the table's order

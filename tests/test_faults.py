@@ -90,7 +90,7 @@ def clean_run(tmp_path_factory):
 
 
 @pytest.mark.parametrize("kills", [
-    ["freeze"],                                    # inputs pinned, config not yet
+    ["freeze"],                                    # config pinned, inputs not yet
     ["cache-commit"],                              # completions committed, no tree written
     ["part-tmp:1"],                                # the first finished tree in its temp folder, not renamed
     ["part-done:1"],                               # part 1 renamed into place

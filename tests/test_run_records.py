@@ -220,3 +220,51 @@ def test_a_config_json_with_a_setting_since_removed_is_refused_in_one_line(tmp_p
     rd.config_file.write_text("[]")
     with pytest.raises(InputError, match=r"config.json:1: expected a JSON object, got list"):
         rd.freeze(json.loads(config.load(None).to_json()), {})
+
+
+def test_a_run_directory_that_lost_its_config_json_is_refused_and_restart_starts_over(tmp_path):
+    """config.json is the run's first file (RunDir.freeze), so parts without it have lost the settings and
+    prompts that made them: a resume under other settings (here another answer style) would mix trees of
+    both in one run. Refused in one line naming --restart, before any engine is built and without touching
+    inputs.json; --restart then starts over."""
+    cfg, out = _cfg(_questions(tmp_path, *QS)), tmp_path / "r"
+    assert _run(cfg, out, stop_after_parts=1, part_trees=1) == {"stopped_after_parts": 1}
+    (out / "config.json").unlink()
+    pinned = (out / "inputs.json").read_bytes()
+    factory = _Factory()
+    with pytest.raises(InputError) as err:
+        _run(_cfg(_questions(tmp_path, *QS), answer_style="quoted"), out, factory=factory)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(f"{out}: damaged run directory: it holds inputs.json, questions.parquet, "
+                                              f"parts but no config.json")
+    assert "--restart" in msg and factory.made == []
+    assert (out / "inputs.json").read_bytes() == pinned and not (out / "config.json").exists()
+    summary = _run(cfg, out, restart=True)
+    assert summary["n_questions"] == 2 and config.load(out / "config.json").answer_style == "free"
+    assert set(pl.read_parquet(out / "answers.parquet")["qid"]) == {"q0", "q1"}
+
+
+@pytest.mark.parametrize("leftover", ["inputs.json", "parts/0001/", "questions.parquet", "summary.json"])
+def test_freeze_without_config_json_refuses_any_file_of_the_run_but_not_an_empty_directory(tmp_path, leftover):
+    """What a run makes under its config, without that config, is refused; a new or empty directory (logs
+    and the lock come before the freeze) or one holding only a completion cache (valid under any config:
+    its keys name model, prompt and parameters) starts fresh."""
+    now = json.loads(config.load(None).to_json())
+    (tmp_path / "r" / "cache").mkdir(parents=True)
+    (tmp_path / "r" / "cache" / "completions.sqlite").write_bytes(b"")
+    rd = RunDir(tmp_path / "r")
+    path = rd.path / leftover
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.mkdir() if leftover.endswith("/") else path.write_text("{}")
+    with pytest.raises(InputError, match=rf"damaged run directory: it holds {path.parts[len(rd.path.parts)]} but "
+                                         r"no config.json .*rerun with --restart"):
+        rd.freeze(now, {})
+    assert not rd.config_file.exists()
+    rd.clear()  # --restart: keeps the completion cache only
+    rd.freeze(now, {})
+    assert json.loads(rd.config_file.read_text()) == now and (rd.cache_dir / "completions.sqlite").exists()
+    fresh = RunDir(tmp_path / "fresh")
+    fresh.logs_dir.mkdir(parents=True)  # a session's logs and the lock come before the freeze
+    fresh.lock_file.touch()
+    fresh.freeze(now, {})
+    assert fresh.inputs_file.exists() and fresh.config_file.exists()

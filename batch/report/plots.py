@@ -205,11 +205,45 @@ def human_count(n: float) -> str:
     return f"{n:.3g}"
 
 
+# The x axis of the comparison plot when a model's parameter count is unknown (a served model: its run
+# reads no weights; a models file may give it, batch/models_file.py `params`): the first cost every row has
+# (batch/report/comparison.py cost_row), else the order of the runs.
+SIZE_FALLBACKS = ("device_s_per_question", "wall_s_per_question")
+
+
+def compare_x(table: pl.DataFrame) -> tuple[str, list[float], str, bool]:
+    """What `compare_figure` plots the metrics against, for `table`'s rows in their order: (column or
+    "run order", x of each row, axis label, log scale). The parameter count when every row has one, else
+    the first of `SIZE_FALLBACKS` that every row has, else the run order (1, 2, ...); the label says which
+    and why."""
+    def known(col: str) -> list[float] | None:
+        if col not in table.columns:
+            return None
+        xs = table[col].to_list()
+        ok = all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in xs)
+        return [float(x) for x in xs] if ok else None
+
+    if (xs := known("params")) is not None:
+        return "params", xs, "parameters (log scale)", True
+    unknown = [Path(str(m)).name or str(m) for m, p in zip(table["model"].to_list(), table["params"].to_list())
+               if not (isinstance(p, int | float) and p > 0)]
+    # short, so that the panel keeps its width (a long label squeezes it: matplotlib's constrained layout)
+    why = ("no parameter count for " + " and ".join(unknown) if len(unknown) <= 2 and sum(map(len, unknown)) <= 30
+           else f"{len(unknown)} of {table.height} models without a parameter count")
+    for col in SIZE_FALLBACKS:
+        if (xs := known(col)) is not None:
+            words = col.replace("_s_per_", "-seconds per ").replace("_", " ")
+            return col, xs, f"{words} (log scale; {why})", True
+    return "run order", [float(i) for i in range(1, table.height + 1)], f"run order ({why})", False
+
+
 def compare_figure(table: pl.DataFrame, metrics: list[str] | None = None):
     """Figure with one panel per metric: metric value against parameter count (log x), one point per model.
 
     In: table[model, params, <metric columns...>]; `metrics` defaults to every numeric column
-    other than params. Rows with a null/non-positive params are left out (a log axis cannot show them).
+    other than params. When a row's params is null or non-positive (a served model), every panel is drawn
+    against a cost the rows all have, or the run order, instead (`compare_x`; the axis label says which):
+    every model stays in the plot.
     """
     for col in ("model", "params"):
         if col not in table.columns:
@@ -220,9 +254,12 @@ def compare_figure(table: pl.DataFrame, metrics: list[str] | None = None):
     metrics = [m for m in metrics if not (m.endswith("_empty") and m.removesuffix("_empty") in metrics)]
     if not metrics:
         raise InputError("comparison table has no numeric metric columns", field="metrics")
-    rows = table.filter(pl.col("params").is_not_null() & (pl.col("params") > 0)).sort("params")
-    if rows.height == 0:
-        raise InputError("no model in the comparison table has a known parameter count", field="params")
+    if table.height == 0:
+        raise InputError("the comparison table has no row", field="model")
+    x_col, x_all, xlabel, log = compare_x(table)
+    order = sorted(range(table.height), key=lambda i: x_all[i])
+    rows = table[order]
+    xs_sorted = [x_all[i] for i in order]
     cols = min(3, len(metrics))
     n_rows = math.ceil(len(metrics) / cols)
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -230,14 +267,13 @@ def compare_figure(table: pl.DataFrame, metrics: list[str] | None = None):
 
     fig = Figure(figsize=(4.2 * cols, 3.2 * n_rows), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
-    params = [float(p) for p in rows["params"].to_list()]
     # a model given as a folder is labelled by the folder's name: a whole path as a label squeezes the
     # panels to nothing (matplotlib's constrained layout gives up)
     names = [Path(str(m)).name or str(m) for m in rows["model"].to_list()]
     for i, metric in enumerate(metrics):
         ax = fig.add_subplot(n_rows, cols, i + 1)
         ys = rows[metric].to_list()
-        pts = [(x, y, n) for x, y, n in zip(params, ys, names) if y is not None and math.isfinite(y)]
+        pts = [(x, y, n) for x, y, n in zip(xs_sorted, ys, names) if y is not None and math.isfinite(y)]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color="#4c72b0")
         floor = f"{metric}_empty"  # what an empty answer scores on the same questions (eval/quotesum.py)
         if floor in rows.columns and rows[floor].drop_nulls().len():
@@ -255,15 +291,20 @@ def compare_figure(table: pl.DataFrame, metrics: list[str] | None = None):
                 ha="right" if right else "left",
                 fontsize=7,
             )
-        ax.set_xscale("log")
-        # Label the models' own sizes; log minor-tick labels overlap when the sizes span < 1 decade.
         from matplotlib.ticker import NullLocator
 
-        ax.xaxis.set_minor_locator(NullLocator())
-        ax.set_xticks(sorted(set(params)), [human_count(p) for p in sorted(set(params))])
-        lo, hi = min(params), max(params)
-        ax.set_xlim(lo / 1.5, hi * 1.5)
-        ax.set_xlabel("parameters (log scale)")
+        lo, hi = min(xs_sorted), max(xs_sorted)
+        if log:
+            ax.set_xscale("log")
+            # Label the models' own values; log minor-tick labels overlap when they span < 1 decade.
+            ax.xaxis.set_minor_locator(NullLocator())
+            ticks = sorted(set(xs_sorted))
+            ax.set_xticks(ticks, [human_count(p) if x_col == "params" else f"{p:.3g}" for p in ticks])
+            ax.set_xlim(lo / 1.5, hi * 1.5)
+        else:  # the run order: one tick per run
+            ax.set_xticks(xs_sorted, [str(int(x)) for x in xs_sorted])
+            ax.set_xlim(lo - 0.5, hi + 0.5)
+        ax.set_xlabel(xlabel, **({"fontsize": 8} if len(xlabel) > 30 else {}))
         ax.set_title(metric, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
     return fig
