@@ -200,7 +200,7 @@ def open_resources(run: PreparedRun, cache_dir: Path, *, search_cache: Path | No
     cfg, index = run.cfg, run.index
     fixed = run.dataset.given_sources(run.questions)
     passages = passage_store(fixed, index)
-    embed = index.encoder.encode
+    embed = index.encoder.encode_queries  # remembered per run (index/dense.py QueryMemo)
     enc_id = getattr(index.encoder, "name", "encoder")
     # the whole pool is embedded once and cached by its questions' checksum (KnnPool): 4,353 train questions
     # cost seconds once, nothing on later runs

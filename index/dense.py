@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -106,7 +107,41 @@ def load_encoder(spec: str | None = DEFAULT_ENCODER, **kw):
     return Encoder(spec, **kw)
 
 
-class Encoder:
+MEMO_QUERIES = 16_384  # query vectors an encoder remembers (LRU): 25 MB at 384-d, 50 MB at 768-d
+
+
+class QueryMemo:
+    """`encode_queries(texts)`: `encode` with the vectors of texts met before remembered (LRU, MEMO_QUERIES).
+
+    Within a ToC step one node question is encoded three times (its demo kNN, its dense search, its rerank:
+    batch/scheduler.py Resolver), and the trees of a run ask for many of the same questions: a 12-question
+    run encoded 354 texts, 104 distinct ones (bench/bench_host.py, docs/results.md). Only the texts not
+    remembered are encoded, in one call. A vector then comes from the batch that first met its text
+    rather than from each caller's batch; batch composition moves a vector in its last bits only, and
+    every ranking rounds its scores first for that reason (DenseSearcher.search, batch/toc/program.py
+    `rank_by_scores`), so trees do not change (tests/test_host.py replays a run made without the memo).
+    Corpus encoding (index builds) calls `encode` and remembers nothing."""
+
+    def encode(self, texts: list[str]) -> np.ndarray:  # the subclass's own
+        raise NotImplementedError
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return self.encode([])
+        memo = self.__dict__.setdefault("_query_memo", OrderedDict())
+        new = [t for t in dict.fromkeys(texts) if t not in memo]
+        fresh = dict(zip(new, self.encode(new))) if new else {}
+        rows = [fresh[t] if t in fresh else memo[t] for t in texts]
+        for t in dict.fromkeys(texts):
+            if t in memo:
+                memo.move_to_end(t)
+        memo.update(fresh)
+        while len(memo) > MEMO_QUERIES:
+            memo.popitem(last=False)
+        return np.stack(rows)
+
+
+class Encoder(QueryMemo):
     """Sentence-transformers bi-encoder. `encode(texts) -> float32 [n, dim]`, L2-normalised, batched.
 
     spec: "default" (packaged all-MiniLM-L6-v2) or a local model directory. Loads offline, on CPU
@@ -160,7 +195,7 @@ class Encoder:
         return np.ascontiguousarray(emb, dtype=np.float32)
 
 
-class DprQueryEncoder:
+class DprQueryEncoder(QueryMemo):
     """A Hugging Face `DPRQuestionEncoder` folder, as Pyserini encodes queries for its prebuilt DPR indexes
     (pyserini/encode/_dpr.py DprQueryEncoder: the CLS pooler output, not normalised; the index is searched
     by inner product). `encode(texts) -> float32 [n, dim]`. Loads offline (`local_files_only`), on CPU
@@ -511,7 +546,7 @@ class DenseSearcher:
         k_eff = min(int(k), self.dense.index.ntotal)
         for start in tqdm(range(0, len(texts), self.query_batch), desc="dense search", unit="batch",
                           disable=len(texts) <= self.query_batch or None):
-            qv = self.encoder.encode(texts[start : start + self.query_batch])
+            qv = self.encoder.encode_queries(texts[start : start + self.query_batch])
             scores, rows = self.dense.index.search(qv, k_eff) if k_eff > 0 else (np.zeros((len(qv), 0)), np.zeros((len(qv), 0), dtype=np.int64))
             for srow, rrow in zip(scores, rows):
                 keep = rrow >= 0

@@ -39,7 +39,7 @@ class DenseCosineScorer:
     def score(self, queries: list[str], passage_ids: list[list[str]]) -> list[np.ndarray]:
         if not queries:
             return []
-        qv = self.encoder.encode(queries)
+        qv = self.encoder.encode_queries(queries)
         flat = [p for ids in passage_ids for p in ids]
         pv = self._vectors(flat) if flat else np.zeros((0, self.encoder.dim), dtype=np.float32)
         out, start = [], 0

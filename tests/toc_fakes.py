@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from clarify.index.dense import QueryMemo
+
 DATA = Path(__file__).resolve().parent.parent / "data"
 
 
@@ -18,7 +20,7 @@ def _tokens(text: str) -> set[str]:
     return set(re.findall(r"[a-z0-9]+", text.lower()))
 
 
-class HashEncoder:
+class HashEncoder(QueryMemo):
     """Bag-of-words hashed into 256 dims, L2-normalised: deterministic and batch-independent."""
 
     name = "hash-256"

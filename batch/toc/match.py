@@ -107,10 +107,55 @@ def dsp_f1(prediction: str, ground_truth: str) -> float:
 
 @dataclass(frozen=True)
 class Matching:
-    """One rule: `has_answer(passage, answers)` and `f1(a, b)` (symmetric)."""
+    """One rule: `has_answer(passage, answers)`, `f1(a, b)` (symmetric) and `tokens(a)`, the tokens f1
+    compares (two answers with no token in common score 0 unless both have none: `AnswerIndex`)."""
 
     has_answer: Callable[[str, Sequence[str]], bool]
     f1: Callable[[str, str], float]
+    tokens: Callable[[str], Sequence[str]]
+
+
+def dsp_f1_tokens(s: str) -> Sequence[str]:
+    """The tokens `dsp_f1` compares."""
+    return tuple(_f1_tokens(s)[0])
+
+
+def squad_f1_tokens(s: str) -> Sequence[str]:
+    """The tokens eval/normalize.py `token_f1` compares."""
+    return normalize.normalize_answer(s).split() if s else []
+
+
+class AnswerIndex:
+    """Which of many answers (`answers`) score F1 above a threshold with any of a few others, scoring only
+    the pairs that can: the official demo removal compares every DA a clarification found with every DA of
+    the demo pool (program.py `removed_by`: 4,353 train questions' pairs per expansion), and nearly all of
+    those pairs share no token. Exact for any threshold >= 0: under both rules two answers that share no
+    token score 0 (SQuAD's F1, eval/normalize.py `token_f1`; dsp/utils/metrics.py:60-79), except two
+    answers with no token at all, which `token_f1` scores 1; so an answer with tokens is scored against
+    the answers sharing one of them, an answer without against those without, and every pair left out
+    scores 0 (tests/test_toc_matching.py checks it against scoring every pair)."""
+
+    def __init__(self, answers: Sequence[str], match: Matching):
+        self.answers, self.match = list(answers), match
+        self._by_token: dict[str, list[int]] = {}
+        self._empty: list[int] = []
+        for i, a in enumerate(self.answers):
+            toks = set(match.tokens(a))
+            if not toks:
+                self._empty.append(i)
+            for t in toks:
+                self._by_token.setdefault(t, []).append(i)
+
+    def above(self, found: Sequence[str], threshold: float) -> set[int]:
+        """Positions in `answers` whose F1 with some answer of `found` is above `threshold` (>= 0)."""
+        if threshold < 0:
+            raise ValueError(f"threshold must be >= 0 (pairs without a common token score 0), got {threshold}")
+        hits: set[int] = set()
+        for b in found:
+            toks = set(self.match.tokens(b))
+            cands = {i for t in toks for i in self._by_token.get(t, ())} if toks else set(self._empty)
+            hits.update(i for i in cands - hits if self.match.f1(self.answers[i], b) > threshold)
+        return hits
 
 
 class MatchRule(StrEnum):
@@ -120,5 +165,5 @@ class MatchRule(StrEnum):
     SQUAD = "squad"
 
 
-MATCHING = {MatchRule.DSP: Matching(dsp_has_answers, dsp_f1),
-            MatchRule.SQUAD: Matching(normalize.has_answer, normalize.token_f1)}
+MATCHING = {MatchRule.DSP: Matching(dsp_has_answers, dsp_f1, dsp_f1_tokens),
+            MatchRule.SQUAD: Matching(normalize.has_answer, normalize.token_f1, squad_f1_tokens)}

@@ -50,7 +50,7 @@ from clarify.batch.toc.format import (
     parse_disambiguations,
     parse_verdict,
 )
-from clarify.batch.toc.match import MATCHING, Matching
+from clarify.batch.toc.match import MATCHING, AnswerIndex, Matching
 from clarify.batch.toc.prompts import (
     Demo,
     Passage,
@@ -215,10 +215,27 @@ def removed_by(pairs: list[Disambiguation], shown: list[Demo], pool: Sequence[De
     toc/utils.py:18) against the whole DA strings found, as written. "shown": only the demos in this prompt,
     against each single answer."""
     if removal == Removal.OFFICIAL:
-        found = [p.da for p in pairs]
-        return [d.demo_id for d in pool if any(match.f1(dp.da, b) > 0.8 for dp in d.pairs for b in found)]
+        index, owner = _pool_answers(pool, match)  # scores only the pairs that can exceed 0.8 (match.py)
+        hit = {owner[i] for i in index.above([p.da for p in pairs], 0.8)}
+        return [d.demo_id for j, d in enumerate(pool) if j in hit]
     found = [a for p in pairs for a in p.answers]
     return [d.demo_id for d in shown if any(match.f1(b, a) > 0.8 for dp in d.pairs for a in dp.answers for b in found)]
+
+
+_POOL_ANSWERS: dict[tuple[int, Matching], tuple[Sequence[Demo], AnswerIndex, list[int]]] = {}
+
+
+def _pool_answers(pool: Sequence[Demo], match: Matching) -> tuple[AnswerIndex, list[int]]:
+    """The demo pool's DAs as an AnswerIndex, and the pool position of each: built once per pool (a run holds
+    one or two, res.demos and res.quoted_demos) and kept while the pool object lives."""
+    got = _POOL_ANSWERS.get((id(pool), match))
+    if got is None or got[0] is not pool:
+        if len(_POOL_ANSWERS) >= 8:
+            _POOL_ANSWERS.clear()
+        das = [(j, dp.da) for j, d in enumerate(pool) for dp in d.pairs]
+        got = (pool, AnswerIndex([a for _, a in das], match), [j for j, _ in das])
+        _POOL_ANSWERS[(id(pool), match)] = got
+    return got[1], got[2]
 
 
 def answer_passages(t: Tree, store: dict[str, Passage], n_nodes: int, n_passages: int, match: Matching) -> list[str]:
