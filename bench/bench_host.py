@@ -1,6 +1,6 @@
 """clarify's own work in a ToC run, with no engine at all: a finished run replayed from its completion cache.
 
-    .venv/bin/python bench/bench_host.py --run RUN [--run RUN2 ...] [--profile] [--write]
+    .venv/bin/python bench/bench_host.py --run RUN [--run RUN2 ...] [--profile] [--write host]
 
 Each run directory is copied, its cache left out, and run again (`--restart`) with its own frozen config
 through `clarify.batch.pipeline.run`, the real scheduler and tree program, with the engine replaced by
@@ -16,12 +16,13 @@ pools) is reported apart: it is paid once per run. The replayed tables must equa
 difference fails the bench.
 
 `--profile`: a second replay under cProfile; its top entries by own time go into the results.
-Writes bench/results/host.json with `--write` (docs/results.md renders it).
+Writes bench/results/NAME.json with `--write NAME` (docs/results.md renders `host` and `host_avx2`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import json
@@ -66,6 +67,27 @@ class Timers:
 
         timed.__wrapped__ = fn
         return timed
+
+
+@contextlib.contextmanager
+def before_host_cuts():
+    """The host's work as it was before: every query encoded by each caller, every demo DA scored."""
+    from clarify.batch.toc import program
+    from clarify.index import dense
+
+    def old_removed_by(pairs, shown, pool, removal, m):
+        if removal == program.Removal.OFFICIAL:
+            found = [p.da for p in pairs]
+            return [d.demo_id for d in pool if any(m.f1(dp.da, b) > 0.8 for dp in d.pairs for b in found)]
+        return saved_removed(pairs, shown, pool, removal, m)
+
+    saved_memo, saved_removed = dense.QueryMemo.encode_queries, program.removed_by
+    dense.QueryMemo.encode_queries = lambda self, texts: self.encode(list(texts))
+    program.removed_by = old_removed_by
+    try:
+        yield
+    finally:
+        dense.QueryMemo.encode_queries, program.removed_by = saved_memo, saved_removed
 
 
 def _replace_everywhere(original, replacement) -> int:
@@ -168,6 +190,7 @@ def replay(run_dir: Path, work: Path, *, profile: bool) -> dict:
     from clarify.batch import config, pipeline
 
     copy = work / run_dir.name
+    work.mkdir(parents=True, exist_ok=True)
     shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("cache", "report.html"))
     cfg = config.load(run_dir / "config.json")
     timers = Timers()
@@ -230,7 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run", action="append", required=True, type=Path, help="a finished run directory")
     ap.add_argument("--profile", action="store_true", help="also replay under cProfile (top entries by own time)")
     ap.add_argument("--label", action="append", default=[], help="a name per --run for the results (default: folder)")
-    ap.add_argument("--write", action="store_true", help="write bench/results/host.json")
+    ap.add_argument("--arms", default="after,before",
+                    help="after: the host's work as it is; before: without the query memo and the indexed demo removal")
+    ap.add_argument("--write", default=None, metavar="NAME", help="write bench/results/NAME.json (host: docs/results.md)")
     args = ap.parse_args(argv)
     results = {"provenance": provenance(argv),
                "note": "host work only: each run replayed with no engine (local_llm/replay.py ReplayEngine); "
@@ -238,14 +263,16 @@ def main(argv: list[str] | None = None) -> int:
                "runs": {}}
     with tempfile.TemporaryDirectory(prefix="bench-host-") as tmp:
         for i, run_dir in enumerate(args.run):
-            label = args.label[i] if i < len(args.label) else run_dir.name
-            got = replay(run_dir.resolve(), Path(tmp), profile=args.profile)
-            results["runs"][label] = got
-            print(f"{label}: {got['questions']} questions, {got['llm_calls']} calls: host {got['host_ms_per_call']} ms "
-                  f"per call in the ToC loop, finalize {got['finalize_s_per_question']} s per question", flush=True)
+            for arm in args.arms.split(","):
+                label = f"{args.label[i] if i < len(args.label) else run_dir.name} {arm}"
+                with before_host_cuts() if arm == "before" else contextlib.nullcontext():
+                    got = replay(run_dir.resolve(), Path(tmp) / arm, profile=args.profile and arm == "after")
+                results["runs"][label] = got
+                print(f"{label}: {got['questions']} questions, {got['llm_calls']} calls: host {got['host_ms_per_call']} "
+                      f"ms per call in the ToC loop, finalize {got['finalize_s_per_question']} s per question", flush=True)
     print(json.dumps(results, indent=1))
     if args.write:
-        (REPO / "bench" / "results" / "host.json").write_text(json.dumps(results, indent=1) + "\n")
+        (REPO / "bench" / "results" / f"{args.write}.json").write_text(json.dumps(results, indent=1) + "\n")
     return 0
 
 

@@ -36,33 +36,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
-from bench_host import replay_engine  # noqa: E402
+from bench_host import before_host_cuts, replay_engine  # noqa: E402
 from provenance import provenance  # noqa: E402
 
 MODEL_NOTE = ("ESTIMATE: a model, not a measurement. Engine time is simulated (local_llm/replay.py GpuModel, a "
               "roofline with stated assumptions); host time is measured on this CPU.")
-
-
-@contextlib.contextmanager
-def before_host_cuts():
-    """The host's work as it was before: every query encoded by each caller, every demo DA scored."""
-    from clarify.batch.toc import match, program
-    from clarify.index import dense
-
-    def old_removed_by(pairs, shown, pool, removal, m):
-        if removal == program.Removal.OFFICIAL:
-            found = [p.da for p in pairs]
-            return [d.demo_id for d in pool if any(m.f1(dp.da, b) > 0.8 for dp in d.pairs for b in found)]
-        return saved_removed(pairs, shown, pool, removal, m)
-
-    saved_memo, saved_removed = dense.QueryMemo.encode_queries, program.removed_by
-    dense.QueryMemo.encode_queries = lambda self, texts: self.encode(list(texts))
-    program.removed_by = old_removed_by
-    try:
-        yield
-    finally:
-        dense.QueryMemo.encode_queries, program.removed_by = saved_memo, saved_removed
-        assert match.AnswerIndex  # the structure the old path does without
 
 
 def drive(run_dir: Path, cfg, copies: int, gpu, *, overlap: bool, prefix_share: float) -> dict:

@@ -43,6 +43,9 @@ TITLES = {
     "toc12": ("Waves vs the per-question loop, 12 questions", "the wave scheduler before the continuous one"),
     "paired": ("Paired bootstrap speed", "95 % paired-bootstrap intervals, 10,000 resamples, vectorised vs a plain loop (bench/bench_paired.py)"),
     "estimate": ("The demo's time estimate against the ToC time", "the probe's estimate, the re-estimate after the first tree and the actual ToC time (bench/bench_estimate.py); earlier rows: earlier probes"),
+    "host": ("clarify's own work per LLM call", "a finished run replayed with no engine (bench/bench_host.py): ms per call by component, before and after the host cuts"),
+    "host_avx2": ("clarify's own work per LLM call, as an AVX2-only CPU runs it", "bench/bench_host.py under bench/emulate_avx2 (this machine held to AVX2; the emulation ran ~1.8x faster than the real AVX2 EPYC: see the AVX2 section)"),
+    "simulate": ("GPU-speed engine simulator, 960 questions (ESTIMATE)", "a model, not a measurement: the replayed trees against a simulated H100 running Llama-3.1-8B (bench/bench_simulate.py); engine busy share and projected wall time"),
     "grammar": ("Quote grammar compile time", "xgrammar compile of the `[k span]` grammar for 5,000 and 20,000 source words, capped and uncapped (bench/bench_grammar.py)"),
 }
 
