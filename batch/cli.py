@@ -57,18 +57,32 @@ class ManualFormatter(argparse.RawDescriptionHelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str:
         help_text = action.help or ""
         default = action.default
-        if ("default" in help_text or default in (None, False, argparse.SUPPRESS)
+        # `is`, not `in`: 0 and 0.0 equal False, and a default of 0 (`generate --temperature`) is worth showing
+        if ("default" in help_text or default is None or default is False or default == argparse.SUPPRESS
                 or isinstance(action, argparse._HelpAction | argparse._VersionAction)):
             return help_text
         return f"{help_text} (default: %(default)s)" if help_text else "default: %(default)s"
 
 
+class Subcommands(argparse._SubParsersAction):
+    """A command's subcommands: one given only its one-line `help` (what `clarify --help` lists) has it as
+    its description too, so its own `--help` and the generated reference (batch/config_doc.py,
+    docs/configuration.md) say what it does; argparse itself leaves that description empty."""
+
+    def add_parser(self, name, **kwargs):
+        if not kwargs.get("description") and kwargs.get("help"):
+            kwargs["description"] = kwargs["help"][:1].upper() + kwargs["help"][1:] + "."
+        return super().add_parser(name, **kwargs)
+
+
 class Parser(argparse.ArgumentParser):
-    """Every clarify (sub)command parser: manual formatting, and -v/--verbose on each command."""
+    """Every clarify (sub)command parser: manual formatting, -v/--verbose on each command, and a
+    description on each subcommand (Subcommands)."""
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", ManualFormatter)
         super().__init__(*args, **kwargs)
+        self.register("action", "parsers", Subcommands)
 
 
 def _add_verbose(parser: argparse.ArgumentParser, *, top: bool = False) -> None:

@@ -1,6 +1,7 @@
 """The configuration reference, generated from the code: every config key of `batch/config.py` (type,
-default, allowed values, whether it changes results and so is compared on resume) and every flag of every
-`clarify` command (from the argparse parsers of batch/cli.py), as one Markdown page.
+default, allowed values, whether it changes results and so is compared on resume) and every subcommand,
+positional argument and flag of `clarify` with its description (from the argparse parsers of batch/cli.py),
+as one Markdown page.
 
     python -m clarify.batch.config_doc --write     # writes docs/configuration.md
     python -m clarify.batch.config_doc             # prints it
@@ -105,6 +106,11 @@ def _cell(text: str) -> str:
 
 
 def _flag_type(action: argparse.Action) -> str:
+    if not action.option_strings:  # a positional's metavar names what it is (RUN), not a type
+        if action.nargs in ("+", "*"):
+            return "list"  # several (report's RUN_DIR..., merge-shards' folders)
+        if action.choices is None and action.type not in (int, float):
+            return "text"
     if action.nargs == 0:
         return "switch"
     if action.choices is not None:
@@ -116,16 +122,33 @@ def _flag_type(action: argparse.Action) -> str:
     return action.metavar.lower() if isinstance(action.metavar, str) else "text"
 
 
+def _positional(action: argparse.Action) -> str:
+    """A positional argument as its usage line names it (`RUN`, `QID`, `names`), optional ones in brackets."""
+    name = action.metavar if isinstance(action.metavar, str) else action.dest
+    return f"`[{name}]`" if action.nargs in ("?", "*") else f"`{name}`"
+
+
 def flag_rows(path: tuple[str, ...], parser: argparse.ArgumentParser) -> list[tuple[str, ...]]:
+    """One row per argument of the command: its positional arguments first, in the order they are given
+    (as its usage line), then its flags."""
     keys = _flag_keys()
     rows = []
-    for a in parser._actions:
-        if not a.option_strings or isinstance(a, argparse._HelpAction) or a.dest == "verbose":
+    arguments = sorted(parser._actions, key=lambda a: bool(a.option_strings))  # stable: positionals first
+    for a in arguments:
+        if isinstance(a, argparse._HelpAction) or a.dest == "verbose":
+            continue
+        if not a.option_strings:
+            optional = a.nargs in ("?", "*")
+            shown = "" if a.default in (None, [], argparse.SUPPRESS) else f"`{a.default}`"
+            choices = ", ".join(f"`{c}`" for c in a.choices) if a.choices else ""
+            rows.append((_positional(a), _flag_type(a), shown, choices, "" if optional else "required",
+                         _cell(_help(a))))
             continue
         default = a.default
         if isinstance(default, list):
             default = ",".join(map(str, default))
-        shown = "" if default in (None, False, argparse.SUPPRESS) else f"`{default}`"
+        # `is`, not `in`: 0 and 0.0 equal False, and a default of 0 is one (`generate --temperature`)
+        shown = "" if default is None or default is False or default == argparse.SUPPRESS else f"`{default}`"
         key = keys.get(a.dest) if path[0] in ("run", "compare") else None
         if key is not None:
             free = config.result_free(key)
@@ -134,8 +157,14 @@ def flag_rows(path: tuple[str, ...], parser: argparse.ArgumentParser) -> list[tu
             effect = "required" if a.required else ""
         choices = ", ".join(f"`{c}`" for c in a.choices) if a.choices else ""
         rows.append((", ".join(f"`{o}`" for o in a.option_strings), _flag_type(a), shown, choices, effect,
-                     _cell(a.help or "")))
+                     _cell(_help(a))))
     return rows
+
+
+def _help(action: argparse.Action) -> str:
+    """An argument's help as `--help` prints it, without the default (its own column): argparse %-formats
+    help texts, so a literal % is written %% (options.flag_help) and %(choices)s names the choices."""
+    return argparse.HelpFormatter("clarify")._expand_help(action) if action.help else ""
 
 
 def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
@@ -177,11 +206,13 @@ def render() -> str:
     lines += _table(("key", "type", "default", "allowed", "changes results", "what"), config_rows())
     lines += ["", "## Command-line flags", "",
               "Every command also takes `-v/--verbose` (library logs on the terminal too) and `-h/--help`. "
-              "A flag that sets a config key overrides the TOML file; its default is then the key's.", ""]
+              "A flag that sets a config key overrides the TOML file; its default is then the key's. A "
+              "command's positional arguments come first in its table, in the order they are given; one in "
+              "brackets may be left out.", ""]
     for path, parser in leaves(build_parser()):
         lines += [f"### clarify {' '.join(path)}", "", _cell(parser.description or ""), ""]
         rows = flag_rows(path, parser)
-        lines += _table(("flag", "type", "default", "choices", "config key / changes results", "what"), rows)
+        lines += _table(("argument", "type", "default", "choices", "config key / changes results", "what"), rows)
         lines.append("")
     return "\n".join(lines)
 

@@ -29,7 +29,8 @@ from clarify.files import make_dirs, write_parquet, write_text
 def register(sub) -> None:
     p = sub.add_parser("eval", help="score predictions with the ASQA or QuoteSum/SEMQA metrics",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", required=True, choices=datasets.names(with_gold=True))
+    p.add_argument("--dataset", required=True, choices=datasets.names(with_gold=True),
+                   help="the dataset whose gold answers and metrics score the predictions")
     p.add_argument("--predictions", required=True, type=Path,
                    help="official prediction file (ASQA JSON {id: answer}; QuoteSum JSONL qid + prediction/"
                         "answer/summary) or a clarify run directory")

@@ -15,7 +15,7 @@ from pathlib import Path
 from clarify.console import home_logs
 from clarify.errors import InputError, need_file
 from clarify.files import write_atomic, write_parquet
-from clarify.index.store import SEARCHER_KINDS
+from clarify.index.store import SEARCHER_KINDS, BuildOptions
 
 
 def _passive_omp() -> None:
@@ -99,7 +99,9 @@ def register(sub) -> None:
     b.add_argument("--ef-search", type=int, default=None, help="HNSW efSearch stored in the index (default 128)")
     b.add_argument("--nlist", type=int, default=None, help="IVF lists (default ≈ 4·sqrt(n))")
     b.add_argument("--nprobe", type=int, default=None, help="IVF lists searched per query")
-    b.add_argument("--hnsw-m", type=int, default=32)
+    b.add_argument("--hnsw-m", type=int, default=BuildOptions.hnsw_m, metavar="M",
+                   help="HNSW graph links per vector (faiss IndexHNSWFlat's M) of --faiss hnsw; a factory "
+                        "string names its own, e.g. 'HNSW32'")
     b.add_argument("--batch-size", type=int, default=None,
                    help="encoder batch size (batches are cut by token count; default: CPU 16, CUDA 256, from the "
                         "CPU/CUDA settings table)")
@@ -132,8 +134,11 @@ def register(sub) -> None:
     s.add_argument("--encoder", default=None, help="query encoder dir (for --faiss-index)")
     s.add_argument("--queries", type=Path, help="JSONL/Parquet/TSV with qid and query (or id / question) columns")
     s.add_argument("--query", help="a single query")
-    s.add_argument("--k", type=int, default=10)
-    s.add_argument("--retriever", choices=SEARCHER_KINDS, default="hybrid")
+    s.add_argument("--k", type=int, default=10, help="hits per query")
+    s.add_argument("--retriever", choices=SEARCHER_KINDS, default="hybrid",
+                   help="bm25 (Lucene), dense (FAISS), hybrid (their top --candidates fused by reciprocal rank) "
+                        "or rerank (that union rescored by --cross-encoder, else the dense encoder's cosine); "
+                        "docs/retrieval.md#searchers-and-the-reranker")
     s.add_argument("--candidates", type=int, default=100, help="per-retriever candidates for hybrid/rerank")
     s.add_argument("--cross-encoder", default=None, help="local CrossEncoder dir for rerank")
     s.add_argument("--out", type=Path, help="write hits here (.parquet); else print them")
@@ -141,14 +146,18 @@ def register(sub) -> None:
 
     c = isub.add_parser("coverage", help="AC@k of each retriever on ASQA (ToC appendix B.1)",
                         epilog=COVERAGE_EPILOG)
-    c.add_argument("--dataset", choices=["asqa"], default="asqa")
+    c.add_argument("--dataset", choices=["asqa"], default="asqa",
+                   help="the question set whose short answers are looked for (ASQA only)")
     c.add_argument("--data", type=Path, default=None, help="ASQA json (default: data/asqa/dev.json)")
     c.add_argument("--first", type=int, default=500, help="first N questions (default 500)")
-    c.add_argument("--k", type=_ks, default=[5, 10, 20, 100])
+    c.add_argument("--k", type=_ks, default=[5, 10, 20, 100], metavar="K,...",
+                   help="comma-separated cut-offs: AC@k is measured in the top k passages for each")
     c.add_argument("--index", type=Path, default=None, help="index dir (default: the embedded default index)")
-    c.add_argument("--retrievers", default="bm25,dense,hybrid,rerank")
-    c.add_argument("--candidates", type=int, default=100)
-    c.add_argument("--cross-encoder", default=None)
+    c.add_argument("--retrievers", default="bm25,dense,hybrid,rerank",
+                   help=f"comma-separated searchers to measure, each one of {', '.join(SEARCHER_KINDS)} "
+                        "(as `clarify index search --retriever`)")
+    c.add_argument("--candidates", type=int, default=100, help="per-retriever candidates for hybrid/rerank")
+    c.add_argument("--cross-encoder", default=None, help="local CrossEncoder dir for rerank")
     c.add_argument("--out", type=Path, help="also write the table (.parquet, .csv or .json)")
     c.set_defaults(func=cmd_coverage, **logs)
 

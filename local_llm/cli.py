@@ -205,9 +205,10 @@ def register(sub) -> None:
     add_flag(g, OPTION["model"], default=Options.model)
     g.add_argument("--prompts", required=True, help='JSONL, one {"id": ..., "prompt": ...} per line')
     g.add_argument("--out", required=True, help="output Parquet file")
-    g.add_argument("--max-tokens", type=int, default=128)
-    g.add_argument("--temperature", type=float, default=0.0)
-    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--max-tokens", type=int, default=128, help="most tokens generated per prompt (>= 1)")
+    g.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (>= 0); 0: greedy")
+    g.add_argument("--top-p", type=float, default=1.0,
+                   help="nucleus sampling: the smallest set of tokens holding this probability mass, in (0, 1]")
     g.add_argument("--seed", type=int, default=None, help="sampling seed of every request (reproducible sampling)")
     g.add_argument("--stop", action="append", help="stop string (repeatable); base models default to a blank line")
     g.add_argument("--cache", default=None, help="completion cache (SQLite file or directory); re-runs make no model calls")

@@ -60,9 +60,13 @@ class EngineOptions:
     gpu_memory_utilization: float = setting(0.85, help="CUDA: the fraction of each GPU's memory the engine may "
                                                        "use, in (0, 1] (vLLM EngineArgs)")
     tensor_parallel_size: int = setting(1, help="GPUs one engine is sharded over")
-    dtype: str = setting("auto", help="\"auto\": bfloat16 where the CPU computes it natively, float32 otherwise, "
-                                      "the model's own on CUDA (local_llm/hardware.py). The dtype really run is "
-                                      "recorded in summary.json and every cache key.")
+    # "auto" as the settings table's dtype row (`_dtype` below) resolves it; on CUDA it never keeps the
+    # model's own dtype: float32 weights run in bfloat16/float16 too (docs/engines.md).
+    dtype: str = setting("auto", help="\"auto\": on CUDA, bfloat16 at compute capability >= 8.0, else float16; "
+                                      "on CPU, bfloat16 where the CPU computes it natively (AVX512-BF16 or AMX) "
+                                      "and the model's weights are half precision, else float32 (always float32 "
+                                      "with batch_invariant). The dtype really run is recorded in summary.json and "
+                                      "every cache key.")
     batch_invariant: bool = setting(
         False, help="results that do not depend on the batch (docs/engines.md#batch-invariance): vLLM's "
                     "batch-invariant mode on CUDA (compute capability >= 8.0), float32 on CPU. Part of the model "
