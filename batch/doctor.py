@@ -1,7 +1,8 @@
 """`clarify doctor`: what is installed and ready on this machine, in a few seconds, starting nothing.
 
-Models (embedded, prepared or not), the embedded index (built, matching the shipped corpus), Java for
-Pyserini, the vLLM build and the device it will run on, the CPU's capability and the dtype `auto`
+The prerequisites (local_llm/prerequisites.py: Python, glibc, disk and RAM per setup, the NVIDIA
+driver and GPU architecture the CUDA 13 stack needs), models (embedded, prepared or not), the embedded
+index (built, matching the shipped corpus), Java for Pyserini, the vLLM build and the device it will run on, the CPU's capability and the dtype `auto`
 resolves to (local_llm/hardware.py), the cores an engine binds and who holds them now, and how much
 disk `$CLARIFY_HOME` takes. On a CUDA machine, the GPU preflight for the configured model
 (local_llm/preflight.py: driver vs torch's CUDA, GPUs and free memory vs weights + KV cache at
@@ -212,16 +213,29 @@ def _size(path: Path) -> int:
     return total
 
 
+def prerequisites(clarify_home: Path) -> list[dict]:
+    """Each declared prerequisite (local_llm/prerequisites.py: Python, glibc, disk and RAM per setup, the
+    NVIDIA driver and GPU architecture the CUDA 13 stack needs) as ok or missing, with the fix."""
+    from dataclasses import asdict
+
+    from clarify.local_llm import prerequisites as pre
+
+    return [asdict(c) for c in pre.checks(pre.gather(clarify_home))]
+
+
 def collect(cfg=None) -> dict:
     from clarify.files import home
 
+    prereq = prerequisites(home())
     eng = engine(cfg)
     bf16 = bool((eng.get("cpu") or {}).get("bf16_native"))
     cap = tuple(eng["capability"]) if eng.get("capability") else None
     facts = {"models": models(eng["device"], bf16, cap), "index": index(), "java": java(), "engine": eng,
-             "clarify_home": disk(home())}
+             "clarify_home": disk(home()), "prerequisites": prereq}
     default = next(m for m in facts["models"] if m["default"])
-    missing = [what for what, ok in (("the default model", default["ready"]),
+    basic = [c for c in prereq if c["name"] in ("Python", "glibc")]  # disk and RAM: per setup, said above
+    missing = [what for what, ok in (("Python 3.11 and glibc >= 2.28", all(c["ok"] for c in basic)),
+                                     ("the default model", default["ready"]),
                                      ("the embedded index", facts["index"]["built"]),
                                      ("Java", facts["java"].get("ready")),
                                      ("a passing GPU preflight", all(c["ok"] for c in eng.get("preflight", ())))
@@ -236,7 +250,10 @@ def _mb(n: int) -> str:
 
 
 def render(f: dict) -> str:
-    lines = ["models"]
+    lines = ["prerequisites (docs/getting-started.md#prerequisites)"]
+    lines.extend(f"  [{'ok' if c['ok'] else 'missing'}] {c['name']}: {c['detail']}"
+                 + (f" -> {c['fix']}" if c["fix"] else "") for c in f.get("prerequisites", ()))
+    lines.append("models")
     for m in f["models"]:
         tag = " (default)" if m["default"] else ""
         if m["ready"]:

@@ -6,7 +6,8 @@ overhead each GPU carries), against what an engine may use of a GPU (`budget_of`
 gpu_memory_utilization of the total). A model gets the fewest GPUs that hold it: the smallest
 tensor_parallel_size, a power of two dividing the GPU count (vLLM shards attention heads evenly; a group
 of 2^k GPUs tiles the machine), or the one its entry sets. A model that fits on no group is refused
-before anything starts.
+before anything starts, and so is a GPU the pinned CUDA 13 stack cannot run on (compute capability
+< 7.5: a V100).
 
 Models start largest first (the one that needs the most GPUs cannot be starved by small ones) on the
 lowest free GPU ids; what does not fit waits in that order and starts the moment enough GPUs are free
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 
 from clarify.errors import InputError
 from clarify.local_llm.preflight import Gpu, ModelShape, Need, budget_of, need_per_gpu
-from clarify.local_llm.settings import Ask, Device, dtype_for
+from clarify.local_llm.settings import Ask, Device, dtype_for, unsupported
 
 
 def _gib(n: float) -> str:
@@ -131,6 +132,9 @@ def plan(models: list[Model], gpus: list[Gpu]) -> Plan:
     start at once on which GPUs (`Pool`); the rest queued in that order."""
     if not gpus:
         raise InputError("no GPU visible: a GPU plan needs CUDA_VISIBLE_DEVICES / nvidia-smi GPUs", field="models")
+    for i, g in enumerate(gpus):  # CUDA 13 has no kernels below 7.5 (local_llm/settings.py GPU_MIN_CAPABILITY)
+        if why := unsupported(Device("cuda", capability=g.capability, name=g.name, count=len(gpus))):
+            raise InputError(f"GPU {i}: {why}", field="models")
     placements = [place(m, gpus) for m in models]
     order = sorted(range(len(placements)),
                    key=lambda i: (-placements[i].tp, -(placements[i].need.total if placements[i].need else 0)))

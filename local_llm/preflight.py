@@ -10,7 +10,8 @@ failure is tested with faked devices on a CPU machine (tests/test_preflight.py).
 - each GPU's free memory against the model's weights plus one sequence's KV cache at `max_model_len`
   (vLLM refuses to start when the KV cache cannot hold `max_model_len` tokens: vllm/v1/core/kv_cache_utils.py
   `check_enough_kv_cache_memory`), and how many ToC requests the rest holds;
-- the compute capability against the dtype (the settings table's dtype row: bfloat16 needs 8.0) and against
+- the compute capability against the pinned CUDA 13 stack (>= 7.5: a V100 is refused) and the dtype
+  (the settings table's dtype row: bfloat16 needs 8.0) and against
   `batch_invariant`;
 - FAISS on the GPU (faiss-gpu) present or not: information, never a failure.
 """
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clarify.errors import InputError
-from clarify.local_llm.settings import Ask, Device, engine_settings
+from clarify.local_llm.settings import CUDA_MAJOR, DRIVER_MIN, Ask, Device, engine_settings, unsupported
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 STORED_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2}
@@ -150,8 +151,9 @@ def checks(facts: GpuFacts, model: ModelShape, ask: Ask) -> list[Check]:
                          "unknown (NVML not readable)", warning=True))
     elif drv[0] < rt[0]:
         out.append(Check("driver", False, f"driver {facts.driver or '?'} supports CUDA {facts.driver_cuda}, torch is "
-                         f"built for CUDA {facts.torch_cuda}", f"install an NVIDIA driver for CUDA {rt[0]}.x "
-                         f"(R525 or newer for 12.x)"))
+                         f"built for CUDA {facts.torch_cuda}", f"install an NVIDIA driver for CUDA {rt[0]}.x"
+                         + (f" (R{DRIVER_MIN[0]} or newer, docs/getting-started.md#prerequisites)"
+                            if rt[0] == CUDA_MAJOR else "")))
     elif drv < rt:
         out.append(Check("driver", True, f"driver {facts.driver or '?'} supports CUDA {facts.driver_cuda}, older than "
                          f"torch's {facts.torch_cuda}: runs through CUDA minor-version compatibility, except kernels "
@@ -173,6 +175,11 @@ def checks(facts: GpuFacts, model: ModelShape, ask: Ask) -> list[Check]:
                          "" if facts.nccl else "install the GPU stack's torch (it carries NCCL)"))
     first = facts.gpus[0]
     device = Device("cuda", capability=first.capability, name=first.name, count=n, total_bytes=first.total_bytes)
+    old = [why for g in facts.gpus[:tp] if (why := unsupported(Device("cuda", capability=g.capability, name=g.name,
+                                                                       count=n)))]
+    if old:  # no run is planned on a GPU the pinned CUDA 13 stack has no kernels for (a V100)
+        out.append(Check("GPU architecture", False, old[0], "run on a Turing or newer GPU, or with the CPU stack"))
+        return out
     try:
         settings = engine_settings(device, ask)
         dtype = settings.llm["dtype"]

@@ -36,6 +36,16 @@ DTYPES = ("auto", "bfloat16", "float16", "float32")  # what [model] dtype accept
 QUANTIZATION_MIN_CAPABILITY = {"awq": (7, 5), "gptq": (6, 0), "fp8": (8, 9)}
 QUANTIZATIONS = ("", *QUANTIZATION_MIN_CAPABILITY)
 _HALF = {"bfloat16", "bf16", "float16", "fp16", "half"}
+# The pinned GPU stack (requirements/gpu.txt: torch 2.13.0 on nvidia-cuda-runtime 13.0.96, vLLM 0.32.0) is
+# CUDA 13. CUDA 13.0 removed offline compilation and library support for compute capability < 7.5
+# (Maxwell 5.x, Pascal 6.x, Volta 7.0/7.2: NVIDIA CUDA 12.9 / 13.0 toolkit release notes, "Deprecated or
+# Dropped Features"; NVIDIA technical blog "Navigating GPU Architecture Support"), so no kernel of the
+# pinned torch or vLLM runs on a V100: such a GPU is refused, never planned (stay on CUDA 12.9 for it).
+CUDA_MAJOR = 13
+GPU_MIN_CAPABILITY = (7, 5)  # Turing (T4, RTX 20xx) and newer
+# CUDA 13.0 GA's toolkit driver on Linux x86_64 (CUDA toolkit release notes, table 3, ">= 580.65.06");
+# CUDA minor-version compatibility lets any R580 driver run the later 13.0 updates the lock pins.
+DRIVER_MIN = (580, 65, 6)
 BF16_MIN_CAPABILITY = (8, 0)  # Ampere: bfloat16 tensor cores; vLLM refuses bf16 below it
 BATCH_INVARIANT_MIN_CAPABILITY = (8, 0)  # vLLM 0.32's batch-invariant kernels: SM80 and newer
 GPU_MAX_NUM_SEQS = 512  # sequences a GPU engine runs at once (vLLM's LLM default is 256, or 1024 on >= 70 GB)
@@ -128,7 +138,19 @@ class EngineSettings:
 NOT_SET = None  # a row's value None: clarify passes nothing, vLLM's own default holds
 
 
+def unsupported(device: Device) -> str | None:
+    """Why the pinned CUDA stack cannot run on `device` (a GPU below GPU_MIN_CAPABILITY), or None."""
+    if device.kind != "cuda" or device.capability is None or device.capability >= GPU_MIN_CAPABILITY:
+        return None
+    cap = ".".join(map(str, device.capability))
+    return (f"{device.label()}: compute capability {cap} is below {GPU_MIN_CAPABILITY[0]}.{GPU_MIN_CAPABILITY[1]}, "
+            f"which the pinned CUDA {CUDA_MAJOR} stack needs (CUDA 13 dropped Maxwell, Pascal and Volta): use a "
+            f"Turing or newer GPU (T4, A100, L40S, H100), or the CPU stack")
+
+
 def _dtype(d: Device, a: Ask, notes: list[str]) -> str:
+    if why := unsupported(d):
+        raise InputError(why, field="device")
     if a.dtype not in DTYPES:
         raise InputError(f"unknown dtype {a.dtype!r}; choose one of {DTYPES}", field="model.dtype")
     model_half = str(a.model_dtype or "").lower() in _HALF
@@ -306,9 +328,17 @@ def render(devices: list[Device], ask: Ask) -> str:
     """The table as Markdown, one value column per device (a row that raises shows the error's text)."""
     head = "| setting | " + " | ".join(d.label() for d in devices) + " | why |"
     lines = [head, "|" + " --- |" * (len(devices) + 2)]
+    refused = {i: unsupported(d) for i, d in enumerate(devices)}
+    if any(refused.values()):  # a device the pinned stack cannot run says so once, and gets no plan
+        lines.append("| supported | " + " | ".join(f"refused: {why}" if why else "yes" for why in refused.values())
+                     + f" | the pinned CUDA {CUDA_MAJOR} stack runs on compute capability >= "
+                       f"{GPU_MIN_CAPABILITY[0]}.{GPU_MIN_CAPABILITY[1]} (docs/getting-started.md#prerequisites) |")
     for row in TABLE:
         cells = []
-        for d in devices:
+        for i, d in enumerate(devices):
+            if refused[i]:
+                cells.append("-")
+                continue
             try:
                 v = (row.cpu if d.kind == "cpu" else row.cuda)(d, ask, [])
                 cells.append("not set" if v is NOT_SET else f"`{v}`")

@@ -1,5 +1,5 @@
 """The one CPU/CUDA settings table (local_llm/settings.py), rendered for a CPU and for faked CUDA devices of
-compute capability 7.0 (V100), 8.0 (A100) and 9.0 (H100). Pure: no torch, no vLLM, no GPU. The keywords
+compute capability 7.5 (T4), 8.0 (A100) and 9.0 (H100), and 7.0 (V100), which the pinned CUDA 13 stack refuses. Pure: no torch, no vLLM, no GPU. The keywords
 themselves are checked against the pinned vLLM's argument names in tests/test_vllm_api.py."""
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ from clarify.local_llm.settings import Ask, Device, engine_settings, render
 CPU_BF16 = Device("cpu", bf16_native=True, cores="0-1")
 CPU_AVX2 = Device("cpu", bf16_native=False, cores="0-3")
 V100 = Device("cuda", capability=(7, 0), name="Tesla V100", count=4, total_bytes=32 << 30)
+T4 = Device("cuda", capability=(7, 5), name="Tesla T4", count=4, total_bytes=16 << 30)
 A100 = Device("cuda", capability=(8, 0), name="A100", count=8, total_bytes=80 << 30)
 H100 = Device("cuda", capability=(9, 0), name="H100", count=8, total_bytes=80 << 30)
 BF16_MODEL = Ask(model="/models/m", model_dtype="bfloat16", max_model_len=6144, gpu_memory_utilization=0.9,
                  tensor_parallel_size=1)
 
 
-@pytest.mark.parametrize(("device", "dtype"), [(V100, "float16"), (A100, "bfloat16"), (H100, "bfloat16")])
+@pytest.mark.parametrize(("device", "dtype"), [(T4, "float16"), (A100, "bfloat16"), (H100, "bfloat16")])
 def test_cuda_runs_half_precision_by_capability_with_graphs_and_gpu_batches(device, dtype):
     s = engine_settings(device, BF16_MODEL)
     assert s.llm["dtype"] == dtype
@@ -30,7 +31,7 @@ def test_cuda_runs_half_precision_by_capability_with_graphs_and_gpu_batches(devi
     assert not [k for k in s.env if k.startswith("VLLM_CPU_")]  # CPU-only variables never set on CUDA
     assert "VLLM_BATCH_INVARIANT" not in s.env
     # a bf16 model on a GPU without bf16 is run in float16, and the user is told
-    assert bool(s.notes) == (device is V100) and (not s.notes or "float16" in s.notes[0])
+    assert bool(s.notes) == (device is T4) and (not s.notes or "float16" in s.notes[0])
 
 
 def test_cpu_keeps_its_own_settings():
@@ -48,7 +49,7 @@ def test_a_gpu_never_runs_float32_silently():
     s = engine_settings(H100, Ask(model="m", model_dtype="float32", dtype="float32"))
     assert s.llm["dtype"] == "float32" and "float32 on a GPU" in s.notes[0]  # asked for: kept, and said
     with pytest.raises(InputError, match="bfloat16 needs a GPU of compute capability >= 8.0"):
-        engine_settings(V100, Ask(model="m", dtype="bfloat16"))
+        engine_settings(T4, Ask(model="m", dtype="bfloat16"))
 
 
 def test_batch_invariant_by_device():
@@ -57,7 +58,7 @@ def test_batch_invariant_by_device():
         s = engine_settings(gpu, ask)
         assert s.env["VLLM_BATCH_INVARIANT"] == "1" and s.llm["dtype"] == "bfloat16"
     with pytest.raises(InputError, match="field 'model.batch_invariant'.*compute capability >= 8.0"):
-        engine_settings(V100, ask)
+        engine_settings(T4, ask)
     s = engine_settings(CPU_BF16, ask)  # CPU: float32, whose results do not depend on the batch
     assert s.llm["dtype"] == "float32" and "VLLM_BATCH_INVARIANT" not in s.env
     with pytest.raises(InputError, match="runs float32 on a CPU"):
@@ -76,9 +77,9 @@ def test_tensor_parallelism_is_for_gpus_and_a_ray_worker_uses_vllms_ray_executor
 
 
 def test_the_rendered_table_has_a_column_per_device_and_every_difference():
-    text = render([CPU_BF16, V100, A100, H100], Ask(model="m", model_dtype="bfloat16", batch_invariant=True))
+    text = render([CPU_BF16, T4, A100, H100], Ask(model="m", model_dtype="bfloat16", batch_invariant=True))
     lines = text.splitlines()
-    assert lines[0].count("|") == 7 and "compute capability 7.0" in lines[0] and "compute capability 9.0" in lines[0]
+    assert lines[0].count("|") == 7 and "compute capability 7.5" in lines[0] and "compute capability 9.0" in lines[0]
     row = {line.split("|")[1].strip(" `"): [c.strip() for c in line.split("|")[2:6]] for line in lines[2:]}
     assert row["dtype"][0] == "`float32`" and row["dtype"][1].startswith("refused") is False
     assert row["dtype"][1] == "`float16`" and row["dtype"][2] == row["dtype"][3] == "`bfloat16`"
@@ -99,11 +100,23 @@ def test_the_docs_show_the_table_the_code_applies():
     ask = Ask(model_dtype="bfloat16", max_model_len=m.max_model_len, gpu_memory_utilization=m.gpu_memory_utilization)
     devices = [Device("cpu", bf16_native=True, cores="0-15"), Device("cpu", bf16_native=False, cores="0-15"),
                Device("cuda", capability=(7, 0), name="V100", count=8),
+               Device("cuda", capability=(7, 5), name="T4", count=8),
                Device("cuda", capability=(8, 0), name="A100", count=8),
                Device("cuda", capability=(9, 0), name="H100", count=8)]
     table = render(devices, ask)
     page = Path(__file__).resolve().parents[1] / "docs" / "engines.md"
     assert table in page.read_text(encoding="utf-8"), table
+
+
+def test_a_v100_is_refused_in_one_line_and_its_column_says_so():
+    """CUDA 13 (the pinned torch and vLLM) dropped Volta: no setting is planned for a V100."""
+    with pytest.raises(InputError) as got:
+        engine_settings(V100, BF16_MODEL)
+    assert "\n" not in str(got.value) and "compute capability 7.0 is below 7.5" in str(got.value)
+    lines = render([V100, H100], BF16_MODEL).splitlines()
+    assert lines[2].startswith("| supported | refused: CUDA Tesla V100") and "| yes |" in lines[2]
+    assert all(line.split("|")[2].strip() == "-" for line in lines[3:])
+    assert "supported" not in render([T4, H100], BF16_MODEL)  # only shown where a device is refused
 
 
 def test_dense_search_goes_to_the_gpu_only_where_faiss_sees_one():
@@ -164,9 +177,10 @@ def test_quantization_by_device():
     for gpu in (L40S, H100):
         assert engine_settings(gpu, Ask(model="m", quantization="fp8")).llm["quantization"] == "fp8"
     assert engine_settings(A100, Ask(model="m", quantization="awq")).llm["quantization"] == "awq"
-    assert engine_settings(V100, Ask(model="m", quantization="gptq")).llm["quantization"] == "gptq"
-    with pytest.raises(InputError, match=r"'awq' needs compute capability >= 7.5; CUDA Tesla V100"):
-        engine_settings(V100, Ask(model="m", quantization="awq"))
+    assert engine_settings(T4, Ask(model="m", quantization="gptq")).llm["quantization"] == "gptq"
+    assert engine_settings(T4, Ask(model="m", quantization="awq")).llm["quantization"] == "awq"
+    with pytest.raises(InputError, match=r"field 'device'.*V100.*below 7.5"):  # no plan at all on a V100
+        engine_settings(V100, Ask(model="m", quantization="gptq"))
     with pytest.raises(InputError, match=r"field 'model.quantization'.*'fp8' needs compute capability >= 8.9"):
         engine_settings(A100, Ask(model="m", quantization="fp8"))
     with pytest.raises(InputError, match="'awq' needs a CUDA GPU"):

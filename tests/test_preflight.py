@@ -9,7 +9,7 @@ from tests.fixtures_llm import write_fake_model
 
 GIB = 1 << 30
 H100 = Gpu("NVIDIA H100 80GB HBM3", (9, 0), free_bytes=79 * GIB, total_bytes=80 * GIB)
-V100 = Gpu("Tesla V100-SXM2-32GB", (7, 0), free_bytes=31 * GIB, total_bytes=32 * GIB)
+T4 = Gpu("Tesla T4", (7, 5), free_bytes=15 * GIB, total_bytes=16 * GIB)
 # An 8B model stored in bfloat16 (Llama-3-8B's shape: 32 layers, 8 KV heads of 128): 16 GB of weights.
 LLAMA8B = ModelShape(weight_bytes=16 * 10**9, stored_dtype="bfloat16", layers=32, kv_heads=8, head_dim=128)
 ASK = Ask(model="m", model_dtype="bfloat16", max_model_len=8192, gpu_memory_utilization=0.9)
@@ -33,14 +33,16 @@ def test_a_healthy_h100_passes_every_check():
 def test_an_old_driver_fails_and_a_minor_version_behind_warns():
     found = _by_name(checks(GpuFacts("12.8", "11.8", "520.61", (H100,)), LLAMA8B, ASK))
     assert not found["driver"].ok and "install an NVIDIA driver for CUDA 12.x" in found["driver"].line()
+    found = _by_name(checks(GpuFacts("13.0", "12.8", "570.133.20", (H100,)), LLAMA8B, ASK))  # the pinned stack
+    assert not found["driver"].ok and "CUDA 13.x (R580 or newer" in found["driver"].fix
     found = _by_name(checks(GpuFacts("12.8", "12.4", "550.54", (H100,)), LLAMA8B, ASK))
     assert found["driver"].ok and found["driver"].warning and "minor-version compatibility" in found["driver"].detail
     found = _by_name(checks(GpuFacts(None, None, None, ()), LLAMA8B, ASK))
     assert not found["CUDA runtime"].ok and "STACK=gpu" in found["CUDA runtime"].fix
 
 
-def test_a_v100_gets_float16_and_refuses_bfloat16_and_batch_invariance():
-    facts = GpuFacts("12.8", "12.8", "570", (V100,))
+def test_a_t4_gets_float16_and_refuses_bfloat16_and_batch_invariance():
+    facts = GpuFacts("13.0", "13.0", "580.65.06", (T4,))
     found = _by_name(checks(facts, LLAMA8B, ASK))
     assert found["dtype"].ok and found["dtype"].warning and "float16" in found["dtype"].detail
     for ask in (Ask(model="m", dtype="bfloat16"), Ask(model="m", batch_invariant=True)):
