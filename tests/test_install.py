@@ -4,6 +4,7 @@
   machine with only pip and the public indexes: from PyTorch's CPU index, hash-checked; a wrong wheel fails
   in one line. The Makefile's own pip call (`make torch-cpu`, the first step of `make setup`'s install),
   against a PEP 503 index served from 127.0.0.1.
+- The stack a venv was installed with (cpu or gpu) is what later make targets use without `STACK=`.
 - A regular (non-editable) `pip install .` works on its own: the package finds its shipped data and
   report templates inside site-packages and `clarify run` answers on the embedded defaults.
 """
@@ -150,6 +151,53 @@ def test_where_the_cpu_torch_comes_from(tmp_path):
     assert f"install --no-index --find-links {holds} --no-deps" in plan
     plan = _plan(tmp_path / "v", "torch-cpu", "PIP_SOURCE=--no-index --find-links /w", env=env)
     assert "install --no-index --find-links /w --no-deps" in plan
+
+
+def _fake_venv(tmp_path: Path, stack: str) -> tuple[Path, dict[str, str]]:
+    """A venv that `make setup STACK=stack` finished (its python, its stamp) and a $CLARIFY_HOME whose
+    embedded model is prepared: what `make demo` finds after `make install-offline STACK=stack`."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    env = {**_pip_env(tmp_path), "CLARIFY_HOME": str(tmp_path / "home")}
+    stamp = subprocess.run(["make", "--no-print-directory", "-s", "-C", str(ROOT), f"VENV={venv}", f"STACK={stack}",
+                            "--eval=print-stamp: ; @echo $(DEPS_STAMP)", "print-stamp"],
+                           capture_output=True, text=True, env=env, check=True).stdout.strip()
+    assert Path(stamp).parent == venv and Path(stamp).name.startswith(f".deps-{stack}-")
+    Path(stamp).touch()
+    ready = tmp_path / "home" / ".model-ready"
+    ready.parent.mkdir()
+    ready.touch()
+    later = Path(stamp).stat().st_mtime + 10
+    os.utime(ready, (later, later))
+    return venv, env
+
+
+@needs_make
+@pytest.mark.parametrize("stack", ["gpu", "cpu"])
+def test_later_make_targets_use_the_installed_stack(tmp_path, stack):
+    """After `make install-offline STACK=gpu` (or `make setup`), `make demo` and `make test` without STACK=
+    install nothing (the stack is read from the venv's stamp): they run offline, and a CUDA torch is not
+    swapped for the CPU one."""
+    venv, env = _fake_venv(tmp_path, stack)
+    for target in ("demo", "test"):
+        plan = _plan(venv, target, env=env)
+        assert "pip" not in plan and "requirements/" not in plan, plan
+        assert f"{venv}/bin/clarify index build --default" in plan
+    assert f"{venv}/bin/clarify demo" in _plan(venv, "demo", env=env)
+
+
+@needs_make
+def test_an_explicit_stack_still_wins(tmp_path):
+    """STACK= on the command line switches the venv, and says so."""
+    venv, env = _fake_venv(tmp_path, "gpu")
+    plan = _plan(venv, "setup", "STACK=cpu", env=env)
+    assert re.search(r"pip .*install +--no-deps --require-hashes -r requirements/cpu.txt", plan), plan
+    assert f"{venv} holds the gpu stack: the cpu stack is installed over it" in plan
+    assert "requirements/gpu.txt" not in plan
+    # a venv without a stamp (none yet, or made before stamps named their stack): cpu
+    plan = _plan(tmp_path / "none", "setup", env=env)
+    assert "-r requirements/cpu.txt" in plan and "holds the" not in plan
 
 
 @pytest.mark.integration
