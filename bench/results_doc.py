@@ -45,6 +45,7 @@ TITLES = {
     "estimate": ("The demo's time estimate against the ToC time", "the probe's estimate, the re-estimate after the first tree and the actual ToC time (bench/bench_estimate.py); earlier rows: earlier probes"),
     "host": ("clarify's own work per LLM call", "a finished run replayed with no engine (bench/bench_host.py): ms per call by component, before and after the host cuts"),
     "host_avx2": ("clarify's own work per LLM call, as an AVX2-only CPU runs it", "bench/bench_host.py under bench/emulate_avx2 (this machine held to AVX2; the emulation ran ~1.8x faster than the real AVX2 EPYC: see the AVX2 section)"),
+    "demo": ("The recorded `make demo`", "one run of `clarify demo`, its terminal output kept whole (the README's transcript is generated from it by bench/reproduce_doc.py)"),
     "simulate": ("GPU-speed engine simulator, 960 questions (ESTIMATE)", "a model, not a measurement: the replayed trees against a simulated H100 running Llama-3.1-8B (bench/bench_simulate.py); engine busy share and projected wall time"),
     "grammar": ("Quote grammar compile time", "xgrammar compile of the `[k span]` grammar for 5,000 and 20,000 source words, capped and uncapped (bench/bench_grammar.py)"),
 }
@@ -132,7 +133,12 @@ def make(doc: dict) -> str:
     return "\n".join(lines)
 
 
-RENDER = {"constrained": constrained, "constrained_10q": constrained, "scale": scale, "build": build, "make": make}
+def demo(doc: dict) -> str:
+    lines = [f"{doc['wall_s']:.0f} s in all. {doc.get('note', '')}".strip(), "", "```", *doc["stdout"], "```"]
+    return "\n".join(lines)
+
+
+RENDER = {"demo": demo, "constrained": constrained, "constrained_10q": constrained, "scale": scale, "build": build, "make": make}
 
 
 def section(name: str, doc: dict) -> str:
