@@ -168,6 +168,7 @@ def test_node_passages_come_from_hits_and_passages(one_run):
     top_k = Run.open(one_run[0]).config.retrieval.top_k  # passages shown per retrieval
     assert hits.group_by("qid", "node_id").agg(pl.col("wave").n_unique())["wave"].max() > 1  # a node retrieved twice
     ptext = dict(zip(passages["passage_id"], passages["text"]))
+    store = json.loads(next(n for n in dom.iter() if n.tag == "script" and "ptexts" in n.classes).text())
     n_lists = 0
     for el in dom.iter():
         if el.tag != "details" or "node" not in el.classes:
@@ -191,8 +192,14 @@ def test_node_passages_come_from_hits_and_passages(one_run):
         n_lists += len(got)
         for li in body.iter():
             if li.tag == "li" and "passage" in li.classes:
-                assert ptext[li.attrs["data-passage-id"]] in li.text()
+                # the text is in the run's store once, keyed by passage, and filled in when it opens (report.js)
+                holder = next(n for n in li.iter() if "ptext" in n.classes)
+                assert holder.attrs["data-ptext"] == li.attrs["data-passage-id"] and not holder.text()
+                assert store[li.attrs["data-passage-id"]] == ptext[li.attrs["data-passage-id"]]
     assert n_lists == hits.select("qid", "node_id", "wave").unique().height
+    # each text once: the store holds exactly the passages shown folded under the nodes
+    shown = {n.attrs["data-ptext"] for n in dom.iter() if "data-ptext" in n.attrs}
+    assert set(store) == shown and text.count('class="ptexts"') == 1
 
 
 def _status_class(el: Node) -> str:
@@ -299,7 +306,7 @@ def test_environment_autoescapes_and_inlines_css_and_js(one_run):
     _, _, text = one_run
     dom = parse(text)
     style = next(n for n in dom.iter() if n.tag == "style").text()
-    script = next(n for n in dom.iter() if n.tag == "script").text()
+    script = next(n for n in dom.iter() if n.tag == "script" and "type" not in n.attrs).text()
     css = (report.TEMPLATES / "report.css").read_text(encoding="utf-8")
     js = (report.TEMPLATES / "report.js").read_text(encoding="utf-8")
     assert style.strip() == css.strip() and ".qspan.nonverbatim{" in style
@@ -328,7 +335,11 @@ def test_hostile_text_in_every_run_file_is_escaped(report_runs, tmp_path):
     (run_dir / "summary.json").write_text(json.dumps({**summary, "name": HOSTILE, HOSTILE: HOSTILE}))
     text = report.write_report([run_dir], tmp_path / "r.html").read_text(encoding="utf-8")
     dom = parse(text)
-    assert len([n for n in dom.iter() if n.tag == "script"]) == 1  # ours
+    scripts = [n for n in dom.iter() if n.tag == "script"]
+    # ours, and the run's passage texts as JSON data (`text_store`: every < > & a JSON escape)
+    assert sorted(n.attrs.get("type") or "" for n in scripts) == ["", "application/json"]
+    data = next(n for n in scripts if n.attrs.get("type") == "application/json").text()
+    assert any(v.endswith(HOSTILE) for v in json.loads(data).values()) and "<" not in data
     assert not any(n.tag == "img" and "onerror" in n.attrs for n in dom.iter())
     assert "<script>alert" not in text and "<img src=x" not in text
     shown = [n.text() for n in dom.iter() if not any(isinstance(c, Node) for c in n.children)]
@@ -361,7 +372,9 @@ def test_report_is_self_contained_and_escapes_model_output(one_run):
         assert n.tag not in ("link", "iframe", "object", "embed")
     assert not re.search(r"url\(\s*['\"]?(https?:)?//|@import", text, re.I)
     scripts = [n for n in dom.iter() if n.tag == "script"]
-    assert len(scripts) == 1 and "src" not in scripts[0].attrs  # only our inline script
+    # our inline script, and the run's passage texts as JSON data (never run: type application/json)
+    assert len(scripts) == 2 and not any("src" in n.attrs for n in scripts)
+    assert [n.attrs.get("type") for n in scripts if "type" in n.attrs] == ["application/json"]
     assert not any("onerror" in n.attrs for n in dom.iter())
     assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in text
     # the model proposed a disambiguated question with markup in it: shown as text, in its pruned node

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import base64
 import datetime as _dt
+import json
 import os
 from dataclasses import dataclass
 from functools import lru_cache
@@ -131,13 +132,26 @@ class _Ctx:
     prefix: str  # html id prefix, e.g. "r0-q3"
     passages: dict[str, tuple[str, str]]  # passage_id -> (title, text)
     hits_by_node: dict[str | None, list[dict]]
+    stored: dict[str, str]  # the run's passage texts shown folded under a node, once each (`text_store`)
 
 
 def _passage(ctx: _Ctx, pid: str, elem_id: str, hit: dict | None = None, evidence: bool = False) -> dict:
     """A passage as the template's `passage` macro shows it; hit: the retrieval row (rank, score), None
-    for the evidence passage."""
+    for the evidence passage. Its text goes into the run's store once (`text_store`): the same passages
+    are shown under many nodes (1,722 passage elements, ~300 distinct texts, for 50 questions), and inline
+    they made a 500-question report ~14 MB."""
     title, text = ctx.passages.get(pid, (None, None))
+    if text is not None:
+        ctx.stored[pid] = text
     return {"id": elem_id, "pid": pid, "title": title or pid, "text": text, "hit": hit, "evidence": evidence}
+
+
+def text_store(texts: dict[str, str]) -> Markup:
+    """The run's folded passage texts as JSON for a `<script type="application/json">` (report.js fills a
+    passage's text from it when its <details> opens, as textContent: never markup). `<`, `>` and `&` are
+    written as JSON escapes, so no text can close the script element or open a comment."""
+    body = json.dumps(texts, ensure_ascii=False, sort_keys=True)
+    return Markup(body.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
 
 
 def _node_hits(ctx: _Ctx, node_id: str, k: int) -> list[list[dict]]:
@@ -336,7 +350,7 @@ def _answer(ctx: _Ctx, answer: dict, spans: list[dict]) -> dict:
     }
 
 
-def _question(ri: int, qi: int, q: dict, frames: dict, k: int, open_: bool) -> dict:
+def _question(ri: int, qi: int, q: dict, frames: dict, k: int, open_: bool, stored: dict[str, str]) -> dict:
     """One question's section for the template's `question` macro; `verbatim` ("n/m" spans, — for none)
     and `scores` also fill its row of the question index (`_run`)."""
     prefix = f"r{ri}-q{qi}"
@@ -345,7 +359,7 @@ def _question(ri: int, qi: int, q: dict, frames: dict, k: int, open_: bool) -> d
     hits_by_node: dict[str | None, list[dict]] = {}
     for h in frames["hits"].get(qid, []):
         hits_by_node.setdefault(h["node_id"], []).append(h)
-    ctx = _Ctx(prefix, frames["passages"], hits_by_node)
+    ctx = _Ctx(prefix, frames["passages"], hits_by_node, stored)
     answer = frames["answers"].get(qid, [None])[0]
     spans = [_labelled(s) for s in sorted(frames["spans"].get(qid, []), key=lambda s: s["span_no"])]
     return {
@@ -472,8 +486,9 @@ def _run(run: Run, ri: int, label: str, k: int, max_questions: int | None) -> di
         r["passage_id"]: (r["title"], r["text"])
         for r in run.passages.unique("passage_id", keep="first").iter_rows(named=True)
     }
+    stored: dict[str, str] = {}  # filled by _passage: the run's text store
     trees = [
-        _question(ri, qi, q, frames, k, open_=qi == 0)
+        _question(ri, qi, q, frames, k, open_=qi == 0, stored=stored)
         for qi, q in enumerate(
             tqdm(
                 questions.iter_rows(named=True),
@@ -522,6 +537,7 @@ def _run(run: Run, ri: int, label: str, k: int, max_questions: int | None) -> di
         "metric_names": metric_names,
         "index": index,
         "questions": trees,
+        "texts": text_store(stored),
     }
 
 

@@ -32,6 +32,23 @@
       b.closest('.qbody').querySelectorAll('details.node').forEach(function (d) { d.open = open; });
     }
   });
+  // A node's passage text lives once in its run's store (script.ptexts, batch/report/html.py text_store):
+  // put it in when the passage opens (a click, "expand all", a link), as text, never markup.
+  var stores = new WeakMap();
+  function fill(d) {
+    var p = d.querySelector(':scope > .ptext[data-ptext]');
+    if (!p || p.hasAttribute('data-filled')) { return; }
+    var section = d.closest('section.run');
+    var script = section && section.querySelector(':scope > script.ptexts');
+    if (!script) { return; }
+    if (!stores.has(section)) { stores.set(section, JSON.parse(script.textContent)); }
+    p.textContent = stores.get(section)[p.getAttribute('data-ptext')] || '';
+    p.setAttribute('data-filled', '');
+  }
+  document.addEventListener('toggle', function (ev) {
+    if (ev.target.tagName === 'DETAILS' && ev.target.open) { fill(ev.target); }
+  }, true);
+  document.querySelectorAll('li.passage > details[open]').forEach(fill);
   window.addEventListener('hashchange', function () { go(decodeURIComponent(location.hash.slice(1))); });
   if (location.hash.length > 1) { go(decodeURIComponent(location.hash.slice(1))); }
 })();
