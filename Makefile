@@ -166,3 +166,10 @@ install-offline:
 	$(OFFLINE_PIP) $(PIP) install --no-index --find-links $(abspath $(WHEELS)) --no-deps --require-hashes -r $(VENV)/setuptools.lock
 	$(OFFLINE_PIP) $(MAKE) --no-print-directory $(DEPS_STAMP) STACK=$(STACK) \
 	  PIP_SOURCE="--no-index --find-links $(abspath $(WHEELS)) --no-build-isolation"
+
+# The air-gapped path walked as docs/getting-started.md#installing-on-an-air-gapped-server writes it
+# (bench/check_airgap.py runs that page's marked blocks; the server's inside `unshare -n`, loopback only).
+# Root, network to PyPI, tens of minutes and 2 x 1.6 GB of downloads: not part of `make test`.
+.PHONY: check-airgap
+check-airgap:
+	$(PYTHON) bench/check_airgap.py

@@ -8,7 +8,8 @@ disk `$CLARIFY_HOME` takes. On a CUDA machine, the GPU preflight for the configu
 (local_llm/preflight.py: driver vs torch's CUDA, GPUs and free memory vs weights + KV cache at
 max_model_len, compute capability vs dtype, NCCL, faiss-gpu). `--settings`: the CPU/CUDA settings table
 for this device (local_llm/settings.py). `--offline BUNDLE`: the carried bundle against its manifest and
-the installed packages against its lock (batch/offline.py). Nothing is built, converted or loaded: torch
+the installed packages against its lock, and each piece it carries (models, indexes, reader,
+cross-encoder, encoder, ASQA.json, wheels vs the lock: batch/offline.py). Nothing is built, converted or loaded: torch
 is imported (to ask the device and the CPU), vLLM and the JVM are not.
 """
 
@@ -29,7 +30,7 @@ examples:
   clarify doctor --json             the same facts as one JSON object
   clarify doctor --config run.toml  the GPU preflight for that run's [model] (default: the embedded model)
   clarify doctor --settings         the engine settings this device gets (the CPU/CUDA table)
-  clarify doctor --offline bundle   the air-gapped bundle and the installed packages vs its manifest
+  clarify doctor --offline bundle   the air-gapped bundle: files, pieces and installed packages vs its manifest
 
 What is missing is named with the command that makes it (`clarify models prepare`, `make gemma`,
 `clarify index build --default`). Nothing is written.
@@ -43,7 +44,9 @@ def register(sub) -> None:
     p.add_argument("--config", help="a run's TOML config (or frozen config.json): its [model] is preflighted")
     p.add_argument("--settings", action="store_true", help="print the engine settings table for this device")
     p.add_argument("--offline", metavar="BUNDLE",
-                   help="check an air-gapped bundle (wheels/, models/, indexes/) against its manifest.json")
+                   help="check an air-gapped bundle (clarify offline bundle): every file vs its manifest.json, the wheels "
+                        "vs the lock, each model, index, reader, cross-encoder and encoder folder, data/ASQA.json, "
+                        "and the installed packages")
     p.set_defaults(func=cmd_doctor)
 
 
@@ -308,21 +311,50 @@ def settings_table(cfg) -> str:
     return render([device_facts()], _ask(cfg)[0])
 
 
+def offline_result(bundle: Path) -> dict:
+    """`--offline BUNDLE`: the files vs the manifest and the installed packages vs its lock
+    (batch/offline.py check_bundle), then each piece of the bundle, one check each (offline.bundle_checks:
+    wheels vs the lock, models, indexes, reader, cross-encoder, encoder, data/ASQA.json)."""
+    from clarify.batch import offline as off
+
+    result = off.check_bundle(bundle)
+    files_ok = not any(p.startswith(("missing:", "size differs:", "sha256 differs:", "not in the manifest:"))
+                       for p in result["problems"])
+    installed = [p for p in result["problems"] if p.startswith(("not installed:", "installed "))]
+    checks = [{"name": "files", "ok": files_ok, "fix": "" if files_ok else "copy the named files again",
+               "detail": f"{result['files']} files, {result['bytes'] / 1e9:.2f} GB " + (
+                   "match the manifest's sizes and sha256" if files_ok else "differ from the manifest (below)")}]
+    checks += off.bundle_checks(bundle, off.read_manifest(bundle), Path(off.__file__).resolve().parents[1] / "requirements")
+    checks.append({"name": "installed", "ok": not installed, "fix": "" if not installed else
+                   f"make install-offline STACK=... WHEELS={result['bundle']}/wheels",
+                   "detail": f"every package {result['lock']} pins, at its version" if not installed else
+                   f"{len(installed)} locked packages not installed at their version (below)"})
+    result["checks"] = checks
+    result["ok"] = all(c["ok"] for c in checks) and not result["problems"]
+    return result
+
+
+def offline(bundle: Path, *, as_json: bool = False) -> int:
+    result = offline_result(bundle)
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"bundle {result['bundle']}: {result['files']} files, {result['bytes'] / 1e9:.2f} GB, lock {result['lock']}")
+        print("\n".join(Check(c["name"], c["ok"], c["detail"], c["fix"]).line() for c in result["checks"]))
+        if result["problems"]:
+            print("\n".join(f"  {p}" for p in result["problems"]))
+        bad = [c["name"] for c in result["checks"] if not c["ok"]]
+        print("ready: every file, piece and installed package" if result["ok"] else
+              f"not ready: {', '.join(dict.fromkeys(bad))} (each line above says how)")
+    return 0 if result["ok"] else 1
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from clarify.batch import config
 
     cfg = config.load(args.config) if args.config else None
     if args.offline:
-        from clarify.batch.offline import check_bundle
-
-        result = check_bundle(Path(args.offline))
-        if args.json:
-            print(json.dumps(result, indent=2))
-        else:
-            print(f"bundle {result['bundle']}: {result['files']} files, {result['bytes'] / 1e9:.2f} GB, lock "
-                  f"{result['lock']}")
-            print("\n".join(f"  {p}" for p in result["problems"]) or "  every file and installed package matches")
-        return 1 if result["problems"] else 0
+        return offline(Path(args.offline), as_json=args.json)
     if args.settings:
         print(settings_table(cfg or config.load(None)))
         return 0

@@ -115,3 +115,158 @@ def test_doctor_on_a_faked_cuda_machine_runs_the_gpu_preflight(tmp_path, monkeyp
     assert "[FAIL] driver: driver 470.82 supports CUDA 11.4, torch is built for CUDA 12.8" in text
     assert "[WARN] dtype: float16 on sm_70" in text and "[ok  ] memory:" in text
     assert "missing" in text and "a passing GPU preflight" in text
+
+
+# -- `clarify offline bundle` and `clarify doctor --offline` on real folders ------------------------------
+# The embedded model folder and the embedded index (the real pieces a bundle carries; made by `make setup`),
+# fake-but-valid folders for the reader, cross-encoder and encoder (their layout is what the doctor checks),
+# an ASQA file in the official layout from the shipped dev split, and a one-package lock with its wheel.
+def _real_pieces(tmp_path: Path, monkeypatch) -> dict:
+    from clarify.index.store import default_index_dir
+    from clarify.local_llm.models import DEFAULT_MODEL, embedded_model_dir, is_prepared
+    from tests.fixtures_llm import write_fake_model
+
+    if not is_prepared(DEFAULT_MODEL) or not (default_index_dir() / "manifest.json").is_file():
+        pytest.skip("the embedded model and index are not made yet (make setup)")
+    monkeypatch.chdir(tmp_path)  # the bundle's relative paths, as the docs give them
+    src = tmp_path / "src"
+    reader = write_fake_model(src / "roberta-base-squad2", config={"model_type": "roberta"})
+    (reader / "tokenizer.json").write_text("{}")
+    cross = write_fake_model(src / "ms-marco-MiniLM-L-6-v2", config={"model_type": "bert"})
+    enc = write_fake_model(src / "dpr-question_encoder-multiset-base", config={"model_type": "dpr"})
+    dev = json.loads((ROOT / "data" / "asqa" / "dev.json").read_text())["dev"]
+    few = dict(list(dev.items())[:3])
+    asqa = src / "ASQA.json"
+    asqa.write_text(json.dumps({"train": few, "dev": few}))
+    wheels = src / "wheels"
+    wheels.mkdir()
+    version = importlib.metadata.version("polars")
+    (wheels / f"polars-{version}-cp39-abi3-manylinux_2_17_x86_64.whl").write_bytes(b"w" * 64)
+    lock = src / "test-lock.txt"  # a name no lock of this checkout has (the doctor compares same-named locks)
+    lock.write_text(f"polars=={version} \\\n    --hash=sha256:{'0' * 64}\n")
+    return {"model": embedded_model_dir(DEFAULT_MODEL), "index": default_index_dir(), "reader": reader,
+            "cross": cross, "encoder": enc, "asqa": asqa, "wheels": wheels, "lock": lock}
+
+
+def _bundle_args(p: dict, out: str = "bundle") -> list[str]:
+    return ["offline", "bundle", out, "--lock", str(p["lock"]), "--link", "--model", str(p["model"]),
+            "--index", str(p["index"]), "--reader", str(p["reader"]), "--cross-encoder", str(p["cross"]),
+            "--encoder", str(p["encoder"]), "--asqa", str(p["asqa"]), "--wheels", str(p["wheels"])]
+
+
+def test_the_bundle_command_lays_out_real_folders_and_doctor_checks_them_green(tmp_path, monkeypatch, capsys):
+    p = _real_pieces(tmp_path, monkeypatch)
+    assert main(_bundle_args(p)) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "models/ 1, indexes/ 1, readers/ 1, cross-encoders/ 1, encoders/ 1, data/ASQA.json" in out
+    b = tmp_path / "bundle"
+    assert (b / "models" / p["model"].name / "config.json").is_file()
+    assert (b / "indexes" / p["index"].name / "manifest.json").is_file()
+    assert (b / "readers" / "roberta-base-squad2" / "tokenizer.json").is_file()
+    assert (b / "data" / "ASQA.json").is_file() and len(list((b / "wheels").iterdir())) == 1
+    m = json.loads((b / "manifest.json").read_text())
+    assert f"models/{p['model'].name}/model.safetensors" in m["files"] and "data/ASQA.json" in m["files"]
+    assert main(["doctor", "--offline", "bundle"]) == 0
+    text = capsys.readouterr().out
+    assert "FAIL" not in text and text.rstrip().endswith("ready: every file, piece and installed package")
+    for name in ("files", "wheels", "model", "index", "reader", "cross-encoder", "encoder", "asqa", "installed"):
+        assert f"[ok  ] {name}:" in text, name
+    assert "[ok  ] asqa: data/ASQA.json: train 3, dev 3 questions" in text
+    assert main(["doctor", "--offline", "bundle", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ok"] is True
+
+
+def test_doctor_names_each_missing_or_bad_piece_with_its_fix(tmp_path, monkeypatch, capsys):
+    p = _real_pieces(tmp_path, monkeypatch)
+    assert main(_bundle_args(p)) == 0
+    b = tmp_path / "bundle"
+    import shutil
+
+    shutil.rmtree(b / "readers")
+    shutil.rmtree(b / "cross-encoders")
+    (b / "encoders" / "dpr-question_encoder-multiset-base" / "config.json").unlink()  # a file replaced, not hard-linked
+    (b / "encoders" / "dpr-question_encoder-multiset-base" / "config.json").write_text("{}")
+    (b / "data" / "ASQA.json").unlink()
+    (b / "data" / "ASQA.json").write_text(json.dumps({"dev": {}}))
+    next((b / "wheels").iterdir()).unlink()
+    idx = b / "indexes" / p["index"].name
+    (idx / "passages.arrow").unlink()
+    assert main(["offline", "manifest", "bundle", "--lock", str(p["lock"])]) == 0  # the pieces, not the transfer
+    capsys.readouterr()
+    assert main(["doctor", "--offline", "bundle"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+
+    def line(name):
+        return next(x for x in lines if x.startswith(f"  [FAIL] {name}:"))
+
+    assert "[ok  ] files:" in lines[1] and "[ok  ] model:" in "\n".join(lines)
+    assert line("wheels").endswith(f"-> on the connected machine: make wheelhouse STACK=... WHEELS=bundle/wheels, "
+                                   f"then clarify offline manifest bundle --lock requirements/{p['lock'].name}")
+    assert "polars==" in line("wheels")
+    assert "none in readers/ (without one Disambig-F1 and DR are not computed)" in line("reader")
+    assert line("reader").endswith("--reader DIR (a SQuAD 2.0 extractive reader folder)")
+    assert 'without one "reranked" is the dense encoder\'s order' in line("cross-encoder")
+    assert "config.json names no model_type" in line("encoder") and "--encoder DIR" in line("encoder")
+    assert "data/ASQA.json: no train split" in line("asqa") and "official ASQA.json" in line("asqa")
+    assert "index is incomplete: 'passages.arrow' is missing" in line("index")
+    assert lines[-1] == "not ready: wheels, index, reader, cross-encoder, encoder, asqa (each line above says how)"
+
+
+def test_bad_bundle_inputs_are_refused_in_one_line_before_anything_is_copied(tmp_path, monkeypatch, capsys):
+    p = _real_pieces(tmp_path, monkeypatch)
+    dev_only = tmp_path / "dev.json"
+    dev_only.write_text(json.dumps({"dev": {}}))
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("x")
+    cases = [
+        (["--model", str(p["reader"].parent)], "--model " + str(p["reader"].parent) + ": not a model directory: "
+                                                                                      "config.json is missing"),
+        (["--index", str(p["model"])], "not an index directory"),
+        (["--reader", str(p["cross"])], "the reader needs a fast tokenizer (tokenizer.json)"),
+        (["--asqa", str(dev_only)], "--asqa " + str(dev_only) + ": no train split"),
+        (["--model", str(p["model"]), "--model", str(p["model"])], "is already in the bundle (two --model folders"),
+        (["--wheels", str(tmp_path / "none")], "--wheels: not a folder"),
+    ]
+    for extra, message in cases:
+        assert main(["offline", "bundle", "out", "--lock", str(p["lock"]), *extra]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, (extra, err)
+        assert not (tmp_path / "out").exists()  # checked before anything is copied
+    assert main(["offline", "bundle", "notes", "--lock", str(p["lock"]), "--model", str(p["model"])]) == 2
+    err = capsys.readouterr().err
+    assert "not a bundle folder: it holds 'todo.txt'" in err and err.count("\n") == 1
+    assert main(["offline", "bundle", "b2", "--lock", "nope.txt"]) == 2
+    assert "nope.txt: no such lock file" in capsys.readouterr().err
+
+
+def test_the_air_gap_walk_runs_the_docs_own_commands():
+    """bench/check_airgap.py runs the two marked blocks of docs/getting-started.md, setting only their
+    first NAME=value lines: every name it sets is one the page sets, and the page's bundle command parses
+    with the real `clarify offline bundle` parser."""
+    import shlex
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import check_airgap
+
+    found = check_airgap.blocks((ROOT / "docs" / "getting-started.md").read_text())
+    assert set(found) == {"connected", "server"}
+    values = check_airgap.walk_values(Path("/w"), Path("/h"))
+    for side, block in found.items():
+        choices, rest = check_airgap.split_choices(block)
+        assert set(choices) == set(values[side]), side
+        walked = check_airgap.script(block, values[side])
+        assert walked.endswith("\n".join(rest) + "\n")  # the commands after the choices, as written
+    text = found["connected"]
+    bundle = next(c for c in text.replace("\\\n", " ").splitlines() if "clarify offline bundle" in c)
+    argv = shlex.split(bundle.split("#")[0])[1:]
+    import argparse
+
+    from clarify.batch import offline
+
+    parser = argparse.ArgumentParser()
+    offline.register(parser.add_subparsers())
+    args = parser.parse_args(argv)
+    assert args.model == [Path("$MODEL")] and args.asqa == Path("$ASQA") and args.out == "bundle"
+    assert "unshare -n" in (ROOT / "bench" / "check_airgap.py").read_text()
+    assert "check-airgap:\n\t$(PYTHON) bench/check_airgap.py" in (ROOT / "Makefile").read_text()
