@@ -398,8 +398,8 @@ def bundle_checks(bundle: Path, manifest: dict, repo_locks: Path | None = None) 
 EPILOG = """\
 examples (docs/getting-started.md#installing-on-an-air-gapped-server):
   make wheelhouse STACK=gpu WHEELS=bundle/wheels        on a connected Linux x86_64 machine, Python 3.11
-  clarify offline bundle bundle --lock requirements/gpu.txt --model /models/Llama-3.1-8B-Instruct \\
-      --index /indexes/wiki --reader /models/roberta-base-squad2 --asqa /data/ASQA.json
+  clarify offline bundle bundle --lock requirements/gpu.txt --model /models/M --index /indexes/I --asqa ASQA.json
+                                                        (with --reader, --cross-encoder, --encoder: a full benchmark)
   clarify offline manifest bundle --lock requirements/gpu.txt   (a bundle copied by hand)
   ... carry the repository and bundle/ to the server ...
   make install-offline STACK=gpu WHEELS=bundle/wheels   on the server: pip reaches no network

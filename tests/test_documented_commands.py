@@ -31,15 +31,21 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 def _page_commands(page: Path) -> list[str]:
     """Lines of a page's shell code blocks (```sh) that start with `clarify ` or `.venv/bin/clarify ` (a `\\`
     continues a line); `# ...` comments and shell redirections dropped, `[optional]` parts kept without
-    their brackets."""
-    out, block, pending = [], False, ""
+    their brackets, `$NAME` replaced by the block's own `NAME=value` line."""
+    out, block, pending, names = [], False, "", {}
     for line in page.read_text(encoding="utf-8").splitlines():
         if line.strip().startswith("```"):
             block = not block and line.strip() in ("```sh", "```bash")
+            names = {}
             continue
         if not block:
             continue
-        text = pending + line.strip()
+        # a block that names the user's paths first (`MODEL=/models/...`, docs/getting-started.md's air-gap
+        # walk): its commands are checked with those values
+        if assigned := re.match(r"([A-Z_]+)=(\S+)", line.strip()):
+            names[assigned[1]] = assigned[2]
+            continue
+        text = re.sub(r"\$([A-Z_]+)", lambda m, v=names: v.get(m[1], m[0]), pending + line.strip())
         if text.endswith("\\"):
             pending = text[:-1] + " "
             continue

@@ -105,15 +105,17 @@ def test_doctor_on_a_faked_cuda_machine_runs_the_gpu_preflight(tmp_path, monkeyp
     monkeypatch.setenv("CLARIFY_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(vllm_engine, "detect_device", lambda: "cuda")
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Tesla V100-SXM2-32GB")
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: (7, 0))
-    facts = GpuFacts("12.8", "11.4", "470.82", (Gpu("Tesla V100-SXM2-32GB", (7, 0), 30 << 30, 32 << 30),))
+    # a T4 (sm_75, the oldest architecture the pinned CUDA 13 stack runs: local_llm/settings.py); a V100's
+    # refusal is tests/test_prerequisites.py's
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Tesla T4")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: (7, 5))
+    facts = GpuFacts("12.8", "11.4", "470.82", (Gpu("Tesla T4", (7, 5), 30 << 30, 32 << 30),))
     monkeypatch.setattr(preflight, "gather", lambda: facts)
     assert main(["doctor", "--config", str(tmp_path / "run.toml")]) == 0
     text = capsys.readouterr().out
-    assert "GPUs: Tesla V100-SXM2-32GB" in text
+    assert "GPUs: Tesla T4" in text
     assert "[FAIL] driver: driver 470.82 supports CUDA 11.4, torch is built for CUDA 12.8" in text
-    assert "[WARN] dtype: float16 on sm_70" in text and "[ok  ] memory:" in text
+    assert "[WARN] dtype: float16 on sm_75" in text and "[ok  ] memory:" in text
     assert "missing" in text and "a passing GPU preflight" in text
 
 
