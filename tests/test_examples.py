@@ -85,3 +85,18 @@ def test_the_shipped_models_file_plans_on_eight_h100s(tmp_path, capsys, monkeypa
     assert "llama-3.1-70b  GPUs 0,1,2,3" in text and "llama-3.1-8b   GPU 4" in text
     assert "llama-3.2-1b   GPU 5" in text and "idle at the start: GPUs 6,7" in text
     assert not (tmp_path / "cmp").exists()  # --plan-only writes nothing
+
+
+def test_the_cpu_example_prints_the_embedded_models_recommended_settings(capsys):
+    """data/examples/asqa-cpu.toml (the air-gap walk's config, bench/check_airgap.py): the embedded model with
+    both constraints, the bundle's index given on the command line as the walk gives it."""
+    import tomllib
+
+    from clarify.batch.cli import main
+
+    assert main(["run", "--config", str(EXAMPLES / "asqa-cpu.toml"), "--index", "bundle/indexes/wiki-default",
+                 "--limit", "3", "--out", "runs/x", "--print-config"]) == 0
+    got = tomllib.loads(capsys.readouterr().out)
+    assert (got["model"]["model"], got["limit"], got["index"]) == ("smollm2-135m-instruct", 3, "bundle/indexes/wiki-default")
+    assert got["toc"]["constrain_format"] is True and got["answer"]["constrain_quotes"] is True
+    assert got["answer_style"] == "quoted"
