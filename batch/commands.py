@@ -126,8 +126,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="comparison directory, new or empty or an earlier compare's (then "
                                                 "resumed); one run directory per model inside")
     p.add_argument("--parallel", action="store_true",
-                   help="run the models at the same time, each on its own GPUs (or CPU cores), or placed by Ray "
-                        "with --ray-address; each run's output goes to <out>/<model>.log")
+                   help="on CPU: run the models at the same time, each on its own share of the cores (on GPUs "
+                        "models are always packed by memory need, as many at once as fit: batch/gpu_plan.py), or "
+                        "placed by Ray with --ray-address; each run's output goes to <out>/<model>.log")
     p.set_defaults(func=cmd_compare, log_dir=_run_logs)
 
     try:
