@@ -22,9 +22,12 @@ def test_auto_on_cpu_follows_the_capability(bf16_native, model_dtype, expected):
 
 
 def test_auto_on_cuda_follows_the_compute_capability_and_explicit_dtype_wins():
-    for capability, expected in (((7, 0), "float16"), ((7, 5), "float16"), ((8, 0), "bfloat16"), ((9, 0), "bfloat16")):
+    for capability, expected in (((7, 5), "float16"), ((8, 0), "bfloat16"), ((9, 0), "bfloat16")):
         assert resolve_dtype("auto", "cuda", bf16_native=False, model_dtype="bfloat16",
                              capability=capability) == expected
+    # below 7.5 (a V100) the pinned CUDA 13 stack does not run at all (local_llm/settings.py): refused, no dtype
+    with pytest.raises(InputError, match="below 7.5"):
+        resolve_dtype("auto", "cuda", bf16_native=False, model_dtype="bfloat16", capability=(7, 0))
     for dt in ("bfloat16", "float16", "float32"):
         assert resolve_dtype(dt, "cpu", bf16_native=False, model_dtype="bfloat16") == dt
         assert resolve_dtype(dt, "cpu", bf16_native=True, model_dtype="float32") == dt

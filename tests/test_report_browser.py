@@ -276,7 +276,11 @@ def test_report_renders_and_tree_expands_in_chromium(report_runs, tmp_path, brow
     assert browser.js(f'document.querySelector("{first} .ptext").textContent') == ""
     browser.click(f"{first} > details > summary")
     want = pl.read_parquet(report_runs[0] / "passages.parquet").filter(pl.col("passage_id") == pid)["text"][0]
-    assert browser.js(f'document.querySelector("{first} .ptext").textContent') == want
+    # the toggle event comes after the click's task: wait for it (up to 5 s)
+    shown = browser.js(f"""new Promise(done => {{ const t0 = Date.now(); (function poll() {{
+        const text = document.querySelector("{first} .ptext").textContent;
+        if (text || Date.now() - t0 > 5000) {{ done(text); }} else {{ setTimeout(poll, 20); }} }})(); }})""")
+    assert shown == want
     assert browser.js(f'document.querySelector("{first} .ptext").checkVisibility()') is True
     # The hostile question the model proposed (pruned) is shown as text, not run.
     pruned = "#r0-q0 details.node[data-status='pruned'] > summary .dq"
