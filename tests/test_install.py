@@ -221,7 +221,8 @@ def test_regular_install_runs_clarify_on_the_embedded_defaults(tmp_path, llm_mod
     # No other clarify on the path; the rest of PYTHONPATH stays (bench/emulate_avx2's sitecustomize: a
     # process without it under ATEN_CPU_CAPABILITY=avx2 mixes AVX2 torch with AVX-512 vLLM kernels, SIGABRT)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CLARIFY_DATA")}
-    keep = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    # (made absolute: the runs below start in tmp_path, where the README's relative `bench/emulate_avx2` is not)
+    keep = [str(Path(e).resolve()) for e in os.environ.get("PYTHONPATH", "").split(os.pathsep)
             if e and not (Path(e) / "clarify" / "__init__.py").exists()]
     if keep:
         env["PYTHONPATH"] = os.pathsep.join(keep)
