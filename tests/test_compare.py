@@ -131,6 +131,20 @@ def test_every_model_runs_on_one_resolved_config(tmp_path, monkeypatch):
     assert (b.model.model, b.model.dtype, b.model.max_model_len, b.model.chat_template) == ("/models/b", "float32", 2048, "off")
 
 
+def _three_bad_entries(tmp_path, text: str) -> tuple:
+    """A models file of `text`, refused in one message: (its path, the message's lines: a head, one per bad entry)."""
+    from clarify.batch import models_file
+    from clarify.errors import InputError
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text)
+    with pytest.raises(InputError) as got:
+        models_file.load(bad)
+    lines = str(got.value).splitlines()
+    assert lines[0] == f"{bad}: 3 bad model entries:" and len(lines) == 4
+    return bad, lines
+
+
 def test_models_file_entries_and_one_line_per_bad_entry(tmp_path):
     from clarify.batch import models_file
     from clarify.errors import InputError
@@ -141,13 +155,8 @@ def test_models_file_entries_and_one_line_per_bad_entry(tmp_path):
     a, b = models_file.load(good)
     assert (a.name, a.settings) == ("smollm2-135m-instruct", {"model": "smollm2-135m-instruct"})
     assert (b.name, b.settings) == ("gemma-fp32", {"model": "gemma3-270m", "dtype": "float32", "tensor_parallel_size": 1})
-    bad = tmp_path / "bad.toml"
-    bad.write_text('[[model]]\nmodel = "a"\ndtype = "int3"\n\n[[model]]\nmodel = "b"\n\n'
-                   '[[model]]\nmodel = "c"\nquantisation = "awq"\n\n[[model]]\nmax_model_len = 0\n')
-    with pytest.raises(InputError) as got:
-        models_file.load(bad)
-    lines = str(got.value).splitlines()
-    assert lines[0] == f"{bad}: 3 bad model entries:" and len(lines) == 4
+    bad, lines = _three_bad_entries(tmp_path, '[[model]]\nmodel = "a"\ndtype = "int3"\n\n[[model]]\nmodel = "b"\n\n'
+                                               '[[model]]\nmodel = "c"\nquantisation = "awq"\n\n[[model]]\nmax_model_len = 0\n')
     assert lines[1].startswith(f"  {bad} (field 'model[1].dtype'): entry 'a': unknown value 'int3'")
     assert lines[2].startswith(f"  {bad} (field 'model[3]'): entry 'c': unknown key(s) ['quantisation']")
     assert lines[3] == (f"  {bad} (field 'model[4]'): max_model_len: must be >= 1, got 0; model: missing: the "
@@ -385,7 +394,6 @@ def test_model_names_that_collide_with_compare_files_are_refused_before_any_run(
 
 def test_models_file_params_parsed_and_bad_ones_refused_by_entry(tmp_path):
     from clarify.batch import models_file
-    from clarify.errors import InputError
 
     good = tmp_path / "models.toml"
     good.write_text('[[model]]\nmodel = "a"\nparams = "8B"\n\n[[model]]\nmodel = "b"\nparams = 135000000\n\n'
@@ -394,13 +402,8 @@ def test_models_file_params_parsed_and_bad_ones_refused_by_entry(tmp_path):
     entries = models_file.load(good)
     assert [e.params for e in entries] == [8e9, 1.35e8, 1.5e9, 2.7e8, None]
     assert all("params" not in e.settings for e in entries)  # the comparison's, not a [model] setting
-    bad = tmp_path / "bad.toml"
-    bad.write_text('[[model]]\nmodel = "a"\nparams = 0\n\n[[model]]\nmodel = "b"\nparams = "lots"\n\n'
-                   '[[model]]\nmodel = "c"\nparams = true\n\n[[model]]\nmodel = "d"\nparams = "8B"\n')
-    with pytest.raises(InputError) as got:
-        models_file.load(bad)
-    lines = str(got.value).splitlines()
-    assert lines[0] == f"{bad}: 3 bad model entries:" and len(lines) == 4
+    bad, lines = _three_bad_entries(tmp_path, '[[model]]\nmodel = "a"\nparams = 0\n\n[[model]]\nmodel = "b"\nparams = "lots"\n\n'
+                                               '[[model]]\nmodel = "c"\nparams = true\n\n[[model]]\nmodel = "d"\nparams = "8B"\n')
     for line, (i, name, value) in zip(lines[1:], [(1, "a", "0"), (2, "b", "'lots'"), (3, "c", "True")]):
         assert line.startswith(f"  {bad} (field 'model[{i}].params'): entry '{name}': must be a positive parameter "
                                f"count (a number, or one with K, M, B or T: \"135M\", \"8B\"), got {value}"), line
