@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import logging
 import os
 import re
@@ -334,6 +335,21 @@ monotonic = time.monotonic  # RunProgress's clock (a test of a whole run replace
 # questions, never two within LOG_MIN_S seconds (trees of the continuous scheduler often finish in bursts).
 LOG_EVERY_S, LOG_STEP, LOG_MIN_S = 30.0, 0.05, 10.0
 RATE_WINDOW_S = 30.0  # the recent past an ETA from LLM calls is taken over
+# A run's progress as data (`record`): one JSON line per RECORD_EVERY_S seconds and one at the end, so a
+# long run's speed, trees and memory over time stay in its run directory (bench/bench_atsize.py reads them:
+# does the engine slow down, does the driver grow, over hundreds of questions).
+RECORD_EVERY_S = 30.0
+
+
+def rss_mb() -> float | None:
+    """This process's resident memory now (VmRSS in /proc/self/status), MiB; None where there is no /proc."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
 
 
 class RunProgress:
@@ -350,12 +366,15 @@ class RunProgress:
     On a terminal (`live`) it is a tqdm bar redrawn in place; in a log, one plain line per LOG_EVERY_S
     seconds or LOG_STEP of the questions (at most one per LOG_MIN_S) and one at the end. `estimate_s`: the
     ToC time the caller expected (the demo's probe): once the first tree of this session finishes, one line
-    re-estimates it from the speed this run really has. `clock` and `stream`: tests."""
+    re-estimates it from the speed this run really has. `record`: a JSON-lines file that gets one sample per
+    RECORD_EVERY_S seconds and one at the end (`sample`), whether or not anything is shown. `clock` and
+    `stream`: tests."""
 
     def __init__(self, total: int, *, finished: int = 0, expected_tokens: int | None = None, enabled: bool = True,
                  expected_calls: int | None = None, estimate_s: float | None = None, stream: TextIO | None = None,
-                 clock=None, is_live: bool | None = None):
+                 clock=None, is_live: bool | None = None, record: Path | None = None):
         self.stream = stream
+        self.record, self.last_record_t = record, None
         self.enabled = enabled
         self.live = enabled and (live(stream) if is_live is None else is_live)
         self.bar = progress(total=total, initial=finished, desc="ToC", disable=not self.live, file=stream or sys.stderr,
@@ -451,8 +470,29 @@ class RunProgress:
                     f"tok/s): ~{_duration(self.reestimate_s)} in all (the probe's estimate: "
                     f"~{_duration(self.estimate_s)})")
 
+    def sample(self) -> dict:
+        """What `record` gets: the wall clock, this session's seconds, trees finished of total, engine
+        requests and tokens (prompt + output) this session, requests in flight, the driver's memory."""
+        return {"time": round(time.time(), 3), "elapsed_s": round(self.elapsed(), 3), "finished": self.finished,
+                "total": self.total, "calls": self.calls, "tokens": self.tokens, "running": self.running,
+                "rss_mb": rss_mb()}
+
+    def _record(self, now: float, force: bool = False) -> None:
+        if self.record is None or not (force or self.last_record_t is None or now - self.last_record_t >= RECORD_EVERY_S):
+            return
+        self.last_record_t = now
+        try:
+            make_dirs(self.record.parent)  # the run's own file mode, never through a planted link (files.py)
+            fd = open_own(self.record, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+            with os.fdopen(fd, "a", encoding="utf-8") as f:
+                f.write(json.dumps(self.sample()) + "\n")
+        except OSError as exc:  # a full disk or a removed folder loses the samples, never the run
+            logging.getLogger(__name__).warning("progress record %s not written: %s", self.record, exc)
+            self.record = None
+
     def _show(self) -> None:
         self.bar.set_postfix_str(self.status(), refresh=self.live)
+        self._record(self.clock())
         if self.live or not self.enabled:
             return
         now = self.clock()
@@ -476,4 +516,5 @@ class RunProgress:
     def close(self) -> None:
         if self.enabled and not self.live and self.last_said != (self.finished, self.calls):
             self._line(self.clock(), self.last_line_step)  # where it ended, unless the last line said so
+        self._record(self.clock(), force=True)
         self.bar.close()

@@ -148,7 +148,7 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
         display = console.RunProgress(questions.height, finished=len(finished),
                                       expected_tokens=(questions.height - len(finished)) * tokens_per_question(cfg),
                                       expected_calls=(questions.height - len(finished)) * calls_per_question(cfg),
-                                      enabled=progress, estimate_s=estimate_s)
+                                      enabled=progress, estimate_s=estimate_s, record=rd.progress_record)
         try:
             outcome = cluster.run_chunks(rd, prep, set(finished), search_cache=search_cache, display=display,
                                          run_s=run_s, stop_after_parts=stop_after_parts, on_part=on_part)
@@ -183,7 +183,7 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
         display = console.RunProgress(len(trees), finished=len(finished),
                                       expected_tokens=len(todo) * tokens_per_question(cfg),
                                       expected_calls=len(todo) * calls_per_question(cfg), enabled=progress,
-                                      estimate_s=estimate_s)
+                                      estimate_s=estimate_s, record=rd.progress_record)
         res.engine.on_progress = lambda requests, tokens: display.engine_update(requests, tokens,
                                                                                 res.engine.pending())
         before = engine_usage_start(res.engine)

@@ -16,7 +16,9 @@ completion cache (no engine call up to where the run stopped: batch/scheduler.py
                                      worker-NN.sqlite of a cluster run's workers (batch/cluster.py)
     runs/NAME/{nodes,hits,llm_calls,answers,spans,passages,scores}.parquet   final tables
     runs/NAME/summary.json           written last: its presence means the run is finished (RunSummary)
-    runs/NAME/logs/                  one log file per session: library logs, warnings, native output (console.py)
+    runs/NAME/logs/                  one log file per session: library logs, warnings, native output (console.py);
+                                     progress.jsonl: the ToC loop's samples, every 30 s of every session
+                                     (console.py RunProgress `record`: trees, engine calls, tokens, memory)
 
 Every file is written to a temp name, fsynced and renamed (POSIX rename is atomic: files.py); nothing
 is ever deleted to make room for its replacement. The config and inputs are binding once a checkpoint
@@ -163,6 +165,10 @@ class RunDir:
     @property
     def logs_dir(self) -> Path:
         return self.path / "logs"
+
+    @property
+    def progress_record(self) -> Path:
+        return self.logs_dir / "progress.jsonl"
 
     @property
     def parts_dir(self) -> Path:

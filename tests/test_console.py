@@ -294,6 +294,15 @@ def test_a_redirected_run_logs_at_most_one_progress_line_per_10_s(tmp_path, monk
     assert took > 60 and "\r" not in err
     assert 2 <= len(lines) <= took / 10 + 1
     assert lines[-1].startswith("ToC 6/6 questions (100%)") and f"{summary['llm_calls'] - summary['cached_calls']} LLM calls" in lines[-1]
+    # the same session as data in the run directory: a sample per 30 s of the run's clock and one at the end
+    samples = [json.loads(line) for line in (tmp_path / "r" / "logs" / "progress.jsonl").read_text().splitlines()]
+    gaps = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(samples, samples[1:])]
+    assert len(samples) >= 3 and samples[0]["elapsed_s"] == 0  # the scripted engine answers in batches: gaps vary
+    assert all(g >= 30 for g in gaps[:-1]) and gaps[-1] >= 0 and len(samples) <= took / 30 + 2
+    assert [s["finished"] for s in samples] == sorted(s["finished"] for s in samples)
+    assert samples[-1]["finished"] == samples[-1]["total"] == 6
+    assert samples[-1]["calls"] == summary["llm_calls"] - summary["cached_calls"]
+    assert samples[-1]["tokens"] > 0 and samples[-1]["rss_mb"] > 0
 
 
 def test_the_eta_counts_calls_at_their_recent_rate():
