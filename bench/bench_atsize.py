@@ -285,14 +285,16 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("name")
     a.add_argument("--out", type=Path, required=True)
     a.add_argument("--stop-after-s", type=float)
-    a.add_argument("run_args", nargs=argparse.REMAINDER)
     b = sub.add_parser("finish")
     b.add_argument("name")
     b.add_argument("--out", type=Path, required=True)
     b.add_argument("--qid")
-    args = ap.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    run_args = argv[argv.index("--") + 1:] if "--" in argv else []  # what follows `--` is clarify run's
+    args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     if args.cmd == "session":
-        run_args = args.run_args[1:] if args.run_args[:1] == ["--"] else args.run_args
+        if not run_args:
+            ap.error("session: the run's arguments follow `--`")
         return session(args.name, args.out.resolve(), run_args, args.stop_after_s)
     return finish(args.name, args.out.resolve(), args.qid)
 
