@@ -1,7 +1,7 @@
 """A long run at the largest size the shipped data allows, as a user runs it, watched from outside.
 
     .venv/bin/python bench/bench_atsize.py session NAME --out RUN [--stop-after-s S] -- RUN_ARGS...
-    .venv/bin/python bench/bench_atsize.py finish NAME --out RUN [--qid QID]
+    .venv/bin/python bench/bench_atsize.py finish NAME --out RUN
 
 `session` runs `.venv/bin/clarify run RUN_ARGS --out RUN` once (a first start or a resume: the run decides),
 with its terminal output in RUN.sessions/N.log, and samples it every SAMPLE_S seconds from outside: the
@@ -20,8 +20,8 @@ last session, reads them and checks what must hold at size:
   after warm-up (the first tenth of the trees);
 - nothing is computed twice: the engine requests finished in all sessions add up to the rows of the
   completion cache (a request finished before a stop and asked again after it would be one more);
-and times the outputs: `clarify report` (seconds, MB), the report's first screen in headless chromium,
-`clarify show RUN QID`, `clarify eval` on the run. The verdicts and figures go into atsize.json.
+and times the outputs (bench/bench_report.py `measure`): `clarify report` (seconds, MB), the report's first
+screen in headless chromium, `clarify show RUN QID`; and `clarify eval` on the run. The verdicts and figures go into atsize.json.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ import psutil
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
+from bench_report import measure  # noqa: E402
 from provenance import cpu_model, provenance  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "atsize.json"
@@ -229,42 +230,14 @@ def _timed(cmd: list[str], **kw) -> tuple[float, subprocess.CompletedProcess]:
     return time.perf_counter() - t, done
 
 
-def first_screen_s(page: Path) -> float | None:
-    """Seconds until the report's first screen is drawn in headless chromium (the browser test's driver:
-    tests/test_report_browser.py), from navigation to the load event; None without chromium."""
-    sys.path.insert(0, str(REPO.parent))
-    try:
-        from clarify.tests.test_report_browser import CHROMIUM, Browser
-    except ImportError:
-        return None
-    if CHROMIUM is None:
-        return None
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        browser = Browser(Path(tmp))
-        try:
-            return browser.load_seconds(page.resolve().as_uri())
-        finally:
-            browser.close()
-
-
-def finish(name: str, run: Path, qid: str | None) -> int:
+def finish(name: str, run: Path) -> int:
     data = load()
     entry = data["runs"][name]
     summary = json.loads((run / "summary.json").read_text())
     config = json.loads((run / "config.json").read_text())
     concurrency = config["model"]["max_concurrency"]
     result = {"provenance": provenance(), "checks": checks(run, entry, concurrency)}
-    page = run.parent / f"{run.name}.report.html"
-    s, _ = _timed([*CLARIFY, "report", str(run), "--out", str(page)])
-    result["report"] = {"seconds": round(s, 2), "mb": round(page.stat().st_size / 2**20, 2),
-                        "first_screen_s": first_screen_s(page)}
-    qid = qid or json.loads(_timed([sys.executable, "-c",
-                                    "import polars as pl,sys,json; print(json.dumps(pl.read_parquet(sys.argv[1])['qid'][0]))",
-                                    str(run / "questions.parquet")])[1].stdout)
-    s, _ = _timed([*CLARIFY, "show", str(run), qid])
-    result["show_s"] = round(s, 2)
+    result["outputs"] = measure(run, page=run.parent / f"{run.name}.report.html")  # report, first screen, show
     s, _ = _timed([*CLARIFY, "eval", "--dataset", config["dataset"], "--predictions", str(run)])
     result["eval_s"] = round(s, 2)
     keep = ("n_questions", "metrics", "llm_calls", "tokens", "wall_s_total", "engine_tokens_per_s", "node_status")
@@ -288,7 +261,6 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("finish")
     b.add_argument("name")
     b.add_argument("--out", type=Path, required=True)
-    b.add_argument("--qid")
     argv = sys.argv[1:] if argv is None else argv
     run_args = argv[argv.index("--") + 1:] if "--" in argv else []  # what follows `--` is clarify run's
     args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
@@ -296,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         if not run_args:
             ap.error("session: the run's arguments follow `--`")
         return session(args.name, args.out.resolve(), run_args, args.stop_after_s)
-    return finish(args.name, args.out.resolve(), args.qid)
+    return finish(args.name, args.out.resolve())
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 from bench_host import before_host_cuts, replay_engine  # noqa: E402
-from provenance import provenance  # noqa: E402
+from provenance import provenance, write_results  # noqa: E402
 
 MODEL_NOTE = ("ESTIMATE: a model, not a measurement. Engine time is simulated (local_llm/replay.py GpuModel, a "
               "roofline with stated assumptions); host time is measured on this CPU.")
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{got['engine_busy_share']:.1%}, host {got['host_ms_per_call']} ms/call (ESTIMATE)", flush=True)
     print(json.dumps(out, indent=1))
     if args.write:
-        (REPO / "bench" / "results" / f"{args.write}.json").write_text(json.dumps(out, indent=1) + "\n")
+        write_results(args.write, out)
     return 0
 
 

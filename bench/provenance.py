@@ -4,6 +4,7 @@ which CPU (model, cores and the capability the engine sees), by which command, a
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import platform
 import shlex
@@ -46,3 +47,10 @@ def provenance(argv: list[str] | None = None) -> dict:
             "cpu": f"{cpu_model()}, {os.cpu_count()} cores, {_capability()}",
             "command": " ".join(["bench/" + script, *map(shlex.quote, args)]).strip(),
             "commit": commit}
+
+
+def write_results(name: str, doc: dict) -> Path:
+    """bench/results/NAME.json (docs/results.md renders it: bench/results_doc.py)."""
+    path = Path(__file__).resolve().parent / "results" / f"{name}.json"
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return path

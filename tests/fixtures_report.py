@@ -28,6 +28,7 @@ import shutil
 from functools import lru_cache
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from tests.fixtures_llm import write_fake_model
@@ -98,6 +99,38 @@ def scripted_model(prunes: bool):
 def copy_run(run_dir: Path, to: Path) -> Path:
     """A copy of a session run directory that a test may change."""
     return Path(shutil.copytree(run_dir, to))
+
+
+TABLES = ("questions", "nodes", "hits", "llm_calls", "answers", "spans", "scores", "passages")
+PASSAGE_COLUMNS = ("passage_id", "evidence_passage_id")  # columns that name a passage (lists: passage_ids)
+
+
+def _rekeyed(df: pl.DataFrame, c: int) -> pl.DataFrame:
+    tag = f"~{c}"
+    out = []
+    for name, dtype in df.schema.items():
+        col = pl.col(name)
+        if name in ("qid", "call_id", *PASSAGE_COLUMNS) and dtype == pl.String:
+            col = pl.when(col.is_null()).then(col).otherwise(col + tag)
+        elif name == "passage_ids" and dtype == pl.List(pl.String):
+            col = col.list.eval(pl.element() + tag)
+        out.append(col.alias(name))
+    return df.select(out)
+
+
+def rekey(run: Path, to: Path, copies: int) -> Path:
+    """`run`'s tables `copies` times, each copy's question, call and passage ids suffixed ~c; the frozen
+    config, inputs and summary copied (n_questions updated)."""
+    to.mkdir(parents=True)
+    for f in ("config.json", "inputs.json"):
+        shutil.copy2(run / f, to / f)
+    for t in TABLES:
+        df = pl.read_parquet(run / f"{t}.parquet")
+        pl.concat([_rekeyed(df, c) for c in range(copies)]).write_parquet(to / f"{t}.parquet")
+    summary = json.loads((run / "summary.json").read_text())
+    summary["n_questions"] = summary["n_questions"] * copies
+    (to / "summary.json").write_text(json.dumps(summary))
+    return to
 
 
 def _two_runs(root: Path, n_questions: int) -> list[Path]:

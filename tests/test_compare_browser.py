@@ -1,7 +1,7 @@
 """A real `clarify compare --models models.toml` of the two embedded models on CPU (tiny: 2 questions, short
 outputs), one with its own non-default [model] settings: each run freezes its own settings, the paired
 table and the cost come out of the real runs, and their report shows the paired and cost tables in
-headless chromium (the forest plot, which needs more questions, from the scripted ten-question runs) (tests/test_report_browser.py's Browser).
+headless chromium (the forest plot, which needs more questions, from the scripted ten-question runs) (tests/cdp.py's Browser).
 
 The second model is Gemma 3 270M where `make gemma` installed it; elsewhere (CI's `make test` does not)
 it is SmolLM2 again under another name with the same non-default settings, so the per-model settings are
@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 
 from clarify.batch.report import html as report
-from tests.test_report_browser import CHROMIUM, Browser
+from tests.cdp import CHROMIUM, Browser
 
 pytestmark = pytest.mark.integration
 

@@ -14,6 +14,7 @@ import io
 import json
 import re
 import warnings
+import zlib
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -99,9 +100,28 @@ class DomBuilder(HTMLParser):
         self.cur.children.append(data)
 
 
+PACKED_BODY = re.compile(r'<script type="application/octet-stream" class="qz">([A-Za-z0-9+/=]*)</script>')
+
+
+def unpack(b64: str) -> str:
+    """What report.js inflates: base64 of raw DEFLATE (batch/report/html.py `pack`)."""
+    return zlib.decompress(base64.b64decode(b64), -15).decode("utf-8")
+
+
+def inflated(html_text: str) -> str:
+    """The page as a reader sees it with every question opened: each packed body (script.qz) in its place."""
+    return PACKED_BODY.sub(lambda m: unpack(m[1]), html_text)
+
+
+def passage_store(dom: Node) -> dict[str, str]:
+    """A run's passage texts (script.ptexts, packed)."""
+    return json.loads(unpack(next(n for n in dom.iter() if n.tag == "script" and "ptexts" in n.classes).text()))
+
+
 def parse(html_text: str) -> Node:
+    """The report's DOM with every packed question body put in, as report.js does when a question opens."""
     b = DomBuilder()
-    b.feed(html_text)
+    b.feed(inflated(html_text))
     b.close()
     assert b.cur is b.root, f"unclosed <{b.cur.tag}>"
     return b.root
@@ -168,7 +188,7 @@ def test_node_passages_come_from_hits_and_passages(one_run):
     top_k = Run.open(one_run[0]).config.retrieval.top_k  # passages shown per retrieval
     assert hits.group_by("qid", "node_id").agg(pl.col("wave").n_unique())["wave"].max() > 1  # a node retrieved twice
     ptext = dict(zip(passages["passage_id"], passages["text"]))
-    store = json.loads(next(n for n in dom.iter() if n.tag == "script" and "ptexts" in n.classes).text())
+    store = passage_store(dom)
     n_lists = 0
     for el in dom.iter():
         if el.tag != "details" or "node" not in el.classes:
@@ -336,10 +356,13 @@ def test_hostile_text_in_every_run_file_is_escaped(report_runs, tmp_path):
     text = report.write_report([run_dir], tmp_path / "r.html").read_text(encoding="utf-8")
     dom = parse(text)
     scripts = [n for n in dom.iter() if n.tag == "script"]
-    # ours, and the run's passage texts as JSON data (`text_store`: every < > & a JSON escape)
-    assert sorted(n.attrs.get("type") or "" for n in scripts) == ["", "application/json"]
-    data = next(n for n in scripts if n.attrs.get("type") == "application/json").text()
-    assert any(v.endswith(HOSTILE) for v in json.loads(data).values()) and "<" not in data
+    # ours, and the run's passage texts as packed data (`text_store`: base64, no < or & in it), put in as text
+    assert sorted(n.attrs.get("type") or "" for n in scripts) == ["", "application/octet-stream"]
+    assert any(v.endswith(HOSTILE) for v in passage_store(dom).values())
+    # the closed questions' bodies are packed too: nothing of a run's text reaches the page unescaped
+    packed = PACKED_BODY.findall(text)
+    assert packed and all(re.fullmatch(r"[A-Za-z0-9+/=]*", b) for b in packed)
+    text = inflated(text)
     assert not any(n.tag == "img" and "onerror" in n.attrs for n in dom.iter())
     assert "<script>alert" not in text and "<img src=x" not in text
     shown = [n.text() for n in dom.iter() if not any(isinstance(c, Node) for c in n.children)]
@@ -372,9 +395,9 @@ def test_report_is_self_contained_and_escapes_model_output(one_run):
         assert n.tag not in ("link", "iframe", "object", "embed")
     assert not re.search(r"url\(\s*['\"]?(https?:)?//|@import", text, re.I)
     scripts = [n for n in dom.iter() if n.tag == "script"]
-    # our inline script, and the run's passage texts as JSON data (never run: type application/json)
+    # our inline script, and the run's passage texts as packed data (never run: type application/octet-stream)
     assert len(scripts) == 2 and not any("src" in n.attrs for n in scripts)
-    assert [n.attrs.get("type") for n in scripts if "type" in n.attrs] == ["application/json"]
+    assert [n.attrs.get("type") for n in scripts if "type" in n.attrs] == ["application/octet-stream"]
     assert not any("onerror" in n.attrs for n in dom.iter())
     assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in text
     # the model proposed a disambiguated question with markup in it: shown as text, in its pruned node

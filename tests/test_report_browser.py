@@ -13,213 +13,23 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import shutil
-import subprocess
-import threading
 import time
-from base64 import b64decode
 from pathlib import Path
 
 import polars as pl
 import pytest
 
 from clarify.batch.report import html as report
-from tests.fixtures_report import HOSTILE, copy_run
+from tests.cdp import CHROMIUM, Browser
+from tests.fixtures_report import HOSTILE, N_QUESTIONS, copy_run, rekey
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(
         CHROMIUM is None, reason="Debian package 'chromium' is not installed (apt-get install -y chromium)"
     ),
 ]
-
-
-class Browser:
-    """Headless chromium with one page, spoken to over the DevTools pipe (flattened sessions)."""
-
-    def __init__(self, user_data_dir: Path):
-        cmd_r, self._cmd_w = os.pipe()  # we write commands; chromium reads them on fd 3
-        self._evt_r, evt_w = os.pipe()  # chromium writes replies/events on fd 4
-
-        def wire_fds():  # runs in the child before exec: put the pipe ends on fds 3 and 4
-            a, b = os.dup(cmd_r), os.dup(evt_w)
-            os.dup2(a, 3)
-            os.dup2(b, 4)
-
-        flags = [
-            "--headless",
-            "--no-sandbox",  # we run as root in CI containers
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--no-default-browser-check",
-            f"--user-data-dir={user_data_dir}",
-            "--remote-debugging-pipe",
-            "about:blank",
-        ]
-        self.proc = subprocess.Popen(
-            [CHROMIUM, *flags],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            close_fds=False,
-            preexec_fn=wire_fds,
-        )
-        os.close(cmd_r)
-        os.close(evt_w)
-        self._next_id = 0
-        self._replies: dict[int, queue.Queue] = {}
-        self.events: list[dict] = []
-        self._lock = threading.Lock()
-        self._events_cv = threading.Condition(self._lock)
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        self.stderr_lines: list[str] = []
-        threading.Thread(target=self._drain_stderr, daemon=True).start()
-        self.session: str | None = None
-
-    def _drain_stderr(self):
-        for line in self.proc.stderr:
-            self.stderr_lines.append(line.decode("utf-8", "replace").rstrip())
-
-    def _read(self):
-        buf = b""
-        while True:
-            chunk = os.read(self._evt_r, 1 << 20)
-            if not chunk:
-                return
-            buf += chunk
-            *msgs, buf = buf.split(b"\0")
-            for raw in msgs:
-                msg = json.loads(raw)
-                if "id" in msg:
-                    with self._lock:
-                        q = self._replies.get(msg["id"])
-                    if q is not None:
-                        q.put(msg)
-                else:
-                    with self._events_cv:
-                        self.events.append(msg)
-                        self._events_cv.notify_all()
-
-    def send(
-        self, method: str, params: dict | None = None, *, session: bool = True, timeout: float = 60.0
-    ) -> dict:
-        with self._lock:
-            self._next_id += 1
-            mid = self._next_id
-            self._replies[mid] = q = queue.Queue()
-        msg = {"id": mid, "method": method, "params": params or {}}
-        if session and self.session:
-            msg["sessionId"] = self.session
-        os.write(self._cmd_w, json.dumps(msg).encode() + b"\0")
-        try:
-            reply = q.get(timeout=timeout)
-        except queue.Empty:
-            raise TimeoutError(
-                f"no reply to {method} in {timeout}s; chromium stderr: {self.stderr_lines[-5:]}"
-            ) from None
-        if "error" in reply:
-            raise RuntimeError(f"{method}: {reply['error']}")
-        return reply.get("result", {})
-
-    def wait_event(self, method: str, timeout: float = 60.0) -> dict:
-        deadline = time.monotonic() + timeout
-        with self._events_cv:
-            while True:
-                for ev in self.events:
-                    if ev["method"] == method:
-                        return ev
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"no {method} event in {timeout}s")
-                self._events_cv.wait(left)
-
-    def open_page(self, url: str, height: int = 1100) -> None:
-        target = self.send("Target.createTarget", {"url": "about:blank"}, session=False)["targetId"]
-        self.session = self.send(
-            "Target.attachToTarget", {"targetId": target, "flatten": True}, session=False
-        )["sessionId"]
-        for domain in ("Runtime", "Log", "Page", "Network"):
-            self.send(f"{domain}.enable")
-        self.send(
-            "Emulation.setDeviceMetricsOverride",
-            {"width": 1280, "height": height, "deviceScaleFactor": 1, "mobile": False},
-        )
-        self.send("Page.navigate", {"url": url})
-        self.wait_event("Page.loadEventFired")
-
-    def js(self, expression: str):
-        res = self.send(
-            "Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True}
-        )
-        if "exceptionDetails" in res:
-            raise RuntimeError(f"JS error in {expression!r}: {res['exceptionDetails']}")
-        return res["result"].get("value")
-
-    def click(self, selector: str) -> None:
-        """A real mouse click (press + release) at the centre of the element `selector`."""
-        box = self.js(
-            f"(() => {{ const e = document.querySelector({json.dumps(selector)}); e.scrollIntoView({{block: 'center'}});"
-            " const r = e.getBoundingClientRect(); return [r.left + Math.min(r.width / 2, 40), r.top + r.height / 2]; })()"
-        )
-        for kind in ("mousePressed", "mouseReleased"):
-            self.send(
-                "Input.dispatchMouseEvent",
-                {"type": kind, "x": box[0], "y": box[1], "button": "left", "clickCount": 1},
-            )
-
-    def screenshot(self, path: Path) -> Path:
-        data = self.send("Page.captureScreenshot", {"format": "png"})["data"]
-        path.write_bytes(b64decode(data))
-        return path
-
-    def errors(self) -> list[str]:
-        out = []
-        with self._lock:
-            events = list(self.events)
-        for ev in events:
-            p = ev.get("params", {})
-            if ev["method"] == "Runtime.exceptionThrown":
-                out.append(
-                    f"exception: {p['exceptionDetails'].get('text')} {p['exceptionDetails'].get('exception')}"
-                )
-            elif ev["method"] == "Runtime.consoleAPICalled" and p.get("type") in (
-                "error",
-                "assert",
-                "warning",
-            ):
-                out.append(
-                    f"console.{p['type']}: {[a.get('value', a.get('description')) for a in p.get('args', [])]}"
-                )
-            elif ev["method"] == "Log.entryAdded" and p["entry"]["level"] in ("error", "warning"):
-                out.append(f"log {p['entry']['level']}: {p['entry']['text']} ({p['entry'].get('url')})")
-        return out
-
-    def requests(self) -> list[str]:
-        with self._lock:
-            return [
-                ev["params"]["request"]["url"]
-                for ev in self.events
-                if ev["method"] == "Network.requestWillBeSent"
-            ]
-
-    def close(self) -> None:
-        try:
-            self.send("Browser.close", session=False, timeout=10)
-        except Exception:
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        os.close(self._cmd_w)
 
 
 @pytest.fixture
@@ -310,6 +120,7 @@ def test_report_renders_and_tree_expands_in_chromium(report_runs, tmp_path, brow
     assert browser.js("document.querySelector('#run-1 details.qindex-box').open") is True
     browser.click("#run-1 table.qindex a[href='#r1-q1']")
     assert browser.js("document.getElementById('r1-q1').open") is True
+    assert _until(browser, "document.querySelectorAll('#r1-q1 details.node').length") > 0  # its packed body, in
 
     for name in ("report_top.png", "report_node.png", "report_span.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
@@ -372,4 +183,62 @@ def test_first_screen_shows_the_headline_and_the_first_tree(report_runs, tmp_pat
     assert browser.js("document.documentElement.scrollWidth <= window.innerWidth") is True
     browser.screenshot(tmp_path / "report_summary_open.png")
     _publish(tmp_path / "report_summary_open.png")
+    assert browser.errors() == []
+
+
+def _until(browser, expression: str, timeout_s: float = 10.0):
+    """The value of `expression` once it is truthy (report.js inflates packed bodies asynchronously)."""
+    return browser.js(f"""new Promise(done => {{ const t0 = Date.now(); (function poll() {{
+        const v = ({expression}); if (v || Date.now() - t0 > {timeout_s * 1000}) {{ done(v); }}
+        else {{ setTimeout(poll, 20); }} }})(); }})""")
+
+
+def test_a_report_of_500_questions_is_small_and_draws_only_what_is_open(report_runs, tmp_path, browser):
+    """A run at the shipped data's full size (500 ASQA questions: the scripted run's tables copied under
+    new question and passage ids, fixtures_report.rekey): the report is under 10 MB because every closed
+    question's body and the passage texts are packed (html.pack), and the first screen lays out one tree,
+    not 500. A closed question opens with its tree (a click, or a link of the question index), its passages
+    fill, its quoted spans link to their offsets, its "expand all" opens every node."""
+    run = rekey(report_runs[0], tmp_path / "runs" / "big", copies=-(-500 // N_QUESTIONS))
+    out = report.write_report([run], tmp_path / "report.html")
+    n = pl.read_parquet(run / "questions.parquet").height
+    assert n >= 500 and out.stat().st_size < 10 * 2**20
+    timing = browser.first_screen_ms(out.resolve().as_uri())
+    print(f"first screen of {n} questions, {out.stat().st_size / 2**20:.1f} MB: {timing}")  # bench_report.py times it
+    assert browser.js("document.querySelectorAll('details.question').length") == n
+    assert browser.js("document.querySelectorAll('script.qz').length") == n - 1  # all but the open first one
+    first_nodes = browser.js("document.querySelectorAll('#r0-q0 details.node').length")
+    assert first_nodes > 0 and browser.js("document.querySelectorAll('details.node').length") == first_nodes
+
+    # a click on a closed question in the middle: its tree comes in, the same as the first question's shape
+    q = f"r0-q{n // 2}"
+    assert browser.js(f"document.querySelector('#{q} details.node')") is None
+    browser.click(f"#{q} > summary")
+    assert _until(browser, f"document.querySelectorAll('#{q} details.node').length") > 0
+    assert browser.js(f"document.querySelector('#{q} > script.qz')") is None
+    assert browser.js(f"document.querySelectorAll('#{q} > .qbody').length") == 1
+    # its passage text fills from the packed store when it opens
+    node = f"#{q} details.node[data-status='valid']"
+    first = f"{node} > .nbody li.passage"
+    pid = browser.js(f'document.querySelector("{first}").dataset.passageId')
+    browser.click(f"{node} > summary")
+    browser.click(f"{first} > details > summary")
+    want = pl.read_parquet(run / "passages.parquet").filter(pl.col("passage_id") == pid)["text"][0]
+    assert _until(browser, f'document.querySelector("{first} .ptext").textContent') == want
+    # "expand all" opens every node of that question
+    browser.click(f"#{q} button[data-act='expand']")
+    assert browser.js(f"[...document.querySelectorAll('#{q} details.node')].every(d => d.open)") is True
+
+    # a link of the question index into a packed question: opened, filled, scrolled to
+    last = f"r0-q{n - 1}"
+    browser.click("#run-0 details.qindex-box > summary")
+    browser.click(f"#run-0 table.qindex a[href='#{last}']")
+    assert browser.js(f"document.getElementById('{last}').open") is True
+    assert _until(browser, f"document.querySelectorAll('#{last} details.node').length") > 0
+    # a quoted span of it links to its offsets in the source passage
+    link = f"#{last} p.answer a.qspan"
+    href = browser.js(f"document.querySelector(\"{link}\").getAttribute('href')")
+    browser.click(link)
+    assert browser.js("location.hash") == href
+    assert _until(browser, "document.querySelectorAll('mark.flash').length") > 0
     assert browser.errors() == []

@@ -30,6 +30,7 @@ import base64
 import datetime as _dt
 import json
 import os
+import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -139,19 +140,27 @@ def _passage(ctx: _Ctx, pid: str, elem_id: str, hit: dict | None = None, evidenc
     """A passage as the template's `passage` macro shows it; hit: the retrieval row (rank, score), None
     for the evidence passage. Its text goes into the run's store once (`text_store`): the same passages
     are shown under many nodes (1,722 passage elements, ~300 distinct texts, for 50 questions), and inline
-    they made a 500-question report ~14 MB."""
+    they made a 500-question report ~14 MB (bench/bench_report.py: 504 questions of a real run, 16.7 MB
+    with the texts stored once and every question inline, 2.8 MB packed)."""
     title, text = ctx.passages.get(pid, (None, None))
     if text is not None:
         ctx.stored[pid] = text
     return {"id": elem_id, "pid": pid, "title": title or pid, "text": text, "hit": hit, "evidence": evidence}
 
 
+def pack(text: str) -> Markup:
+    """`text` deflated (raw DEFLATE, RFC 1951) and base64-encoded, for a `<script type="application/
+    octet-stream">` that report.js inflates with the browser's DecompressionStream("deflate-raw"). Base64
+    has no `<` or `&`, so nothing packed can close the script element; what is packed was escaped when it
+    was rendered (autoescape) or is put in as text (the passage store)."""
+    deflate = zlib.compressobj(6, zlib.DEFLATED, -15)  # wbits -15: no zlib header, as "deflate-raw" wants
+    return Markup(base64.b64encode(deflate.compress(text.encode("utf-8")) + deflate.flush()).decode("ascii"))
+
+
 def text_store(texts: dict[str, str]) -> Markup:
-    """The run's folded passage texts as JSON for a `<script type="application/json">` (report.js fills a
-    passage's text from it when its <details> opens, as textContent: never markup). `<`, `>` and `&` are
-    written as JSON escapes, so no text can close the script element or open a comment."""
-    body = json.dumps(texts, ensure_ascii=False, sort_keys=True)
-    return Markup(body.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
+    """The run's folded passage texts, a JSON object packed (`pack`): report.js fills a passage's text from
+    it when its <details> opens, as textContent, never markup."""
+    return pack(json.dumps(texts, ensure_ascii=False, sort_keys=True))
 
 
 def _node_hits(ctx: _Ctx, node_id: str, k: int) -> list[list[dict]]:
@@ -367,6 +376,7 @@ def _question(ri: int, qi: int, q: dict, frames: dict, k: int, open_: bool, stor
         "qid": qid,
         "question": q["question"],
         "open": open_,
+        "packed": None,  # `_run` packs the body of a question shown closed
         "n_valid": sum(n["status"] in plots.VALID_STATUSES for n in nodes),
         "depth": max((n["depth"] or 0 for n in nodes), default=0),
         "n_nodes": len(nodes),
@@ -499,6 +509,10 @@ def _run(run: Run, ri: int, label: str, k: int, max_questions: int | None) -> di
             )
         )
     ]
+    qbody = environment().get_template("macros.html.j2").module.qbody
+    for t in trees:  # a closed question's body is packed: inflated by report.js when it opens
+        if not t["open"]:
+            t["packed"] = pack(qbody(t))
     # Question index: one row per question, linking to its tree.
     calls = dict(run.llm_calls.group_by("qid").len().iter_rows())
     metric_names = sorted(per_q["metric"].unique().to_list())
