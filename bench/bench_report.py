@@ -29,8 +29,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 from provenance import provenance, write_results  # noqa: E402
 
-sys.path.insert(0, str(REPO.parent))
-from clarify.tests.fixtures_report import rekey  # noqa: E402
+sys.path.insert(0, str(REPO))  # the tests package: its at-size run copier and its chromium driver
+from tests.fixtures_report import rekey  # noqa: E402
 
 CLARIFY = [sys.executable, "-m", "clarify.batch.cli"]
 def _timed(cmd: list[str], env: dict | None = None) -> float:
@@ -42,7 +42,7 @@ def _timed(cmd: list[str], env: dict | None = None) -> float:
 
 
 def first_screen(page: Path) -> dict | None:
-    from clarify.tests.cdp import CHROMIUM, Browser
+    from tests.cdp import CHROMIUM, Browser
 
     if CHROMIUM is None:
         return None
