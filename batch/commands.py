@@ -364,7 +364,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
         started = Run.open(args.out).config
         limit = started.limit if limit is None else limit
-        constraints = {key: config.value(started, key) for key in DEMO_CONSTRAINTS}
+        constraints = {key: config.value_of(started, key) for key in DEMO_CONSTRAINTS}
     cfg = config.load(None, {"dataset": "asqa", "limit": limit or DEMO_MAX_QUESTIONS,
                              "answer_style": args.answer_style, "index": str(index_dir), **constraints})
     if any(constraints.values()):

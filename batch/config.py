@@ -375,7 +375,7 @@ RESULT_FREE = tuple(key for key, f, _ in settings() if spec(f).result_free)
 CONSTRAINTS = {key: spec(f).constraint for key, f, _ in settings() if spec(f).constraint}
 
 
-def value(cfg: RunConfig, key: str) -> Any:
+def value_of(cfg: RunConfig, key: str) -> Any:
     """The value of the setting `key` ("toc.max_depth", "seed") in `cfg`."""
     section, _, name = key.rpartition(".")
     return getattr(getattr(cfg, section) if section else cfg, name)
