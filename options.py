@@ -1,27 +1,183 @@
-"""A setting is declared once, in its dataclass field, as vLLM's `EngineArgs` declares its own
-(vllm/engine/arg_utils.py `add_cli_args`): the field holds the default, and `setting(...)` adds what it does
-(`help`, never the default) and the command-line flag that sets it. The flags, their help and the
-configuration page are generated from the field (`add_flag`; batch/commands.py, local_llm/cli.py,
-batch/config_doc.py), so the default printed by `--help` is the default the code runs with.
+"""Declared fields: the one way clarify declares a field of its settings, its records and its table rows.
 
-Here, at the top of the package, because both `local_llm/` (the engine's and the server client's options)
-and `batch/` (the run config) declare settings, and `local_llm/` imports nothing of `batch/`.
+A field is a dataclass field, declared once, as vLLM's `EngineArgs` declares its own (vllm/engine/arg_utils.py
+`add_cli_args`) and PyTerrier its frames' columns: the field holds the default, and `declared(...)` adds, in
+its metadata (`Spec`), what the rest of the code derives from it:
+
+    help, doc           what it does, without its default (the flag's help; `doc`: the longer text of the
+                        configuration page, docs/configuration.md, when there is more to say)
+    flag, metavar,      the `clarify run` flag that sets it ("": none) and, for a flag without an argument,
+    switch              the value it sets (False for `--no-verify`)
+    choices, lo, hi,    the allowed values (choices: a tuple, or a callable asked at each check; a StrEnum
+    lo_open, nonempty   type declares its own), an inclusive range (lo exclusive when lo_open), not empty
+    unit                what a number counts ("s", "tokens"), shown on the configuration page
+    result_free         whether a run may change it when resumed: it never changes results (the scheduler,
+                        a client's timeouts), so the resume comparison leaves it out (batch/rundir.py)
+    constraint          a decoding constraint the setting switches on (batch/toc/constraints.py)
+    dtype               a table row's field: the Polars type of its column (schemas.py `table_schema`)
+    want, required,     a JSON record's field: how an error names what it must hold, whether a current
+    omit_none           file must hold it, whether it is written only when set (index/manifest.py,
+                        batch/records.py)
+
+The type is the annotation, checked by `type_problem` / `json_type_ok`; `problem` checks the rest. From
+these the code derives the config's validation (batch/config.py), the configuration page
+(batch/config_doc.py), the flags and their help (`add_flag`; batch/commands.py, local_llm/cli.py), the
+resume comparison (batch/config.py RESULT_FREE), the tables' schemas and the records' readers and writers.
+
+Plain dataclasses, not pydantic: this module is imported by every command, and importing pydantic 2 and
+defining one model takes 0.14-0.23 s on a 2-core machine, more than a `--help` should pay; pydantic coerces
+by default (a TOML string "3" would pass as the integer 3, where clarify refuses it, as TOML's types are
+the user's); and its errors are its own words over several lines ("1 validation error for M / x / Input
+should be a valid integer, unable to parse string as an integer [type=int_parsing, ...]"), where clarify
+names the file and the field in one line (docs/troubleshooting.md#configuration).
+
+Here, at the top of the package, because `local_llm/` (the engine's and the server client's options),
+`index/` (the manifest), `batch/` (the run config, the run's records) and schemas.py declare fields, and
+this module imports nothing of clarify.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import Field, field
+import math
+import types
+import typing
+from collections.abc import Callable, Iterable
+from dataclasses import MISSING, Field, dataclass, field
+from enum import StrEnum
 from typing import Any
 
 
-def setting(default: Any, *, help: str, flag: str = "", metavar: str | None = None,
-            switch: bool | None = None) -> Any:
-    """A dataclass field whose default is `default`. `help`: what the setting does, without its default (the
-    generated help adds it); `flag`: the `clarify run` flag that sets it ("": none); `switch`: the value a
-    flag without an argument sets (False for `--no-verify`), None for a flag that takes a value."""
-    return field(default=default, metadata={"help": help, "flag": flag, "metavar": metavar, "switch": switch})
+@dataclass(frozen=True)
+class Spec:
+    """What a field's declaration says beyond its type and default (the module docstring lists each)."""
+
+    help: str = ""
+    doc: str = ""
+    flag: str = ""
+    metavar: str | None = None
+    switch: bool | None = None
+    choices: tuple[str, ...] | Callable[[], Iterable[str]] | None = None
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    nonempty: bool = False
+    unit: str = ""
+    result_free: bool = False
+    constraint: str = ""
+    dtype: Any = None
+    want: str = ""
+    required: bool = False
+    omit_none: bool = False
+
+    def allowed(self, hint: Any = None) -> tuple[str, ...] | None:
+        """The allowed values: the declared choices (a callable is asked now), else a StrEnum type's values."""
+        if self.choices is not None:
+            return tuple(self.choices() if callable(self.choices) else self.choices)
+        if is_choice(hint):
+            return tuple(m.value for m in hint)
+        return None
+
+    def problem(self, value: Any, hint: Any = None) -> str | None:
+        """Why a value of the right type is not allowed (choices, empty, range), or None."""
+        choices = self.allowed(hint)
+        if choices is not None and value not in choices:
+            return f"unknown value {value!r}; choose one of {choices}"
+        if self.nonempty and not value:
+            return "must not be empty"
+        below = self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo)
+        if below or (self.hi is not None and value > self.hi):
+            return f"must be {self.bounds()}, got {value!r}"
+        return None
+
+    def bounds(self) -> str:
+        """The range in words: ">= 1", "> 0", "in (0, 1]"; "" when none is declared."""
+        if self.lo is None and self.hi is None:
+            return ""
+        if self.hi is None:
+            return f"{'>' if self.lo_open else '>='} {self.lo}"
+        return f"in {'(' if self.lo_open else '['}{self.lo}, {self.hi}]"
+
+
+PLAIN = Spec()  # a field declared without `declared` (a record's own bookkeeping: extra, schema_version)
+
+
+def declared(default: Any = MISSING, *, default_factory: Any = MISSING, **spec: Any) -> Any:
+    """A dataclass field with its default (or `default_factory`) and its Spec (the keywords)."""
+    return field(default=default, default_factory=default_factory, metadata={"spec": Spec(**spec)})
+
+
+def setting(default: Any, *, help: str, **spec: Any) -> Any:
+    """A setting: a declared field that must say what it does (`help`, never the default: the generated help
+    adds it)."""
+    return declared(default, help=help, **spec)
+
+
+def spec(f: Field) -> Spec:
+    """The Spec of field `f` (PLAIN for one declared without `declared`)."""
+    return f.metadata.get("spec", PLAIN)
+
+
+def default_of(f: Field) -> Any:
+    return f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+
+
+def is_choice(hint: Any) -> bool:
+    """Whether a field's type is a choice: a StrEnum, whose values are its choices."""
+    return isinstance(hint, type) and issubclass(hint, StrEnum)
+
+
+def base_type(hint: Any) -> Any:
+    """The type a value of the field is stored as in JSON or TOML: `int | None` -> int, `dict[str, int]` ->
+    dict, `tuple[str, ...]` -> tuple, a StrEnum -> str."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    if is_choice(hint):
+        return str
+    return typing.get_origin(hint) or hint
+
+
+TYPE_WORDS = {bool: "a boolean (true or false)", int: "an integer", float: "a number", str: "a string",
+              tuple: "a list of strings", dict: "an object", list: "a list"}
+
+
+def json_type_ok(value: Any, hint: Any) -> bool:
+    """Whether `value`, as JSON or TOML gives it, is of the declared type: a bool is not a number, an integer
+    is a number (not a NaN or an infinity), a string is not a boolean, and a tuple is a list of strings."""
+    t = base_type(hint)
+    if t is bool:
+        return isinstance(value, bool)
+    if isinstance(value, bool):  # True is an int to Python, not to a config or a record
+        return False
+    if t is float:
+        return isinstance(value, (int, float)) and math.isfinite(value)
+    if t is tuple:
+        return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+    return isinstance(value, t)
+
+
+def type_problem(value: Any, hint: Any) -> str | None:
+    """Why `value` is not of the declared type, in words ("expected an integer, got str '3'"), or None."""
+    if json_type_ok(value, hint):
+        return None
+    return f"expected {TYPE_WORDS[base_type(hint)]}, got {type(value).__name__} {value!r}"
+
+
+def problem(value: Any, f: Field, hint: Any) -> str | None:
+    """The declaration's verdict on one value: its type, then its allowed values and range."""
+    return type_problem(value, hint) or spec(f).problem(value, hint)
+
+
+def as_declared(value: Any, hint: Any) -> Any:
+    """A checked value in its declared Python type: an integer for a float field is a float, a list a tuple,
+    a string of a choice its enum member."""
+    t = base_type(hint)
+    if t is float:
+        return float(value)
+    if isinstance(value, list):
+        return tuple(value)
+    return hint(value) if is_choice(hint) else value
 
 
 def toml_value(value: Any) -> str:
@@ -41,7 +197,7 @@ def flag_help(f: Field, key: str = "") -> str:
     section, _, name = key.rpartition(".")
     where = f"[{section}] {name}; " if section else ""
     # argparse %-formats help texts (for %(default)s): a literal % is doubled
-    return f"{f.metadata['help']} ({where}default {toml_value(f.default)})".replace("%", "%%")
+    return f"{spec(f).help} ({where}default {toml_value(f.default)})".replace("%", "%%")
 
 
 def add_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup, f: Field, key: str = "", *,
@@ -49,15 +205,15 @@ def add_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup, f: Field
     """The flag of setting `f` (`flag`: its declared one unless given). `default`: what the parsed namespace
     holds when the flag is absent; None (the run's flags) leaves the config's value, from the defaults or
     --config, in force."""
-    meta = f.metadata
-    name = flag or meta["flag"]
-    if meta["switch"] is not None:
+    s = spec(f)
+    name = flag or s.flag
+    if s.switch is not None:
         return parser.add_argument(name, action="store_true", help=flag_help(f, key))
     kwargs: dict[str, Any] = {"help": flag_help(f, key), "default": default}
     if type(f.default) in (int, float):
         kwargs["type"] = type(f.default)
     if choices is not None:
         kwargs["choices"] = choices
-    if meta["metavar"]:
-        kwargs["metavar"] = meta["metavar"]
+    if s.metavar:
+        kwargs["metavar"] = s.metavar
     return parser.add_argument(name, **kwargs)

@@ -8,9 +8,11 @@ A stage calls `check(df, "hits")` on entry: a missing column raises `SchemaError
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
 import polars as pl
+
+from clarify.options import declared, spec
 
 
 @dataclass(frozen=True)
@@ -24,14 +26,15 @@ class Passage:
 
 
 def column(dtype: pl.DataType):
-    """A row record's field: the Polars type of its column (`table_schema`)."""
-    return field(metadata={"dtype": dtype})
+    """A row record's field, declared as every field is (options.declared): the Polars type of its column
+    (`table_schema`)."""
+    return declared(dtype=dtype)
 
 
 def table_schema(record: type) -> dict[str, pl.DataType]:
     """The table schema of a row record: its fields, in order, with their columns' types. A table whose rows
     a program builds one at a time (the tree's rows) declares its record once and takes its schema from it."""
-    return {f.name: f.metadata["dtype"] for f in fields(record)}
+    return {f.name: spec(f).dtype for f in fields(record)}
 
 
 def frame(rows: Iterable, record: type) -> pl.DataFrame:

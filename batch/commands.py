@@ -19,7 +19,7 @@ from clarify.batch.config import (
     TOKENS_PER_QUESTION,
     RunConfig,
 )
-from clarify.options import add_flag, toml_value
+from clarify.options import add_flag, spec, toml_value
 
 RUN_EPILOG = f"""\
 examples:
@@ -169,13 +169,14 @@ def _overrides(args: argparse.Namespace) -> dict:
     o = {}
     for key, f in config.flagged():
         value = getattr(args, flag_dest(f), None)
-        o[key] = (f.metadata["switch"] if value else None) if f.metadata["switch"] is not None else value
+        switch = spec(f).switch
+        o[key] = (switch if value else None) if switch is not None else value
     return o
 
 
 def flag_dest(f) -> str:
     """The argparse attribute of a setting's flag (`--no-verify` -> no_verify)."""
-    return f.metadata["flag"].removeprefix("--").replace("-", "_")
+    return spec(f).flag.removeprefix("--").replace("-", "_")
 
 
 def print_summary(summary: dict, out=None) -> None:
@@ -241,8 +242,9 @@ DEMO_MIN_QUESTIONS, DEMO_MAX_QUESTIONS = 3, 20
 # valid nodes from 0.1 to 11.3 per question, answers quoting from 28 % to 100 % and verbatim spans from 0 of
 # 204 to all, Answer-F1 from 0 to 1.1, while ROUGE-L (21.9 -> 19.6) and STR-EM (16.7 -> 12.7) moved by less
 # than the 50 questions can show (paired 95 % bootstrap intervals hold 0). `clarify run` keeps the official
-# free decoding. A resumed demo keeps the settings it was started with.
-DEMO_CONSTRAINTS = {"toc.constrain_format": True, "answer.constrain_quotes": True}
+# free decoding. A resumed demo keeps the settings it was started with. Every declared decoding constraint
+# (batch/config.py CONSTRAINTS) is on.
+DEMO_CONSTRAINTS = dict.fromkeys(config.CONSTRAINTS, True)
 DEMO_CONSTRAINED_TOKENS_PER_QUESTION = CONSTRAINED_TOKENS_PER_QUESTION
 
 # The demo's estimate times ToC's own calls on this engine. ToC is prompt-heavy and, with the demo's few
@@ -362,8 +364,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
         started = Run.open(args.out).config
         limit = started.limit if limit is None else limit
-        constraints = {"toc.constrain_format": started.toc.constrain_format,
-                       "answer.constrain_quotes": started.answer.constrain_quotes}
+        constraints = {key: config.value_of(started, key) for key in DEMO_CONSTRAINTS}
     cfg = config.load(None, {"dataset": "asqa", "limit": limit or DEMO_MAX_QUESTIONS,
                              "answer_style": args.answer_style, "index": str(index_dir), **constraints})
     if any(constraints.values()):

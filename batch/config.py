@@ -11,11 +11,10 @@ switches existed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
-import math
 import tomllib
 import typing
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -28,8 +27,7 @@ from clarify.eval import datasets
 from clarify.eval.datasets.asqa import pool_spec_problem
 from clarify.index.store import SearcherKind
 from clarify.local_llm import backends
-from clarify.local_llm.settings import CHAT_TEMPLATES, DTYPES, QUANTIZATIONS
-from clarify.options import setting, toml_value
+from clarify.options import as_declared, is_choice, problem, setting, spec, toml_value
 
 # What a ToC question costs the engine (prompt + output tokens actually computed: identical re-expansion
 # prompts are answered once under the official default) on the embedded model and defaults: ~4,400
@@ -51,8 +49,8 @@ PART_TREES = 64  # finished trees per checkpoint part (batch/rundir.py), unless 
 
 class Scheduler(StrEnum):
     """How trees are driven (batch/scheduler.py DRIVERS: one driver each). It never changes results: tables
-    are identical under each, so it is a setting a run may change when resumed (RunDir.freeze ignores
-    RESULT_FREE, dotted: one field of a table)."""
+    are identical under each, so it is a setting a run may change when resumed (declared `result_free`:
+    RunDir.freeze leaves RESULT_FREE out of the comparison)."""
 
     CONTINUOUS = "continuous"
     WAVES = "waves"
@@ -62,9 +60,9 @@ class Scheduler(StrEnum):
 SCHEDULERS = tuple(s.value for s in Scheduler)  # `--scheduler` and the config's choices
 
 
-# The choice settings: a field whose type is one of these StrEnums takes exactly its values (RULES derives the
-# choices from the type). A member equals its string, so config.json and TOML hold the plain value; each
-# value's meaning is the comment on the field that takes it.
+# The choice settings: a field whose type is one of these StrEnums takes exactly its values (options.Spec
+# derives the choices from the type). A member equals its string, so config.json and TOML hold the plain
+# value; each value's meaning is the help of the field that takes it.
 class AnswerStyle(StrEnum):
     FREE = "free"
     QUOTED = "quoted"
@@ -103,46 +101,42 @@ class EmptyTreeAnswer(StrEnum):
 
 ANSWER_STYLES = tuple(s.value for s in AnswerStyle)  # `--answer-style`
 
-# Where the trees run (one process, or Ray workers: batch/cluster.py) never changes results either, nor how
-# the openai backend talks to its server (a completion it accepts is the same whatever its deadlines,
-# retries or size cap): a run stopped by a deadline resumes with a longer one.
-RESULT_FREE = ("scheduler", "cluster", "model.max_concurrency", "model.request_timeout_s", "model.max_retries",
-               "model.check_timeout_s", "model.reply_bytes_per_token")
-
-
-def result_free(key: str) -> bool:
-    """Whether the setting `key` ("scheduler", "model.max_retries") is in RESULT_FREE, itself or its table."""
-    return key in RESULT_FREE or key.split(".")[0] in RESULT_FREE
-
 
 @dataclass(frozen=True)
 class RetrievalConfig:
-    candidates: int = 100  # per retriever before fusion (run_toc.py --top_k_docs 100)
-    top_k: int = 5  # passages in each prompt (run_toc.py --top_k_reranked 5)
-    pool: int = 100  # passages retrieved per search (run_toc.py --top_k_docs 100, toc/rac.py:5)
-    searcher: SearcherKind = SearcherKind.RERANK  # bm25 | dense | hybrid | rerank
-    # "pool": the question is searched once and every node reranks that pool (minus exhausted passages)
-    # by its own question (run_toc.py:198-199, :219 get_example → rerank); "search": every node searches
-    # the index again with its own question (clarify before this switch existed).
-    node_passages: NodePassages = NodePassages.POOL
-    # A local sentence-transformers CrossEncoder directory reranking the fused candidates and every node's
-    # pool (run_toc.py:164 dsp's cross-encoder); empty: the dense encoder's cosine
-    # (docs/retrieval.md#searchers-and-the-reranker). It changes every ranking, so it is part of the frozen config.
+    candidates: int = setting(100, help="per retriever before fusion (run_toc.py --top_k_docs 100)", lo=1,
+                              unit="passages")
+    top_k: int = setting(5, help="passages in each prompt (run_toc.py --top_k_reranked 5)", lo=1, unit="passages")
+    pool: int = setting(100, help="passages retrieved per search (run_toc.py --top_k_docs 100, toc/rac.py:5)", lo=1,
+                        unit="passages")
+    searcher: SearcherKind = setting(SearcherKind.RERANK, help="bm25 | dense | hybrid | rerank")
+    node_passages: NodePassages = setting(
+        NodePassages.POOL, help="\"pool\": the question is searched once and every node reranks that pool (minus "
+                                "exhausted passages) by its own question (run_toc.py:198-199, :219 get_example → "
+                                "rerank); \"search\": every node searches the index again with its own question "
+                                "(clarify before this switch existed).")
+    # It changes every ranking, so it is part of the frozen config.
     cross_encoder: str = setting("", help="local sentence-transformers CrossEncoder directory reranking the retrieved "
                                           "passages; empty: the dense encoder's cosine", flag="--cross-encoder",
-                                 metavar="DIR")
-    # Attached to `index` (a clarify index or a prebuilt Pyserini Lucene index) from elsewhere (docs/retrieval.md):
-    # a Pyserini FAISS directory (`index` + `docid`) and the query encoder that goes with it (a
-    # sentence-transformers folder, or a Hugging Face DPRQuestionEncoder folder as for Pyserini's DPR
-    # indexes). Empty: the index's own dense part and encoder (none for a prebuilt Lucene index: BM25 only).
+                                 metavar="DIR",
+                                 doc="A local sentence-transformers CrossEncoder directory reranking the fused "
+                                     "candidates and every node's pool (run_toc.py:164 dsp's cross-encoder); empty: "
+                                     "the dense encoder's cosine (docs/retrieval.md#searchers-and-the-reranker). It "
+                                     "changes every ranking, so it is part of the frozen config.")
     faiss_index: str = setting("", help="a Pyserini FAISS directory (files index + docid) to search with --index, "
                                         "e.g. a prebuilt DPR index; empty: the index's own dense part",
-                               flag="--faiss-index", metavar="DIR")
+                               flag="--faiss-index", metavar="DIR",
+                               doc="Attached to `index` (a clarify index or a prebuilt Pyserini Lucene index) from "
+                                   "elsewhere (docs/retrieval.md): a Pyserini FAISS directory (`index` + `docid`) "
+                                   "and the query encoder that goes with it (a sentence-transformers folder, or a "
+                                   "Hugging Face DPRQuestionEncoder folder as for Pyserini's DPR indexes). Empty: "
+                                   "the index's own dense part and encoder (none for a prebuilt Lucene index: BM25 "
+                                   "only).")
     encoder: str = setting("", help="the query encoder of --faiss-index: a sentence-transformers folder or a Hugging "
                                     "Face DPRQuestionEncoder folder; empty: the index's own", flag="--encoder",
                            metavar="DIR")
-    nprobe: int = setting(0, help="IVF lists searched per query; 0: the index's", flag="--nprobe", metavar="N")
-    ef_search: int = setting(0, help="HNSW efSearch; 0: the index's", flag="--ef-search", metavar="N")
+    nprobe: int = setting(0, help="IVF lists searched per query; 0: the index's", flag="--nprobe", metavar="N", lo=0)
+    ef_search: int = setting(0, help="HNSW efSearch; 0: the index's", flag="--ef-search", metavar="N", lo=0)
 
     def __post_init__(self) -> None:
         _settle(self, "retrieval")
@@ -150,54 +144,67 @@ class RetrievalConfig:
 
 @dataclass(frozen=True)
 class TocConfig:
-    max_depth: int = 3  # --max_depth
-    max_nodes: int = 10  # --max_nodes: stop once this many valid nodes exist
-    max_expansions: int = 15  # `n_expansions <= 15` in run_toc.py
-    max_restarts: int = 3  # --max_trials
-    undo_pruning_after: int = 10  # run_toc.py: pruning is switched off after 10 fruitless expansions
+    max_depth: int = setting(3, help="--max_depth", lo=1)
+    max_nodes: int = setting(10, help="--max_nodes: stop once this many valid nodes exist", lo=1)
+    max_expansions: int = setting(15, help="`n_expansions <= 15` in run_toc.py", lo=1)
+    max_restarts: int = setting(3, help="--max_trials", lo=1)
+    undo_pruning_after: int = setting(10, help="run_toc.py: pruning is switched off after 10 fruitless expansions",
+                                      lo=0)
     verify: bool = setting(True, help="self-verification pruning (run_toc.py --verify); the flag switches it off",
                            flag="--no-verify", switch=False)
-    n_demos: int = 5  # --n_shot
-    temperature: float = 0.7  # --temperature (clarification)
-    clarify_max_tokens: int = 256
-    verify_max_tokens: int = 3
-    answer_max_tokens: int = 320
-    answer_nodes: int = 10  # DQ/DA pairs in the answer prompt (_get_tree(max_nodes))
-    answer_passages: int = 5  # passages in the answer prompt (--top_k_reranked)
+    n_demos: int = setting(5, help="--n_shot", lo=1)
+    # vLLM SamplingParams accepts any temperature >= 0; [0, 2] is the range of the OpenAI API that dsp
+    # (and so the official ToC code) calls, and above 2 sampling is noise.
+    temperature: float = setting(0.7, help="--temperature (clarification)", lo=0, hi=2)
+    clarify_max_tokens: int = setting(256, help="the longest clarification completion", lo=1, unit="tokens")
+    verify_max_tokens: int = setting(3, help="the longest verification completion (a yes or a no)", lo=1,
+                                     unit="tokens")
+    answer_max_tokens: int = setting(320, help="the longest answer completion", lo=1, unit="tokens")
+    answer_nodes: int = setting(10, help="DQ/DA pairs in the answer prompt (_get_tree(max_nodes))", lo=1)
+    answer_passages: int = setting(5, help="passages in the answer prompt (--top_k_reranked)", lo=1)
     # --- where clarify may differ from the official code (defaults = official) ---
-    # "official": toc/pruning.py:7-15 check_unique, only while pruning, against earlier valid nodes;
-    # "strict": clarify's rule (question repeats, or answers all covered), also without pruning.
-    duplicates: Duplicates = Duplicates.OFFICIAL
-    # "official": run_toc.py:94-123 over the whole demo pool and the passages as the retriever has them
-    # (title and text), matching whole DA strings; "shown": only the demos shown, text only, split answers.
-    removal: Removal = Removal.OFFICIAL
-    # "pool": rerank the question's own retrieved pool by the question (run_toc.py:259);
-    # "nodes": one answer-containing passage per valid node, then the question's top passages.
-    answer_passages_from: AnswerPassagesFrom = AnswerPassagesFrom.POOL
-    # False: the clarification seed is a function of the prompt, so a byte-identical re-expansion (after a
-    # restart) gets the cached completion, as the official run does through dsp's request cache;
-    # True: the seed includes the node and expansion count, every expansion samples afresh.
-    restart_resample: bool = False
-    # "filter": the intended get_evidence (toc/pruning.py:17-25): shown passages containing the answer,
-    # top-1 by the reranker; "official": as published, the DA string's single characters are the answers
-    # (a no-op for most answers, not for e.g. "16"); "filter-embed": the filter, scored by the dense
-    # encoder's cosine (clarify's earlier behaviour).
-    evidence: Evidence = Evidence.FILTER
-    # "dsp": the tree's answer matching (a passage holds an answer, F1 of two answers) as the official code's
-    # dsp has it (batch/toc/match.py); "squad": the metrics' ASQA/SQuAD normalisation, whitespace tokens, an
-    # empty answer matches nothing and two empty answers have F1 1 (clarify's earlier behaviour).
-    matching: MatchRule = MatchRule.DSP
-    # "open": a free-style answer prompt of a tree without valid nodes ends open at `Disambiguations:`, as
-    # the official template renders an empty DQ/DA field (toc/tree.py:32-40, dsp/templates/template_v2.py:73-83);
-    # "closed": it asks for the answer directly (clarify's earlier behaviour).
-    empty_tree_answer: EmptyTreeAnswer = EmptyTreeAnswer.OPEN
-    # "clarify": every DQ/DA pair the official parser finds (toc/utils.py:25-46), with its text, plus pairs
-    # from the lines it drops (batch/toc/format.py); "official": exactly the official parser's pairs.
-    parsing: Parsing = Parsing.CLARIFY
-    # True: each clarification is decoded under a grammar of the official DQ/DA format, so it parses
-    # (batch/toc/format.py format_grammar; docs/running-toc.md). False: free decoding, as the official code.
+    duplicates: Duplicates = setting(
+        Duplicates.OFFICIAL, help="\"official\": toc/pruning.py:7-15 check_unique, only while pruning, against "
+                                  "earlier valid nodes; \"strict\": clarify's rule (question repeats, or answers all "
+                                  "covered), also without pruning.")
+    removal: Removal = setting(
+        Removal.OFFICIAL, help="\"official\": run_toc.py:94-123 over the whole demo pool and the passages as the "
+                               "retriever has them (title and text), matching whole DA strings; \"shown\": only the "
+                               "demos shown, text only, split answers.")
+    answer_passages_from: AnswerPassagesFrom = setting(
+        AnswerPassagesFrom.POOL, help="\"pool\": rerank the question's own retrieved pool by the question "
+                                      "(run_toc.py:259); \"nodes\": one answer-containing passage per valid node, "
+                                      "then the question's top passages.")
+    restart_resample: bool = setting(
+        False, help="False: the clarification seed is a function of the prompt, so a byte-identical re-expansion "
+                    "(after a restart) gets the cached completion, as the official run does through dsp's request "
+                    "cache; True: the seed includes the node and expansion count, every expansion samples afresh.")
+    evidence: Evidence = setting(
+        Evidence.FILTER, help="\"filter\": the intended get_evidence (toc/pruning.py:17-25): shown passages "
+                              "containing the answer, top-1 by the reranker; \"official\": as published, the DA "
+                              "string's single characters are the answers (a no-op for most answers, not for e.g. "
+                              "\"16\"); \"filter-embed\": the filter, scored by the dense encoder's cosine "
+                              "(clarify's earlier behaviour).")
+    matching: MatchRule = setting(
+        MatchRule.DSP, help="\"dsp\": the tree's answer matching (a passage holds an answer, F1 of two answers) as the "
+                            "official code's dsp has it (batch/toc/match.py); \"squad\": the metrics' ASQA/SQuAD "
+                            "normalisation, whitespace tokens, an empty answer matches nothing and two empty answers "
+                            "have F1 1 (clarify's earlier behaviour).")
+    empty_tree_answer: EmptyTreeAnswer = setting(
+        EmptyTreeAnswer.OPEN, help="\"open\": a free-style answer prompt of a tree without valid nodes ends open at "
+                                   "`Disambiguations:`, as the official template renders an empty DQ/DA field "
+                                   "(toc/tree.py:32-40, dsp/templates/template_v2.py:73-83); \"closed\": it asks "
+                                   "for the answer directly (clarify's earlier behaviour).")
+    parsing: Parsing = setting(
+        Parsing.CLARIFY, help="\"clarify\": every DQ/DA pair the official parser finds (toc/utils.py:25-46), with "
+                              "its text, plus pairs from the lines it drops (batch/toc/format.py); \"official\": "
+                              "exactly the official parser's pairs.")
     constrain_format: bool = setting(False, help="decode clarifications under a grammar of the DQ/DA format; off: "
-                                                 "the official free decoding", flag="--constrain-format", switch=True)
+                                                 "the official free decoding", flag="--constrain-format", switch=True,
+                                     constraint="format",
+                                     doc="True: each clarification is decoded under a grammar of the official "
+                                         "DQ/DA format, so it parses (batch/toc/format.py format_grammar; "
+                                         "docs/running-toc.md). False: free decoding, as the official code.")
 
     def __post_init__(self) -> None:
         _settle(self, "toc")
@@ -207,11 +214,13 @@ class TocConfig:
 class AnswerConfig:
     """The final answer step (its style is the top-level `answer_style`)."""
 
-    # True: in the quoted style, the text of each `[k ...]` marker is decoded under a grammar that only
-    # allows runs of source k's words, so every quote is verbatim by construction
-    # (batch/toc/constraints.py quotes_grammar; docs/running-toc.md). False: free decoding, the checker repairs or unmarks.
     constrain_quotes: bool = setting(False, help="decode quoted answers so every [k span] is a run of source k's "
-                                                 "words", flag="--constrain-quotes", switch=True)
+                                                 "words", flag="--constrain-quotes", switch=True, constraint="quotes",
+                                     doc="True: in the quoted style, the text of each `[k ...]` marker is decoded "
+                                         "under a grammar that only allows runs of source k's words, so every quote "
+                                         "is verbatim by construction (batch/toc/constraints.py quotes_grammar; "
+                                         "docs/running-toc.md). False: free decoding, the checker repairs or "
+                                         "unmarks.")
 
     def __post_init__(self) -> None:
         _raise(_problems_of(self, "answer"), "config")
@@ -226,7 +235,8 @@ class ModelConfig(backends.Options):
     stop: tuple[str, ...] = setting((), help="extra stop strings (base models without a chat template)")
     backend: str = setting("vllm", help="which engine (local_llm/backends.py): \"vllm\" starts vLLM in this "
                                         "process; \"openai\" talks to a running OpenAI-compatible server at "
-                                        "base_url (`model` is then the name it serves; empty: its only model)")
+                                        "base_url (`model` is then the name it serves; empty: its only model)",
+                           choices=backends.names)
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, list):
@@ -236,17 +246,20 @@ class ModelConfig(backends.Options):
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    """Ray scale-out (batch/cluster.py, docs/scale.md#running-on-a-cluster); never changes results."""
+    """Ray scale-out (batch/cluster.py, docs/scale.md#running-on-a-cluster); never changes results: where the
+    trees run, every setting here is `result_free`."""
 
     workers: int = setting(0, help="run the trees on N Ray workers, one engine each (a GPU, a tensor-parallel "
-                                   "group, or CPU cores); 0: in this process", flag="--workers", metavar="N")
+                                   "group, or CPU cores); 0: in this process", flag="--workers", metavar="N", lo=0,
+                           result_free=True)
     ray_address: str = setting("", help="join a running Ray cluster ('auto', or HOST:PORT of `ray start --head`) "
                                         "instead of starting a local one, where --workers defaults to its GPUs / "
                                         "tensor_parallel_size; empty: a local Ray cluster for this run",
-                               flag="--ray-address", metavar="ADDR")
+                               flag="--ray-address", metavar="ADDR", result_free=True)
     chunk_questions: int = setting(64, help="questions handed to a worker at a time; each finished chunk is one part",
-                                   flag="--chunk-questions", metavar="N")
-    cores_per_worker: int = 0  # CPU engines: cores bound per worker; 0 = this machine's cores split evenly
+                                   flag="--chunk-questions", metavar="N", lo=1, result_free=True)
+    cores_per_worker: int = setting(0, help="CPU engines: cores bound per worker; 0 = this machine's cores split "
+                                            "evenly", lo=0, result_free=True)
 
     def __post_init__(self) -> None:
         _raise(_problems_of(self, "cluster"), "config")
@@ -254,26 +267,29 @@ class ClusterConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    dataset: str = setting("asqa", help="question set", flag="--dataset")
+    dataset: str = setting("asqa", help="question set", flag="--dataset",
+                           choices=datasets.names)  # the registry (eval/datasets/), datasets registered later too
     questions: str = setting("", help="questions file: JSONL {qid, question} for --dataset jsonl; for asqa an "
                                       "official-layout ASQA.json, whose train split is then the demo pool; empty: "
                                       "the dataset's shipped dev set (asqa, quotesum)", flag="--questions")
-    offset: int = setting(0, help="skip the first N questions", flag="--offset")
+    offset: int = setting(0, help="skip the first N questions", flag="--offset", lo=0)
     limit: int = setting(20, help="answer N questions; 0 = all: for asqa every dev question, or with the shipped "
-                                  "dev-only file every one outside the demo pool dev 500-947", flag="--limit")
+                                  "dev-only file every one outside the demo pool dev 500-947", flag="--limit", lo=0)
     seed: int = setting(0, help="sampling seed of the run", flag="--seed")
     answer_style: AnswerStyle = setting(AnswerStyle.QUOTED, help="free: the official long answer; quoted: SEMQA [k span] answers",
                                 flag="--answer-style")
     index: str = setting("", help="index directory; empty: the embedded Wikipedia index", flag="--index")
-    # The clarification demos (batch/toc/demos.py): "auto" = the train split of the run's ASQA file when it has
-    # one, as the official code (run_toc.py:191 `cur_demos = train.copy()`), else dev questions 500..947
-    # (the shipped file has no train split); "asqa:train", "asqa:dev[a:b]", either with "@FILE". A run
-    # records the pool it used (never "auto") in its config.json.
+    # A run records the pool it used (never "auto") in its config.json.
     demo_pool: str = setting("auto", help="few-shot clarification demos: asqa:train, asqa:dev[500:], either with "
                                           "@FILE; auto: the ASQA file's train split if it has one, else "
-                                          "asqa:dev[500:]", flag="--demo-pool", metavar="SPEC")
+                                          "asqa:dev[500:]", flag="--demo-pool", metavar="SPEC",
+                             doc="The clarification demos (batch/toc/demos.py): \"auto\" = the train split of the "
+                                 "run's ASQA file when it has one, as the official code (run_toc.py:191 `cur_demos "
+                                 "= train.copy()`), else dev questions 500..947 (the shipped file has no train "
+                                 "split); \"asqa:train\", \"asqa:dev[a:b]\", either with \"@FILE\". A run records the "
+                                 "pool it used (never \"auto\") in its config.json.")
     scheduler: Scheduler = setting(Scheduler.CONTINUOUS, help="how trees are driven; recorded, never changes results",
-                                   flag="--scheduler")
+                                   flag="--scheduler", result_free=True)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     toc: TocConfig = field(default_factory=TocConfig)
     answer: AnswerConfig = field(default_factory=AnswerConfig)
@@ -316,133 +332,58 @@ _SECTIONS = {"retrieval": RetrievalConfig, "toc": TocConfig, "answer": AnswerCon
              "cluster": ClusterConfig}
 
 
-def flagged() -> list[tuple[str, dataclasses.Field]]:
-    """(config key, field) of every setting declared with a `clarify run` flag (options.setting), in the
-    order they are declared: the flags, their help and `commands._overrides` are generated from these."""
-    return [(f"{section}.{f.name}" if section else f.name, f)
-            for section, cls in [("", RunConfig), *_SECTIONS.items()]
-            for f in dataclasses.fields(cls) if f.metadata.get("flag")]
-
-
-def choices_of(key: str) -> tuple[str, ...] | None:
-    """The allowed values of a choice setting (RULES), as its flag offers them."""
-    rule = RULES.get(key)
-    if rule is None or rule.choices is None:
-        return None
-    return tuple(rule.choices() if callable(rule.choices) else rule.choices)
-
-
 # --- the declared schema ---------------------------------------------------------------------------
-# Every field's type is its dataclass annotation (int, float, bool, str, tuple[str, ...]); ranges and
-# allowed values are declared here, once. `validate` checks a whole raw config against both and raises
-# ONE InputError naming every bad field, before anything heavy is loaded.
+# Every setting is declared once, in its field (options.setting): its type is the annotation (int, float,
+# bool, str, a StrEnum, tuple[str, ...]); its allowed values, range, help, flag and whether it changes
+# results are the field's Spec. `validate` checks a whole raw config against them and raises ONE InputError
+# naming every bad field, before anything heavy is loaded; the flags, the configuration page, --print-config
+# and the resume comparison (RESULT_FREE) are derived from the same fields.
 
 
-@dataclass(frozen=True)
-class Rule:
-    lo: float | None = None  # inclusive lower bound (exclusive when lo_open)
-    hi: float | None = None  # inclusive upper bound
-    lo_open: bool = False
-    choices: tuple[str, ...] | Callable[[], tuple[str, ...]] | None = None  # a callable: asked at each check
-    nonempty: bool = False
-
-    def problem(self, value: Any) -> str | None:
-        choices = self.choices() if callable(self.choices) else self.choices
-        if choices is not None and value not in choices:
-            return f"unknown value {value!r}; choose one of {choices}"
-        if self.nonempty and not value:
-            return "must not be empty"
-        below = self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo)
-        if below or (self.hi is not None and value > self.hi):
-            return f"must be {self.bounds()}, got {value!r}"
-        return None
-
-    def bounds(self) -> str:
-        if self.hi is None:
-            return f"{'>' if self.lo_open else '>='} {self.lo}"
-        return f"in {'(' if self.lo_open else '['}{self.lo}, {self.hi}]"
-
-
-POSITIVE = Rule(lo=1)
-RULES: dict[str, Rule] = {
-    "dataset": Rule(choices=datasets.names),  # the registry (eval/datasets/), datasets registered later too
-    "offset": Rule(lo=0),
-    "limit": Rule(lo=0),  # 0 = every question
-    "retrieval.candidates": POSITIVE,
-    "retrieval.top_k": POSITIVE,
-    "retrieval.pool": POSITIVE,
-    "retrieval.nprobe": Rule(lo=0),
-    "retrieval.ef_search": Rule(lo=0),
-    **{f"toc.{name}": POSITIVE for name in (
-        "max_depth", "max_nodes", "max_expansions", "max_restarts", "n_demos", "clarify_max_tokens",
-        "verify_max_tokens", "answer_max_tokens", "answer_nodes", "answer_passages")},
-    "toc.undo_pruning_after": Rule(lo=0),
-    # vLLM SamplingParams accepts any temperature >= 0; [0, 2] is the range of the OpenAI API that dsp
-    # (and so the official ToC code) calls, and above 2 sampling is noise.
-    "toc.temperature": Rule(lo=0, hi=2),
-    "model.model": Rule(nonempty=True),
-    "model.max_model_len": POSITIVE,
-    # vLLM EngineArgs: the fraction of GPU memory the engine may use, in (0, 1]
-    "model.gpu_memory_utilization": Rule(lo=0, hi=1, lo_open=True),
-    "model.tensor_parallel_size": POSITIVE,
-    "model.dtype": Rule(choices=DTYPES),
-    "model.quantization": Rule(choices=QUANTIZATIONS),
-    "model.chat_template": Rule(choices=tuple(CHAT_TEMPLATES)),
-    "model.max_num_seqs": Rule(lo=0),
-    "model.backend": Rule(choices=backends.names),
-    "model.endpoint": Rule(choices=("chat", "completions")),
-    "model.max_concurrency": POSITIVE,
-    "model.request_timeout_s": Rule(lo=0, lo_open=True),
-    "model.max_retries": Rule(lo=0),
-    "model.check_timeout_s": Rule(lo=0, lo_open=True),
-    "model.reply_bytes_per_token": POSITIVE,
-    "cluster.workers": Rule(lo=0),
-    "cluster.chunk_questions": POSITIVE,
-    "cluster.cores_per_worker": Rule(lo=0),
-}
-
-_TYPE_WORDS = {bool: "a boolean (true or false)", int: "an integer", float: "a number", str: "a string",
-               tuple: "a list of strings"}
-
-
-def _type_problem(value: Any, hint: Any) -> str | None:
-    """Why `value` is not of the declared type (TOML and JSON types: a bool is not a number, a
-    string is not a boolean and not a list of strings), or None."""
-    if hint is bool:
-        ok = isinstance(value, bool)
-    elif hint is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif hint is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    elif hint is str or _is_choice(hint):  # a choice's value is then checked by its Rule
-        hint = str
-        ok = isinstance(value, str)
-    else:  # tuple[str, ...]
-        hint = tuple
-        ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
-    if ok:
-        return None
-    return f"expected {_TYPE_WORDS[hint]}, got {type(value).__name__} {value!r}"
-
-
+@functools.cache
 def _hints(cls: type) -> dict[str, Any]:
     """The declared type of each plain field (RunConfig's sub-tables are checked on their own)."""
     return {k: v for k, v in typing.get_type_hints(cls).items() if cls is not RunConfig or k not in _SECTIONS}
 
 
-def _is_choice(hint: Any) -> bool:
-    """Whether a field's type is a choice: a StrEnum (AnswerStyle, Duplicates, ...), whose values are its choices."""
-    return isinstance(hint, type) and issubclass(hint, StrEnum)
-
-
-def _choice_rules() -> dict[str, Rule]:
-    """The Rule of every choice field, derived from its type: the enum is the one declaration of its values."""
-    return {f"{section}.{name}" if section else name: Rule(choices=tuple(m.value for m in hint))
+def settings() -> list[tuple[str, dataclasses.Field, Any]]:
+    """(config key, field, declared type) of every setting, in the order declared: the top level's, then each
+    table's ("toc.max_depth")."""
+    return [(f"{section}.{f.name}" if section else f.name, f, _hints(cls)[f.name])
             for section, cls in [("", RunConfig), *_SECTIONS.items()]
-            for name, hint in _hints(cls).items() if _is_choice(hint)}
+            for f in dataclasses.fields(cls) if f.name in _hints(cls)]
 
 
-RULES.update(_choice_rules())
+def flagged() -> list[tuple[str, dataclasses.Field]]:
+    """(config key, field) of every setting declared with a `clarify run` flag (options.setting), in the
+    order they are declared: the flags, their help and `commands._overrides` are generated from these."""
+    return [(key, f) for key, f, _ in settings() if spec(f).flag]
+
+
+def choices_of(key: str) -> tuple[str, ...] | None:
+    """The allowed values of a choice setting (its declared choices, or its StrEnum's), as its flag offers them."""
+    return next((spec(f).allowed(hint) for k, f, hint in settings() if k == key), None)
+
+
+# The settings that never change results (declared `result_free`): where the trees run (one process, or Ray
+# workers: batch/cluster.py), how they are driven, and how the openai backend talks to its server (a
+# completion it accepts is the same whatever its deadlines, retries or size cap): a resumed run may change
+# them (RunDir.freeze leaves them out of the comparison), so a run stopped by a deadline resumes with a
+# longer one.
+RESULT_FREE = tuple(key for key, f, _ in settings() if spec(f).result_free)
+# The decoding constraints, by config key (`clarify demo` decodes under all of them: batch/commands.py).
+CONSTRAINTS = {key: spec(f).constraint for key, f, _ in settings() if spec(f).constraint}
+
+
+def value_of(cfg: RunConfig, key: str) -> Any:
+    """The value of the setting `key` ("toc.max_depth", "seed") in `cfg`."""
+    section, _, name = key.rpartition(".")
+    return getattr(getattr(cfg, section) if section else cfg, name)
+
+
+def result_free(key: str) -> bool:
+    """Whether the setting `key` ("scheduler", "model.max_retries") never changes results (RESULT_FREE)."""
+    return key in RESULT_FREE
 
 
 def _check_values(values: dict[str, Any], cls: type, section: str) -> list[tuple[str, str]]:
@@ -453,15 +394,9 @@ def _check_values(values: dict[str, Any], cls: type, section: str) -> list[tuple
     unknown = sorted(set(values) - set(hints) - (set() if section else set(_SECTIONS)))
     if unknown:
         out.append((section, f"unknown key(s) {unknown}; known: {sorted(hints)}"))
-    for name, hint in hints.items():
-        if name not in values:
-            continue
-        value = values[name]
-        problem = _type_problem(value, hint)
-        if problem is None and (rule := RULES.get(prefix + name)) is not None:
-            problem = rule.problem(value)
-        if problem:
-            out.append((prefix + name, problem))
+    for f in dataclasses.fields(cls):
+        if f.name in hints and f.name in values and (bad := problem(values[f.name], f, hints[f.name])):
+            out.append((prefix + f.name, bad))
     return out
 
 
@@ -515,7 +450,7 @@ def _settle(obj: Any, section: str) -> None:
     also when it was given as a plain string (direct construction, dataclasses.replace)."""
     _raise(_problems_of(obj, section), "config")
     for name, hint in _hints(type(obj)).items():
-        if _is_choice(hint):
+        if is_choice(hint):
             object.__setattr__(obj, name, hint(getattr(obj, name)))
 
 
@@ -530,10 +465,8 @@ def _raise(problems: list[tuple[str, str]], source: str) -> None:
 
 
 def _as_declared(values: dict[str, Any], cls: type) -> dict[str, Any]:
-    """Validated values in their declared Python types (an integer given for a float field is a float)."""
-    hints = _hints(cls)
-    return {k: float(v) if hints.get(k) is float else tuple(v) if isinstance(v, list)
-            else hints[k](v) if _is_choice(hints.get(k)) else v for k, v in values.items()}
+    """Validated values in their declared Python types (options.as_declared)."""
+    return {k: as_declared(v, _hints(cls)[k]) for k, v in values.items()}
 
 
 def from_dict(data: dict[str, Any], *, source: str = "config") -> RunConfig:

@@ -1,5 +1,6 @@
 """The configuration reference, generated from the code: every config key of `batch/config.py` (type,
-default, allowed values, whether it changes results and so is compared on resume) and every subcommand,
+default, allowed values, whether it changes results and so is compared on resume: each setting's declaration,
+options.Spec) and every subcommand,
 positional argument and flag of `clarify` with its description (from the argparse parsers of batch/cli.py),
 as one Markdown page.
 
@@ -14,75 +15,36 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from clarify.batch import config
-from clarify.batch.config import _SECTIONS, RULES, RunConfig
 from clarify.files import page_main
+from clarify.options import base_type, default_of, spec, toml_value
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
-_FIELD = re.compile(r"^\s{4}(\w+): [^=]+?(?:=.*?)?(?:\s+#\s*(.*))?$")
 
 
-def field_notes(cls: type) -> dict[str, str]:
-    """Each field's description: the comment lines right above it and the comment after it on its line
-    (the dataclass source is where each setting is declared and explained)."""
-    notes: dict[str, str] = {}
-    above: list[str] = []
-    for line in inspect.getsource(cls).splitlines()[1:]:
-        text = line.strip()
-        if text.startswith("#"):
-            if not text.startswith("# ---"):
-                above.append(text.lstrip("#").strip())
-            continue
-        m = _FIELD.match(line)
-        if m and not text.startswith(("def ", "@", '"""')):
-            notes[m.group(1)] = " ".join([*above, m.group(2) or ""]).strip()
-        above = []
-    return notes
+def _type_name(hint: Any, unit: str) -> str:
+    t = base_type(hint)  # a StrEnum is a string, one of its values (the "allowed" column)
+    name = "bool" if t is bool else t.__name__ if t in (int, float, str) else "list of strings"
+    return f"{name} ({unit})" if unit else name
 
 
-def _type_name(hint: Any) -> str:
-    if hint is bool:
-        return "bool"
-    if hint in (int, float, str):
-        return hint.__name__
-    if config._is_choice(hint):  # a StrEnum: a string, one of its values (the "allowed" column)
-        return "str"
-    return "list of strings"
-
-
-def _allowed(key: str) -> str:
-    rule = RULES.get(key)
-    if rule is None:
-        return ""
-    if (choices := config.choices_of(key)) is not None:
+def _allowed(f: dataclasses.Field, hint: Any) -> str:
+    s = spec(f)
+    if (choices := s.allowed(hint)) is not None:
         return ", ".join(f"`{c}`" for c in choices)
-    if rule.nonempty:
-        return "not empty"
-    return rule.bounds()
+    return "not empty" if s.nonempty else s.bounds()
 
 
 def config_rows() -> list[tuple[str, str, str, str, str, str]]:
-    """(key, type, default, allowed, changes results, description) for every config key. The description is
-    the comment that explains its field, else the setting's declared help (options.setting)."""
-    rows = []
-    for section, cls in [("", RunConfig), *_SECTIONS.items()]:
-        notes = field_notes(cls)
-        hints = config._hints(cls)
-        for f in dataclasses.fields(cls):
-            if f.name not in hints:
-                continue
-            key = f"{section}.{f.name}" if section else f.name
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            free = config.result_free(key)
-            rows.append((key, _type_name(hints[f.name]), f"`{config.toml_value(default)}`", _allowed(key),
-                         "no (recorded)" if free else "yes (frozen)", notes.get(f.name) or f.metadata.get("help", "")))
-    return rows
+    """(key, type, default, allowed, changes results, description) for every config key, from its declaration
+    (options.Spec): the description is its `doc`, else its `help`."""
+    return [(key, _type_name(hint, spec(f).unit), f"`{toml_value(default_of(f))}`", _allowed(f, hint),
+             "no (recorded)" if spec(f).result_free else "yes (frozen)", spec(f).doc or spec(f).help)
+            for key, f, hint in config.settings()]
 
 
 def _flag_keys() -> dict[str, str]:

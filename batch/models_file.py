@@ -16,10 +16,10 @@
     base_url = "http://gpu-box:8000/v1"
     params = "8B"                        # its parameter count, for the table and the plot (optional)
 
-Each entry's keys are checked against the one declaration of `[model]` (batch/config.py ModelConfig and
-RULES) before anything runs, every bad entry named on its own line (file, entry, field). An entry's
-settings replace those of the run's `[model]` table (from --config or the defaults) for that model only,
-and each model's run freezes its own (`<run>/config.json`).
+Each entry's keys are checked against the one declaration of `[model]` (batch/config.py ModelConfig: each
+field's type and declared range or choices) before anything runs, every bad entry named on its own line
+(file, entry, field). An entry's settings replace those of the run's `[model]` table (from --config or the
+defaults) for that model only, and each model's run freezes its own (`<run>/config.json`).
 
 `name` and `params` are the comparison's, not the model's: `name` must be a folder name that none of the
 comparison folder's own files takes (`COMPARE_FILES`, nor another entry's `<name>.log`); `params` (a

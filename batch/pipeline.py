@@ -18,12 +18,14 @@ import polars as pl
 from clarify import console, faults, schemas, stops
 from clarify.batch import cluster
 from clarify.batch.config import (
+    CONSTRAINTS,
     PART_TREES,
     RESULT_FREE,
     AnswerStyle,
     RunConfig,
     calls_per_question,
     tokens_per_question,
+    value_of,
 )
 from clarify.batch.records import RunInputs, RunSummary
 from clarify.batch.resources import PreparedRun, open_resources, passages_only, prepare, tables
@@ -343,8 +345,9 @@ def finalize(rd: RunDir, prep: PreparedRun, trees: list[Tree], res: Resources, *
         engine_model_id=calls["model"][0] if calls.height else None,
         engine=res.engine.facts() if res.engine is not None else engine,
         answer_style=cfg.answer_style, n_questions=n_q, metrics=metrics, metric_notes=notes,
-        # the decoding constraints (batch/toc/constraints.py), shown by the report and `clarify compare`
-        constraints={"format": cfg.toc.constrain_format, "quotes": cfg.answer.constrain_quotes},
+        # the decoding constraints (batch/toc/constraints.py), by their declared names ("format", "quotes"),
+        # shown by the report and `clarify compare`
+        constraints={name: value_of(cfg, key) for key, name in CONSTRAINTS.items()},
         llm_calls=calls.height, llm_calls_per_question=calls.height / n_q,
         llm_calls_per_question_max=int(per_q["len"].max()) if per_q.height else 0,
         llm_calls_by_step=dict(calls.group_by("step").len().iter_rows()),

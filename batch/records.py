@@ -19,6 +19,7 @@ from typing import Any
 
 from clarify.errors import InputError
 from clarify.files import write_json
+from clarify.options import declared, spec
 
 INPUTS_SCHEMA = 2  # 1: the pins alone; 2: + schema_version and `prompts`
 SUMMARY_SCHEMA = 2  # 1: no schema_version key; 2: the same keys + schema_version
@@ -102,10 +103,6 @@ class RunInputs(_Record):
         return cls(pins, prompts, version)
 
 
-# summary.json keys written only when the session has them (a cluster run's workers, trees made in this process)
-OPTIONAL = ("cluster", "toc_s_last_session")
-
-
 @dataclass(frozen=True)
 class RunSummary(_Record):
     """summary.json: the run's results and what it cost. Every key is documented where `finalize` computes it."""
@@ -142,15 +139,18 @@ class RunSummary(_Record):
     cache_recomputed: dict | None = None
     quote_fidelity: dict | None = None
     params: int | None = None  # the model's parameter count (local_llm/models.py parameter_count)
-    cluster: dict | None = None  # a cluster run's workers (batch/cluster.py Outcome.summary); absent otherwise
-    toc_s_last_session: float | None = None  # this session's seconds of trees in this process; absent otherwise
+    # written only when the session has them (options.Spec omit_none): absent otherwise
+    cluster: dict | None = declared(None, omit_none=True, help="a cluster run's workers (batch/cluster.py "
+                                                               "Outcome.summary)")
+    toc_s_last_session: float | None = declared(None, omit_none=True, unit="s",
+                                                help="this session's seconds of trees in this process")
     extra: dict[str, Any] = field(default_factory=dict)  # keys this clarify does not declare, kept as read
     schema_version: int = SUMMARY_SCHEMA
 
     def to_json(self) -> dict:
-        """The file's content: every declared key (those of OPTIONAL only when set), then `extra`."""
+        """The file's content: every declared key (one declared `omit_none` only when set), then `extra`."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name != "extra" and not (f.name in OPTIONAL and getattr(self, f.name) is None)}
+               if f.name != "extra" and not (spec(f).omit_none and getattr(self, f.name) is None)}
         return {**self.extra, **out}
 
     @classmethod

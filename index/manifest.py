@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 from clarify import console
 from clarify.errors import InputError
 from clarify.files import write_json
+from clarify.options import TYPE_WORDS, base_type, declared, json_type_ok, spec
 
 MANIFEST = "manifest.json"
 FORMAT = "clarify-index"
@@ -46,7 +48,8 @@ class _Fields:
         raise InputError(f"broken index manifest: '{name}' is a JSON {type(value).__name__}{shown}, not {want}; "
                          f"rebuild it", path=self.source, field=name)
 
-    def get(self, key: str, types: type | tuple[type, ...], want: str, default: Any = REQUIRED) -> Any:
+    def get(self, key: str, hint: Any, want: str, default: Any = REQUIRED) -> Any:
+        """The value of `key`, of the declared type `hint` (options.json_type_ok)."""
         name = self.prefix + key
         if self.data.get(key) is None:  # absent, or null: a part or a fact the build did not make
             if default is REQUIRED and self.strict:
@@ -54,9 +57,7 @@ class _Fields:
                                  field=name)
             return None if default is REQUIRED else default
         value = self.data[key]
-        if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
-            self.fail(name, value, want)  # True is an int to Python, not to a manifest
-        if not isinstance(value, types):
+        if not json_type_ok(value, hint):  # True is an int to Python, not to a manifest
             self.fail(name, value, want)
         return value
 
@@ -66,20 +67,19 @@ class _Fields:
         return {k: v for k, v in self.data.items() if k not in names}
 
 
-def _json(types: type | tuple[type, ...], want: str, *, required: bool = False):
-    """A part's field: its JSON type, how an error names that type, whether a current manifest must hold it."""
-    return field(default=None, metadata={"json": (types, want, required)})
-
-
 class _Part:
-    """A part of the manifest, read field by field as each field declares (`_json`)."""
+    """A part of the manifest, read field by field as each field declares (options.declared): its JSON type is
+    its annotation, `want` how an error names it (else the type's word), `required` whether a current
+    manifest must hold it."""
 
     @classmethod
     def from_json(cls, f: _Fields):
+        hints = typing.get_type_hints(cls)
         out = {}
         for x in dataclasses.fields(cls):  # type: ignore[arg-type]
-            types, want, required = x.metadata["json"]
-            out[x.name] = f.get(x.name, types, want, default=REQUIRED if required else None)
+            s = spec(x)
+            out[x.name] = f.get(x.name, hints[x.name], s.want or TYPE_WORDS[base_type(hints[x.name])],
+                                default=REQUIRED if s.required else None)
         return cls(**out)
 
 
@@ -88,26 +88,26 @@ class Passages(_Part):
     """The passages: a memory-mapped text store (index/textstore.py: `file` passages.arrow, `ids`, `rows`,
     `format` "arrow-ipc") or, in indexes built before it, one Parquet `file` read whole (no `format`)."""
 
-    count: int | None = _json(int, "an integer", required=True)
-    file: str | None = _json(str, "a file name", required=True)
-    ids: str | None = _json(str, "a file name")
-    rows: str | None = _json(str, "a file name")
-    format: str | None = _json(str, "a string")
-    sha256: str | None = _json(str, "a sha256")
-    skipped: dict[str, int] | None = _json(dict, "an object")  # bad corpus rows skipped (`--skip-bad`), by reason
+    count: int | None = declared(None, required=True)
+    file: str | None = declared(None, want="a file name", required=True)
+    ids: str | None = declared(None, want="a file name")
+    rows: str | None = declared(None, want="a file name")
+    format: str | None = declared(None)
+    sha256: str | None = declared(None, want="a sha256")
+    skipped: dict[str, int] | None = declared(None, help="bad corpus rows skipped (`--skip-bad`), by reason")
 
 
 @dataclass(frozen=True)
 class Bm25Part(_Part):
     """The Lucene index (`dir`, Pyserini's layout) and what Anserini reported building it."""
 
-    dir: str | None = _json(str, "a folder name", required=True)
-    documents: int | None = _json(int, "an integer", required=True)
-    stats: dict | None = _json(dict, "an object")
-    indexer: str | None = _json(str, "a string")
-    contents: str | None = _json(str, "a string")
-    analyzer: str | None = _json(str, "a string")
-    files: dict[str, int] | None = _json(dict, "an object")  # each file's bytes
+    dir: str | None = declared(None, want="a folder name", required=True)
+    documents: int | None = declared(None, required=True)
+    stats: dict | None = declared(None)
+    indexer: str | None = declared(None)
+    contents: str | None = declared(None)
+    analyzer: str | None = declared(None)
+    files: dict[str, int] | None = declared(None, help="each file's bytes")
 
 
 @dataclass(frozen=True)
@@ -116,22 +116,22 @@ class DensePart(_Part):
     is "default" (the packaged one) or a folder inside the index (`encoders/NAME`; an older build named
     the user's folder outside it, which open refuses and a build replaces)."""
 
-    dir: str | None = _json(str, "a folder name", required=True)
-    encoder: str | None = _json(str, "an encoder name", required=True)
-    encoder_name: str | None = _json(str, "a string")
-    encoder_path: str | None = _json(str, "a string")
-    dim: int | None = _json(int, "an integer", required=True)
-    normalized: bool | None = _json(bool, "true or false")
-    metric: str | None = _json(str, "a string")
-    faiss: str | None = _json(str, "a string", required=True)  # the build option (flat | ivf | hnsw | a factory)
-    factory: str | None = _json(str, "a string")
-    faiss_class: str | None = _json(str, "a string")
-    vectors: int | None = _json(int, "an integer", required=True)
-    train_rows: int | None = _json(int, "an integer")
-    faiss_params: dict | None = _json(dict, "an object")  # search parameters stored in the index file
-    passage_text: str | None = _json(str, "a string")
-    embeddings: dict | None = _json(dict, "an object")  # encoded here or shipped (index/shipped.py), and how
-    sha256: dict[str, str] | None = _json(dict, "an object")  # index, docid, embeddings.npy
+    dir: str | None = declared(None, want="a folder name", required=True)
+    encoder: str | None = declared(None, want="an encoder name", required=True)
+    encoder_name: str | None = declared(None)
+    encoder_path: str | None = declared(None)
+    dim: int | None = declared(None, required=True)
+    normalized: bool | None = declared(None, want="true or false")
+    metric: str | None = declared(None)
+    faiss: str | None = declared(None, required=True, help="the build option (flat | ivf | hnsw | a factory)")
+    factory: str | None = declared(None)
+    faiss_class: str | None = declared(None)
+    vectors: int | None = declared(None, required=True)
+    train_rows: int | None = declared(None)
+    faiss_params: dict | None = declared(None, help="search parameters stored in the index file")
+    passage_text: str | None = declared(None)
+    embeddings: dict | None = declared(None, help="encoded here or shipped (index/shipped.py), and how")
+    sha256: dict[str, str] | None = declared(None, help="index, docid, embeddings.npy")
 
 
 def _part_json(part) -> dict:

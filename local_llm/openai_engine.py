@@ -86,25 +86,28 @@ _CONTROL = re.compile("[\x01-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 class ClientOptions:
     """How the openai backend talks to its server, each option declared here once with its default (a run's
     `[model]` table, batch/config.py ModelConfig, is made of these and local_llm/settings.py EngineOptions).
-    None of them changes a completion the client accepts (batch/config.py RESULT_FREE), but the address."""
+    None of them changes a completion the client accepts (declared `result_free`), but the address."""
 
     base_url: str = setting("", help="openai: the server's address, e.g. http://127.0.0.1:8000/v1")
     api_key_env: str = setting("", help="openai: the NAME of an environment variable holding the server's API "
                                         "key (never the key)")
     endpoint: str = setting("chat", help="openai: \"chat\" (the server applies the chat template) or "
-                                         "\"completions\" (raw text)")
-    max_concurrency: int = setting(64, help="openai: requests in flight at once")
+                                         "\"completions\" (raw text)", choices=("chat", "completions"))
+    max_concurrency: int = setting(64, help="openai: requests in flight at once", lo=1, result_free=True)
     request_timeout_s: float = setting(600.0, help="openai: one request's TOTAL time limit in seconds: "
                                                    "connecting, waiting and the whole reply (a server that trickles "
                                                    "its reply a byte at a time is cut off); then it is retried "
-                                                   "like a 5xx")
-    max_retries: int = setting(6, help="openai: retries of a request on 429/5xx/timeouts (backoff 1, 2, 4 ... s)")
+                                                   "like a 5xx", lo=0, lo_open=True, unit="s", result_free=True)
+    max_retries: int = setting(6, help="openai: retries of a request on 429/5xx/timeouts (backoff 1, 2, 4 ... s)",
+                               lo=0, result_free=True)
     check_timeout_s: float = setting(10.0, help="openai: the total time limit in seconds of the start-up check "
-                                                "(GET /v1/models) and of a token count (POST /tokenize)")
+                                                "(GET /v1/models) and of a token count (POST /tokenize)", lo=0,
+                                       lo_open=True, unit="s", result_free=True)
     # Generous: the longest tokens of common vocabularies (runs of spaces or dashes) are far shorter than 128 bytes.
     reply_bytes_per_token: int = setting(128, help="openai: the longest reply accepted, in UTF-8 bytes of text per "
                                                    "requested token (max_tokens); a longer one is refused before "
-                                                   "it is read to the end, and never cached")
+                                                   "it is read to the end, and never cached", lo=1, unit="bytes",
+                                           result_free=True)
 
 
 class BadReply(Exception):

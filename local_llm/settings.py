@@ -61,36 +61,37 @@ class EngineOptions:
     ClientOptions), the settings table's `Ask` and `VLLMEngine`'s keywords take their defaults from them."""
 
     # the embedded SmolLM2-135M-Instruct (local_llm/models.py EMBEDDED)
-    model: str = setting("smollm2-135m-instruct", flag="--model",
+    model: str = setting("smollm2-135m-instruct", flag="--model", nonempty=True,
                          help="model directory or embedded model name; with backend \"openai\", the name the server "
                               "serves (empty: its only model)")
     # Below the embedded SmolLM2's own context (max_position_embeddings 8192 in its config.json); a prompt
     # longer than it is recorded and not sent (batch/scheduler.py `fits`).
-    max_model_len: int = setting(6144, help="the engine's context in tokens (prompt and output)")
+    max_model_len: int = setting(6144, help="the engine's context in tokens (prompt and output)", lo=1, unit="tokens")
     gpu_memory_utilization: float = setting(0.85, help="CUDA: the fraction of each GPU's memory the engine may "
-                                                       "use, in (0, 1] (vLLM EngineArgs)")
-    tensor_parallel_size: int = setting(1, help="GPUs one engine is sharded over")
+                                                       "use, in (0, 1] (vLLM EngineArgs)", lo=0, hi=1, lo_open=True)
+    tensor_parallel_size: int = setting(1, help="GPUs one engine is sharded over", lo=1)
     # "auto" as the settings table's dtype row (`_dtype` below) resolves it; on CUDA it never keeps the
     # model's own dtype: float32 weights run in bfloat16/float16 too (docs/engines.md).
     dtype: str = setting("auto", help="\"auto\": on CUDA, bfloat16 at compute capability >= 8.0, else float16; "
                                       "on CPU, bfloat16 where the CPU computes it natively (AVX512-BF16 or AMX) "
                                       "and the model's weights are half precision, else float32 (always float32 "
                                       "with batch_invariant). The dtype really run is recorded in summary.json and "
-                                      "every cache key.")
+                                      "every cache key.", choices=DTYPES)
     batch_invariant: bool = setting(
         False, help="results that do not depend on the batch (docs/engines.md#batch-invariance): vLLM's "
                     "batch-invariant mode on CUDA (compute capability >= 8.0), float32 on CPU. Part of the model "
                     "identity, hence every cache key.", flag="--batch-invariant", switch=True)
     max_num_seqs: int = setting(0, help="sequences the engine runs at once; 0: the settings table's value for the "
                                         "device (local_llm/settings.py: vLLM's 256 on CPU, 512 on a GPU). The "
-                                        "scheduler admits as many trees' requests (VLLMEngine.capacity).")
+                                        "scheduler admits as many trees' requests (VLLMEngine.capacity).", lo=0)
     quantization: str = setting("", help="\"\": vLLM reads a quantized folder's own `quantization_config` (AWQ, "
                                          "GPTQ); \"fp8\": weights quantized on the fly (>= sm_89). CUDA only: the "
-                                         "settings table's quantization row (local_llm/settings.py).")
+                                         "settings table's quantization row (local_llm/settings.py).",
+                                    choices=QUANTIZATIONS)
     chat_template: str = setting("auto", help="\"auto\": the chat template when the model folder has one; "
                                               "\"off\": raw text prompts even for a chat model; \"on\": required "
                                               "(a folder without one is refused). Part of the model identity "
-                                              "(cache keys).")
+                                              "(cache keys).", choices=tuple(CHAT_TEMPLATES))
 
 
 @dataclass(frozen=True)

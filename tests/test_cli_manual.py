@@ -12,7 +12,7 @@ import pytest
 from clarify.batch import config
 from clarify.batch.cli import build_parser, main
 from clarify.batch.config_doc import leaves as _leaves
-from clarify.options import toml_value
+from clarify.options import spec, toml_value
 
 
 def test_top_help_is_a_manual():
@@ -68,7 +68,7 @@ def test_every_default_in_the_help_is_the_declared_one():
         for key, f in flagged:
             if path == ("compare",) and key == "model.model":
                 continue  # compare: each model's own, from --models
-            text = _flag_help(leaves[path], f.metadata["flag"])
+            text = _flag_help(leaves[path], spec(f).flag)
             assert re.findall(r"default:? (\"[^\"]*\"|[^\s;)]+)", text) == [toml_value(value(key))], (path, key, text)
     run = _printed(leaves[("run",)])
     assert f"embedded model {cfg.model.model} " in run and f"scheduler (default {toml_value(cfg.scheduler)})" in run

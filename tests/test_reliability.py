@@ -63,12 +63,16 @@ def test_config_schema_types_ranges_enums(tmp_path, toml, match):
         config.load(p)
 
 
-def test_every_rule_names_a_declared_field():
-    import typing
+def test_every_setting_declares_what_the_config_page_and_the_resume_need():
+    """Each setting is declared once, with its help; the resume comparison's result-free settings and the
+    demo's decoding constraints are read from the declarations, so they name only settings that exist."""
+    from clarify.options import spec
 
-    fields = {f"{s}.{k}" for s, cls in config._SECTIONS.items() for k in typing.get_type_hints(cls)}
-    fields |= {k for k in typing.get_type_hints(config.RunConfig) if k not in config._SECTIONS}
-    assert set(config.RULES) <= fields
+    keys = {key for key, _, _ in config.settings()}
+    assert all(spec(f).help for _, f, _ in config.settings())
+    assert set(config.RESULT_FREE) <= keys and set(config.CONSTRAINTS) <= keys
+    assert "scheduler" in config.RESULT_FREE and "toc.max_depth" not in config.RESULT_FREE
+    assert {k for k in keys if k.startswith("cluster.")} <= set(config.RESULT_FREE)
 
 
 def test_a_choice_setting_is_its_enum_and_reads_and_writes_as_its_string(tmp_path):
@@ -85,7 +89,7 @@ def test_a_choice_setting_is_its_enum_and_reads_and_writes_as_its_string(tmp_pat
         section, _, name = key.rpartition(".")
         enum = typing.get_type_hints(config._SECTIONS[section] if section else config.RunConfig)[name]
         assert issubclass(enum, StrEnum), key
-        assert config.RULES[key].choices == tuple(m.value for m in enum), key
+        assert config.choices_of(key) == tuple(m.value for m in enum), key
         last = list(enum)[-1]
         cfg = config.load(None, {key: last.value})
         got = getattr(getattr(cfg, section) if section else cfg, name)
