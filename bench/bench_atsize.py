@@ -230,6 +230,24 @@ def _timed(cmd: list[str], **kw) -> tuple[float, subprocess.CompletedProcess]:
     return time.perf_counter() - t, done
 
 
+def metric_intervals(run: Path) -> dict:
+    """Each metric's mean over the run's questions with its 95 % percentile-bootstrap interval (eval/paired.py
+    `paired_bootstrap` of the scores against zero: 10,000 resamples, its seed), in points; summary.json's
+    headline is the official scorers' bootstrap mid (eval/summary.py), so the two differ in the last digit."""
+    import numpy as np
+    import polars as pl
+
+    from clarify.batch.report.html import per_question_metrics
+    from clarify.eval.paired import paired_bootstrap
+
+    scores = per_question_metrics(pl.read_parquet(run / "scores.parquet"))
+    wide = scores.pivot(on="metric", index="qid", values="value")
+    names = [c for c in wide.columns if c != "qid"]
+    got = paired_bootstrap(wide.select(names).to_numpy().astype(np.float64))
+    return {m: {"n": int(got.n[j]), "mean": round(float(got.mean[j]), 2), "lo": round(float(got.lo[j]), 2),
+                "hi": round(float(got.hi[j]), 2)} for j, m in enumerate(names)}
+
+
 def finish(name: str, run: Path) -> int:
     data = load()
     entry = data["runs"][name]
@@ -240,6 +258,7 @@ def finish(name: str, run: Path) -> int:
     result["outputs"] = measure(run, page=run.parent / f"{run.name}.report.html")  # report, first screen, show
     s, _ = _timed([*CLARIFY, "eval", "--dataset", config["dataset"], "--predictions", str(run)])
     result["eval_s"] = round(s, 2)
+    result["metrics_95"] = metric_intervals(run)
     keep = ("n_questions", "metrics", "llm_calls", "tokens", "wall_s_total", "engine_tokens_per_s", "node_status")
     result["summary"] = {k: summary.get(k) for k in keep}
     result["per_question"] = {
