@@ -105,6 +105,8 @@ def load() -> dict:
 
 
 def save(data: dict) -> None:
+    """The results file, its `provenance` that of the latest session or finish (each session keeps its own)."""
+    data["provenance"] = provenance()
     RESULTS.write_text(json.dumps(data, indent=1) + "\n")
 
 
@@ -268,6 +270,43 @@ def finish(name: str, run: Path) -> int:
     save(data)
     print(json.dumps(result, indent=1))
     return 0
+
+
+def markdown(doc: dict) -> str:
+    """docs/results.md's section (bench/results_doc.py): each run's sessions, then what `finish` found."""
+    out = []
+    for name, entry in doc["runs"].items():
+        out += [f"**{name}**: `clarify run {' '.join(entry['run_args'])} --out RUN`", "",
+                "| session | date | commit | wall s | stopped by | exit | cache rows before → after | finished |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for s in entry["sessions"]:
+            prov = s["provenance"]
+            out.append(f"| {s['session']} | {prov['date']} | {prov['commit']} | {s['wall_s']:.0f} | "
+                       f"{s.get('stopped_by', '')} | {s['exit_code']} | {s['cache_rows_before']} → "
+                       f"{s['cache_rows_after']} | {'yes' if s['finished'] else 'no'} |")
+        fin = entry.get("finish")
+        if not fin:
+            out += ["", "Not finished yet: `finish` has not run; the checks and the outputs' times come when it has.", ""]
+            continue
+        c, o = fin["checks"], fin["outputs"]
+        out += ["", "| what must hold | measured | holds |", "| --- | --- | --- |",
+                f"| tokens/s, last tenth vs median of 30-s intervals | {c['last_tenth_tok_s']} vs {c['median_tok_s']} "
+                f"({c['tok_s_change_last_tenth']:+.1%}; {c['shared_intervals']} shared intervals) | {c['no_decay']} |",
+                f"| driver memory, end vs after warm-up | {c['rss_end_mb']} vs {c['rss_after_warmup_mb']} MB "
+                f"({c['rss_growth']:+.1%}) | {c['rss_holds']} |",
+                f"| engine requests in all sessions = cache rows | {c['engine_requests_all_sessions']} = {c['cache_rows']} "
+                f"| {c['nothing_recomputed']} |",
+                f"| `clarify report` < 60 s, < 10 MB, first screen < 2 s | {o['report_s']} s, {o['report_mb']} MB, "
+                f"{o['first_screen_ms'] and round(o['first_screen_ms']['first_frame_ms'])} ms | "
+                f"{o['report_s'] < 60 and o['report_mb'] < 10 and bool(o['first_screen_ms']) and o['first_screen_ms']['first_frame_ms'] < 2000} |",
+                f"| `clarify show` < 2 s, `clarify eval` < 60 s | {o['show_s']} s, {fin['eval_s']} s | "
+                f"{o['show_s'] < 2 and fin['eval_s'] < 60} |", "",
+                "| metric | n | mean | 95 % interval |", "| --- | --- | --- | --- |"]
+        out += [f"| {m} | {v['n']} | {v['mean']} | {v['lo']} – {v['hi']} |" for m, v in fin["metrics_95"].items()]
+        pq = fin["per_question"]
+        out += ["", f"Per question: {pq['tokens']} tokens, {pq['seconds']} s; engine {fin['summary']['engine_tokens_per_s']} "
+                    f"tokens/s (last session).", ""]
+    return "\n".join(out).rstrip("\n")
 
 
 def main(argv: list[str] | None = None) -> int:

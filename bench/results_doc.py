@@ -47,6 +47,7 @@ TITLES = {
     "host_avx2": ("clarify's own work per LLM call, as an AVX2-only CPU runs it", "bench/bench_host.py under bench/emulate_avx2 (this machine held to AVX2; the emulation ran ~1.8x faster than the real AVX2 EPYC: see the AVX2 section)"),
     "demo": ("The recorded `make demo`", "one run of `clarify demo`, its terminal output kept whole (the README's transcript is generated from it by bench/reproduce_doc.py)"),
     "simulate": ("GPU-speed engine simulator, 960 questions (ESTIMATE)", "a model, not a measurement: the replayed trees against a simulated H100 running Llama-3.1-8B (bench/bench_simulate.py); engine busy share and projected wall time"),
+    "atsize": ("The largest runs the shipped data allows", "whole runs as a user runs them, in sessions stopped and resumed, watched from outside (bench/bench_atsize.py): what must hold at size"),
     "report_size": ("Report at full size", "a finished run's tables copied to 504 questions (bench/bench_report.py): `clarify report` seconds and MB, the first screen in headless chromium, `clarify show`, before and after closed questions were packed"),
     "grammar": ("Quote grammar compile time", "xgrammar compile of the `[k span]` grammar for 5,000 and 20,000 source words, capped and uncapped (bench/bench_grammar.py)"),
 }
@@ -126,6 +127,12 @@ def build(doc: dict) -> str:
     return bench_build.markdown(doc)
 
 
+def atsize(doc: dict) -> str:
+    import bench_atsize
+
+    return bench_atsize.markdown(doc)
+
+
 def make(doc: dict) -> str:
     cols = ("what", "when", "date", "cpu", "wall", "tests", "questions", "decoding", "note", "commit")
     lines = ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
@@ -139,7 +146,7 @@ def demo(doc: dict) -> str:
     return "\n".join(lines)
 
 
-RENDER = {"demo": demo, "constrained": constrained, "constrained_10q": constrained, "scale": scale, "build": build, "make": make}
+RENDER = {"atsize": atsize, "demo": demo, "constrained": constrained, "constrained_10q": constrained, "scale": scale, "build": build, "make": make}
 
 
 def section(name: str, doc: dict) -> str:
