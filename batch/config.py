@@ -26,7 +26,7 @@ from clarify.batch.toc.match import MatchRule
 from clarify.errors import InputError, redacted
 from clarify.eval import datasets
 from clarify.eval.datasets.asqa import pool_spec_problem
-from clarify.index.store import SearcherKind
+from clarify.index.search import SearcherKind
 from clarify.local_llm import backends
 from clarify.local_llm.settings import CHAT_TEMPLATES, DTYPES, QUANTIZATIONS
 from clarify.options import setting, toml_value

@@ -192,7 +192,8 @@ def check_piece(kind: str, path: Path) -> str:
 
 def _check_index(path: Path) -> str:
     from clarify.index.bm25 import is_lucene_dir
-    from clarify.index.store import check_faiss_dir, open_index
+    from clarify.index.faiss_check import check_faiss_dir
+    from clarify.index.local import open_index
 
     if not path.is_dir():
         raise InputError("index directory not found", path=str(path))

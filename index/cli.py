@@ -15,7 +15,8 @@ from pathlib import Path
 from clarify.console import home_logs
 from clarify.errors import InputError, need_file
 from clarify.files import write_atomic, write_parquet
-from clarify.index.store import SEARCHER_KINDS, BuildOptions
+from clarify.index.build import BuildOptions
+from clarify.index.search import SEARCHER_KINDS
 
 
 def _passive_omp() -> None:
@@ -164,7 +165,9 @@ def register(sub) -> None:
 
 def cmd_build(args) -> int:
     _passive_omp()
-    from clarify.index.store import BuildOptions, build_index, ensure_default_index, open_index
+    from clarify.index.build import BuildOptions, build_index
+    from clarify.index.default import ensure_default_index
+    from clarify.index.local import open_index
 
     if args.default:
         out = ensure_default_index()
@@ -281,7 +284,8 @@ def _read_jsonl_queries(path: Path):
 
 
 def _open(args):
-    from clarify.index.store import ensure_default_index, open_index
+    from clarify.index.default import ensure_default_index
+    from clarify.index.local import open_index
 
     path = args.index if args.index is not None else ensure_default_index()
     index = open_index(path, faiss_dir=getattr(args, "faiss_index", None), encoder=getattr(args, "encoder", None))

@@ -8,7 +8,7 @@ its files, with a sidecar that pins what they were computed from:
     data/wiki/all-MiniLM-L6-v2.embeddings.json   format, encoder, index LAYOUT, the corpus files (name,
                                                  sha256, in order), count, dim, the .npy's sha256, the CPU
 
-`build_index` (index/store.py) takes them instead of encoding when the sidecar names exactly this
+`build_index` (index/build.py) takes them instead of encoding when the sidecar names exactly this
 build's corpus files, encoder and layout, the .npy matches its sha256, AND the encoder on this machine
 reproduces a sample of the rows (`SAMPLE` passages spread over the corpus, max |Δ| <= `TOLERANCE`);
 anything else, and it encodes as before and says why. The index manifest records which it was.

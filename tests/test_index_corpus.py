@@ -11,7 +11,7 @@ from clarify.errors import InputError
 from clarify.eval.asqa import load_asqa
 from clarify.index import BuildOptions, load_corpus, normalize_answer, open_index, read_passages, rrf_fuse
 from clarify.index.coverage import answer_coverage, coverage_table, retrieval_inputs
-from clarify.index.store import default_corpus_files
+from clarify.index.default import default_corpus_files
 from clarify.schemas import check
 
 from .fixtures_index import REPO

@@ -209,7 +209,7 @@ def test_changed_model_folder_is_refused(tmp_path):
 
 
 def test_changed_index_is_refused(tmp_path):
-    class BuiltIndex(FakeIndex):  # what pins a clarify index: its manifest (index/store.py)
+    class BuiltIndex(FakeIndex):  # what pins a clarify index: its manifest (index/build.py)
         def __init__(self, corpus_sha):
             super().__init__()
             self.path = tmp_path / "index"
