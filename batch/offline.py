@@ -208,7 +208,7 @@ def _check_index(path: Path) -> str:
 def check_asqa(path: Path) -> str:
     """'train N, dev M questions' for an ASQA file in the official layout with both splits, else an
     InputError: the train split is the official demo pool, dev the benchmark (docs/running-toc.md)."""
-    from clarify.eval.asqa import asqa_splits, read_asqa
+    from clarify.asqa_file import asqa_splits, read_asqa
 
     splits = asqa_splits(path)
     missing = [s for s in ("train", "dev") if s not in splits]

@@ -131,8 +131,7 @@ def check_full(folder: Path, *, queries: int = 100) -> dict:
 
     import faiss
 
-    from clarify.eval import datasets
-    from clarify.eval.asqa import load_asqa
+    from clarify.asqa_file import load_asqa, shipped_path
     from clarify.index.dense import encode_to_memmap
     from clarify.local_llm.hardware import describe
 
@@ -141,7 +140,7 @@ def check_full(folder: Path, *, queries: int = 100) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         fresh = np.array(encode_to_memmap(encoder, passages, Path(tmp) / "fresh.npy"))
     encode_s = time.perf_counter() - t0
-    qs = load_asqa(datasets.get("asqa").default_path())[0]["question"].to_list()[:queries]
+    qs = load_asqa(shipped_path())[0]["question"].to_list()[:queries]
     q = encoder.encode(qs)
     tops = []
     for vecs in (np.asarray(shipped), fresh):

@@ -323,8 +323,8 @@ def test_the_collection_indexer_gives_the_same_bm25_hits_as_the_in_process_index
     """Anserini's IndexCollection (child JVM, JsonCollection files, several threads) and the former
     in-process SimpleIndexer path index the embedded corpus into indexes with the same BM25 hits, ids and
     scores, and the same stored raw passages."""
+    from clarify.asqa_file import load_asqa
     from clarify.eval import datasets
-    from clarify.eval.asqa import load_asqa
     from clarify.index.bm25 import BM25Searcher, LuceneStore, build_lucene, build_lucene_inprocess
     from clarify.index.default import default_corpus_files
 

@@ -347,7 +347,7 @@ def test_recomputed_cache_rows_are_reported_in_summary_and_terminal(tmp_path):
 # --- smaller items ----------------------------------------------------------------------------------------
 
 def _asqa_ids(n):
-    from clarify.eval.asqa import load_asqa
+    from clarify.asqa_file import load_asqa
     from clarify.files import data_dir
 
     return load_asqa(data_dir() / "asqa" / "dev.json")[0]["qid"].head(n).to_list()
@@ -395,7 +395,7 @@ def test_ids_must_be_strings_or_integers(tmp_path):
 
 
 def test_a_directory_given_as_a_file_is_named_so(tmp_path):
-    from clarify.eval.asqa import load_asqa
+    from clarify.asqa_file import load_asqa
     from clarify.eval.datasets.jsonl import read_questions_jsonl
     from clarify.local_llm.cli import read_prompts
 

@@ -32,7 +32,7 @@ from enum import StrEnum
 from functools import lru_cache
 from itertools import groupby
 
-from clarify.eval import normalize
+from clarify import normalize
 
 _ASCII_PUNCT = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
