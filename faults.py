@@ -11,7 +11,7 @@ Points: `cache-commit` (local_llm/cache.py), `freeze` (inputs.json written, conf
 `part-tmp:N` (part N complete in its temp folder, not renamed), `part-done:N` (renamed),
 `final-tables` (final tables written, summary.json not yet), `restart-cleared` (`--restart` moved the
 parts away, the tables not yet removed), `index-built` (a new index complete in its build folder, not
-yet in place: index/store.py), `encoded-chunk:N` (the N-th chunk of passage vectors an index build's
+yet in place: index/build.py), `encoded-chunk:N` (the N-th chunk of passage vectors an index build's
 process checkpointed: index/encode.py). tests/test_faults.py kills a run at each of them;
 tests/test_index_encode.py a build at `encoded-chunk:N`.
 

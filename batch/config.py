@@ -25,7 +25,7 @@ from clarify.batch.toc.match import MatchRule
 from clarify.errors import InputError, redacted
 from clarify.eval import datasets
 from clarify.eval.datasets.asqa import pool_spec_problem
-from clarify.index.store import SearcherKind
+from clarify.index.search import SearcherKind
 from clarify.local_llm import backends
 from clarify.options import as_declared, is_choice, problem, setting, spec, toml_value
 
@@ -229,7 +229,7 @@ class AnswerConfig:
 @dataclass(frozen=True)
 class ModelConfig(backends.Options):
     """The `[model]` table: the engine's options (local_llm/settings.py EngineOptions) and the openai client's
-    (local_llm/openai_engine.py ClientOptions), declared there with their defaults, and the run's own two.
+    (local_llm/openai_http.py ClientOptions), declared there with their defaults, and the run's own two.
     One flat table, so config.json keeps the keys it always had."""
 
     stop: tuple[str, ...] = setting((), help="extra stop strings (base models without a chat template)")

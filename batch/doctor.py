@@ -93,7 +93,7 @@ def models(device: str, bf16_native: bool, capability: tuple[int, int] | None = 
 
 
 def index() -> dict:
-    from clarify.index.store import default_index_status
+    from clarify.index.default import default_index_status
 
     status = default_index_status()
     m = status.pop("manifest")  # an IndexManifest (index/manifest.py), None before the first build

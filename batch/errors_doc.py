@@ -25,7 +25,7 @@ RAISED = {"InputError", "EngineUnavailable", "EngineBusy", "BadReply"}  # BadRep
 # cause -> the modules whose messages it groups (the first matching prefix wins)
 CAUSES = [
     ("Configuration", ("batch/config.py",)),
-    ("Questions, gold and prediction files", ("eval/datasets/", "eval/io.py", "jsonl.py", "batch/toc/demos.py",
+    ("Questions, gold and prediction files", ("eval/datasets/", "eval/io.py", "asqa_file.py", "jsonl.py", "batch/toc/demos.py",
                                               "batch/resources.py")),
     ("Run directories, files and permissions", ("batch/rundir.py", "files.py", "console.py", "errors.py")),
     ("Models", ("local_llm/models.py", "local_llm/settings.py", "local_llm/hardware.py", "local_llm/cli.py")),

@@ -192,7 +192,8 @@ def check_piece(kind: str, path: Path) -> str:
 
 def _check_index(path: Path) -> str:
     from clarify.index.bm25 import is_lucene_dir
-    from clarify.index.store import check_faiss_dir, open_index
+    from clarify.index.faiss_check import check_faiss_dir
+    from clarify.index.local import open_index
 
     if not path.is_dir():
         raise InputError("index directory not found", path=str(path))
@@ -207,7 +208,7 @@ def _check_index(path: Path) -> str:
 def check_asqa(path: Path) -> str:
     """'train N, dev M questions' for an ASQA file in the official layout with both splits, else an
     InputError: the train split is the official demo pool, dev the benchmark (docs/running-toc.md)."""
-    from clarify.eval.asqa import asqa_splits, read_asqa
+    from clarify.asqa_file import asqa_splits, read_asqa
 
     splits = asqa_splits(path)
     missing = [s for s in ("train", "dev") if s not in splits]

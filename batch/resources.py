@@ -80,7 +80,7 @@ def prepare(cfg: RunConfig, *, index=None, engine_factory: EngineFactory | None 
     if index is None:
         index = open_run_index(cfg)
     inputs["index"] = index_identity(index)
-    from clarify.index.store import index_pins
+    from clarify.index.fingerprint import index_pins
     from clarify.local_llm import backends
     from clarify.local_llm.models import EMBEDDED, check_model_dir, model_fingerprint
 
@@ -122,7 +122,7 @@ def _load(cfg: RunConfig, ds: datasets.Dataset, pool: Pool) -> tuple[pl.DataFram
 def searcher_identity(cfg: RunConfig, index) -> dict:
     """What a searcher's hits depend on (the shared search cache's key, batch/search_cache.py): its kind,
     candidates and reranker (the frozen config's `[retrieval]`), and the index's manifest checksum."""
-    from clarify.index.store import index_pins
+    from clarify.index.fingerprint import index_pins
 
     r = cfg.retrieval
     ident = {"searcher": r.searcher, "candidates": r.candidates, "cross_encoder": r.cross_encoder,
@@ -134,7 +134,7 @@ def searcher_identity(cfg: RunConfig, index) -> dict:
 
 
 def index_identity(index) -> dict:
-    """An index's fingerprint: its manifest's corpus checksums and build settings (index/store.py), or
+    """An index's fingerprint: its manifest's corpus checksums and build settings (index/fingerprint.py), or
     the names and sizes of a prebuilt index's files; {} for a stand-in without a path."""
     path = getattr(index, "path", None)
     if path is None:
@@ -142,17 +142,17 @@ def index_identity(index) -> dict:
     manifest = getattr(index, "manifest", None)  # an IndexManifest (index/manifest.py); None: a prebuilt index
     if manifest is not None:
         ident = json.dumps(manifest.identity(), sort_keys=True, default=str)
-    else:  # a prebuilt index: its files' names, sizes, mtimes and sampled blocks (store.fingerprint)
-        from clarify.index.store import fingerprint
+    else:  # a prebuilt index: its files' names, sizes, mtimes and sampled blocks (index/fingerprint.py `fingerprint`)
+        from clarify.index.fingerprint import fingerprint
 
         ident = fingerprint(path)
     return {"path": str(path), "fingerprint": hashlib.sha256(ident.encode("utf-8")).hexdigest()}
 
 
 def dense_options(cfg: RunConfig):
-    """How this process opens the FAISS part, from `[retrieval]` (index/store.py DenseOptions) and, for the
+    """How this process opens the FAISS part, from `[retrieval]` (index/local.py DenseOptions) and, for the
     device, the CPU/CUDA settings table (local_llm/settings.py: the GPU where faiss-gpu sees one)."""
-    from clarify.index.store import DenseOptions
+    from clarify.index.local import DenseOptions
     from clarify.local_llm.settings import faiss_device
     from clarify.local_llm.vllm_engine import device_facts
 
@@ -166,7 +166,7 @@ def open_run_index(cfg: RunConfig, pins: dict | None = None):
     are checked. `pins`: the driver's inputs.json — a Ray worker opens exactly those paths and refuses
     them when their fingerprints differ from the driver's (another copy on another node)."""
     from clarify.index import ensure_default_index, open_index
-    from clarify.index.store import index_pins
+    from clarify.index.fingerprint import index_pins
 
     r = cfg.retrieval
     if pins is not None:

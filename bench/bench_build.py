@@ -56,7 +56,7 @@ def phase_make(work: Path, n: int) -> dict:
     import polars as pl
 
     from clarify.index.corpus import read_passages
-    from clarify.index.store import default_corpus_files
+    from clarify.index.default import default_corpus_files
 
     base = read_passages(default_corpus_files())
     b = base.height

@@ -31,8 +31,8 @@ import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
 from clarify.index.corpus import load_corpus  # noqa: E402
+from clarify.index.default import default_corpus_files  # noqa: E402
 from clarify.index.dense import Encoder, encode_to_memmap, passage_texts  # noqa: E402
-from clarify.index.store import default_corpus_files  # noqa: E402
 
 
 def previous(encoder: Encoder, passages: pl.DataFrame, path: Path, batch_size: int) -> np.ndarray:

@@ -27,7 +27,8 @@ def _timed(fn):
 
 
 def main() -> dict:
-    from clarify.eval.asqa import load_asqa, score_asqa
+    from clarify.asqa_file import load_asqa
+    from clarify.eval.asqa import score_asqa
     from clarify.eval.quotesum import load_quotesum, score_human_holdout, score_quotesum
     from clarify.eval.rouge import ensure_punkt
     from clarify.eval.summary import summarize

@@ -23,7 +23,7 @@ from pathlib import Path  # noqa: E402
 
 import polars as pl  # noqa: E402
 
-from clarify.eval.asqa import load_asqa  # noqa: E402
+from clarify.asqa_file import load_asqa  # noqa: E402
 from clarify.index import build_index, default_corpus_files, ensure_default_index, open_index  # noqa: E402
 from clarify.index.coverage import answer_coverage, coverage_table, retrieval_inputs  # noqa: E402
 

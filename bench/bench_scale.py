@@ -86,7 +86,7 @@ def factory_for(kind: str, n: int) -> str:
 
 def base():
     from clarify.index.corpus import load_corpus
-    from clarify.index.store import default_corpus_files
+    from clarify.index.default import default_corpus_files
 
     passages = load_corpus(default_corpus_files()).passages
     vectors = np.load(REPO / "data" / "wiki" / "all-MiniLM-L6-v2.embeddings.npy", mmap_mode="r")

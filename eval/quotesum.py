@@ -34,9 +34,9 @@ import polars as pl
 from clarify import schemas
 from clarify.errors import InputError
 from clarify.eval.io import check_prediction_ids
-from clarify.eval.normalize import normalize_answer_quotesum, prf_tokens
 from clarify.eval.rouge import quotesum_scorer
 from clarify.jsonl import iter_jsonl
+from clarify.normalize import normalize_answer_quotesum, prf_tokens
 
 MARKER = re.compile(r"\[ ([1-9]) ([^\[\]]*) \]")  # scorers.py::strip_attribution_tokens / non_quoted
 SEM_SOURCES = range(1, 8)  # scorers.py::score_semqa_f1 / score_semqa_short_recall loop over sources 1..7

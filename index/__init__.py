@@ -6,18 +6,12 @@ FAISS), hybrid RRF fusion, reranking, AC@k. Heavy libraries load only when a sea
     hits = idx.searcher("rerank").search(queries, k=5)   # queries [qid, query] -> hits
 """
 
+from clarify.index.build import BuildOptions, build_index
 from clarify.index.corpus import load_corpus, read_passages
 from clarify.index.coverage import answer_coverage, coverage_table, normalize_answer
+from clarify.index.default import default_corpus_files, default_index_dir, ensure_default_index
+from clarify.index.local import LocalIndex, open_index
 from clarify.index.search import RRF_K, Searcher, rrf_fuse
-from clarify.index.store import (
-    BuildOptions,
-    LocalIndex,
-    build_index,
-    default_corpus_files,
-    default_index_dir,
-    ensure_default_index,
-    open_index,
-)
 
 __all__ = [
     "RRF_K",

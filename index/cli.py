@@ -15,7 +15,8 @@ from pathlib import Path
 from clarify.console import home_logs
 from clarify.errors import InputError, need_file
 from clarify.files import write_atomic, write_parquet
-from clarify.index.store import SEARCHER_KINDS, BuildOptions
+from clarify.index.build import BuildOptions
+from clarify.index.search import SEARCHER_KINDS
 
 
 def _passive_omp() -> None:
@@ -164,7 +165,9 @@ def register(sub) -> None:
 
 def cmd_build(args) -> int:
     _passive_omp()
-    from clarify.index.store import BuildOptions, build_index, ensure_default_index, open_index
+    from clarify.index.build import BuildOptions, build_index
+    from clarify.index.default import ensure_default_index
+    from clarify.index.local import open_index
 
     if args.default:
         out = ensure_default_index()
@@ -281,7 +284,8 @@ def _read_jsonl_queries(path: Path):
 
 
 def _open(args):
-    from clarify.index.store import ensure_default_index, open_index
+    from clarify.index.default import ensure_default_index
+    from clarify.index.local import open_index
 
     path = args.index if args.index is not None else ensure_default_index()
     index = open_index(path, faiss_dir=getattr(args, "faiss_index", None), encoder=getattr(args, "encoder", None))
@@ -320,11 +324,10 @@ def cmd_coverage(args) -> int:
     _passive_omp()
     import polars as pl
 
-    from clarify.eval import datasets
-    from clarify.eval.asqa import load_asqa
+    from clarify.asqa_file import load_asqa, shipped_path
     from clarify.index.coverage import answer_coverage, coverage_table, retrieval_inputs
 
-    data = args.data or datasets.get(args.dataset).default_path()
+    data = args.data or shipped_path()  # --dataset: asqa, the only set with short answers to look for
     queries, gold = retrieval_inputs(*load_asqa(data), first=args.first)
     idx = _open(args)
     per_q = []

@@ -26,7 +26,7 @@ skipped and counted instead; the counts are returned and printed by the CLI. Row
 order, and duplicates after every other check (the first bad row found is the one named).
 
 Also here: the layout constants of a corpus (`DEFAULT_CORPUS_FILES`, `LAYOUT`) and `corpus_entries`, the
-identity of corpus files that index/store.py and index/shipped.py both use (no import between those two).
+identity of corpus files that index/build.py and index/shipped.py both use (no import between those two).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from clarify.errors import InputError, need_file
 from clarify.jsonl import STREAM_ERRORS, JsonlProblem, iter_jsonl, stream_error
 from clarify.schemas import PASSAGES
 
-# how passages become Lucene documents / encoder inputs; a change here forces a rebuild (index/store.py)
+# how passages become Lucene documents / encoder inputs; a change here forces a rebuild (index/build.py)
 LAYOUT = 2
 # the shipped Wikipedia passages (data/wiki, ≈10k): core, DPR extra, DPR random distractors
 DEFAULT_CORPUS_FILES = ("passages.jsonl", "passages_retrieved_extra.jsonl", "passages_dpr_random1000.jsonl")

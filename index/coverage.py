@@ -3,7 +3,7 @@ disambiguations (ASQA `qa_pairs`) with at least one short answer found in the to
 retrieved for the *ambiguous* question. Pure functions on tables.
 
 Matching: answers and passages ("title text", the title counts too) are normalised with
-`clarify.eval.normalize.normalize_answer`, the ASQA/SQuAD rule (lower-case, punctuation removed, articles
+`clarify.normalize.normalize_answer`, the ASQA/SQuAD rule (lower-case, punctuation removed, articles
 a/an/the dropped, whitespace collapsed; google-research/language `language/asqa/scoring.py`), then an
 answer counts when its token sequence occurs as whole tokens in the passage (" ans " in " passage ").
 AC@k = (pairs covered within top-k) / (all pairs), pooled over questions.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import polars as pl
 
 from clarify.errors import InputError
-from clarify.eval.normalize import (  # the ASQA/SQuAD rule; re-exported by clarify.index
+from clarify.normalize import (  # the ASQA/SQuAD rule; re-exported by clarify.index
     holds_answer,
     normalize_answer,
 )
@@ -23,7 +23,7 @@ from clarify.eval.normalize import (  # the ASQA/SQuAD rule; re-exported by clar
 
 def retrieval_inputs(questions: pl.DataFrame, gold: pl.DataFrame, *, first: int | None = None
                      ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """What AC@k needs from `clarify.eval.asqa.load_asqa`'s tables (the one ASQA reader, which checks the
+    """What AC@k needs from `clarify.asqa_file.load_asqa`'s tables (the one ASQA reader, which checks the
     file and names the bad field): the first `first` questions in file order (all when None) as search
     queries [qid, query], and their gold pairs [qid, pair_no, short_answers]."""
     if first is not None:

@@ -1,6 +1,6 @@
 """manifest.json of an index built by clarify: a declared record with one writer and one reader.
 
-    IndexManifest   written by the index build (index/store.py `_build_into`), read by `IndexManifest.read`
+    IndexManifest   written by the index build (index/build.py `_build_into`), read by `IndexManifest.read`
                     (every open, every build that finds an index in place)
 
 Two numbers: `version` is the layout of the index folder (passages, lucene/, dense/), checked by every
@@ -235,3 +235,9 @@ def _layout_1(data: dict, source: str) -> IndexManifest:
     console.note(f"index-manifest-layout:{source}", sentence)
     logging.getLogger("clarify.index").info(sentence)
     return _parse(data, source, strict=False, schema=1)
+
+
+def read_manifest(path: Path) -> IndexManifest | None:
+    """The manifest of the index folder `path`, or None when it holds none."""
+    mf = Path(path) / MANIFEST
+    return IndexManifest.read(mf) if mf.is_file() else None

@@ -1,5 +1,5 @@
-"""The `Searcher` protocol and the pure parts of searching: hit tables, reciprocal-rank fusion,
-hybrid retrieval and second-stage reranking.
+"""The `Searcher` protocol, the kinds of searcher an index gives, and the pure parts of searching: hit
+tables, reciprocal-rank fusion, hybrid retrieval and second-stage reranking.
 
 Every searcher maps `queries` [qid, query] to `hits` [qid, passage_id, score, rank, retriever]
 (schemas.HITS), rank starting at 1, rows grouped by query in input order, best first. Duplicate qids
@@ -10,6 +10,7 @@ are allowed (each query row gets its own ranked list). `retriever` is bm25 | den
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -18,6 +19,17 @@ import polars as pl
 from clarify.errors import InputError
 from clarify.schemas import HITS, SchemaError, check
 
+
+class SearcherKind(StrEnum):
+    """The searchers an index gives (`LocalIndex.searcher`, index/local.py); a run's `retrieval.searcher`."""
+
+    BM25 = "bm25"
+    DENSE = "dense"
+    HYBRID = "hybrid"
+    RERANK = "rerank"
+
+
+SEARCHER_KINDS = tuple(k.value for k in SearcherKind)  # `clarify index search --retriever`
 RRF_K = 60  # Cormack, Clarke & Buettcher (SIGIR 2009), "Reciprocal Rank Fusion outperforms Condorcet ...": k = 60
 
 

@@ -8,7 +8,7 @@ its files, with a sidecar that pins what they were computed from:
     data/wiki/all-MiniLM-L6-v2.embeddings.json   format, encoder, index LAYOUT, the corpus files (name,
                                                  sha256, in order), count, dim, the .npy's sha256, the CPU
 
-`build_index` (index/store.py) takes them instead of encoding when the sidecar names exactly this
+`build_index` (index/build.py) takes them instead of encoding when the sidecar names exactly this
 build's corpus files, encoder and layout, the .npy matches its sha256, AND the encoder on this machine
 reproduces a sample of the rows (`SAMPLE` passages spread over the corpus, max |Δ| <= `TOLERANCE`);
 anything else, and it encodes as before and says why. The index manifest records which it was.
@@ -131,8 +131,7 @@ def check_full(folder: Path, *, queries: int = 100) -> dict:
 
     import faiss
 
-    from clarify.eval import datasets
-    from clarify.eval.asqa import load_asqa
+    from clarify.asqa_file import load_asqa, shipped_path
     from clarify.index.dense import encode_to_memmap
     from clarify.local_llm.hardware import describe
 
@@ -141,7 +140,7 @@ def check_full(folder: Path, *, queries: int = 100) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         fresh = np.array(encode_to_memmap(encoder, passages, Path(tmp) / "fresh.npy"))
     encode_s = time.perf_counter() - t0
-    qs = load_asqa(datasets.get("asqa").default_path())[0]["question"].to_list()[:queries]
+    qs = load_asqa(shipped_path())[0]["question"].to_list()[:queries]
     q = encoder.encode(qs)
     tops = []
     for vecs in (np.asarray(shipped), fresh):

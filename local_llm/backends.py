@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from clarify.local_llm.openai_engine import ClientOptions
+from clarify.local_llm.openai_http import ClientOptions
 from clarify.local_llm.settings import CHAT_TEMPLATES, EngineOptions
 
 
@@ -70,7 +70,8 @@ def _openai_open(m, pin: dict | None = None, constrained=(), **placement):
 
 
 def _openai_identity(m, constrained=()) -> dict:
-    from clarify.local_llm.openai_engine import resolve_served_model, split_credentials
+    from clarify.local_llm.openai_auth import split_credentials
+    from clarify.local_llm.openai_http import resolve_served_model
 
     url = _base_url(m)
     served = resolve_served_model(url, m.model, m.api_key_env, m.check_timeout_s, constrained).id
@@ -79,7 +80,7 @@ def _openai_identity(m, constrained=()) -> dict:
 
 def _base_url(m) -> str:
     from clarify.errors import InputError
-    from clarify.local_llm.openai_engine import split_credentials
+    from clarify.local_llm.openai_auth import split_credentials
 
     if not m.base_url:
         raise InputError("backend \"openai\" needs the server's address, e.g. http://127.0.0.1:8000/v1",

@@ -109,7 +109,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise InputError(str(exc), field="sampling options") from exc
 
     # [model]'s engine and client options at their declared defaults (local_llm/settings.py EngineOptions,
-    # local_llm/openai_engine.py ClientOptions), then the command's flags
+    # local_llm/openai_http.py ClientOptions), then the command's flags
     if args.base_url:  # deadlines, retries and the reply cap as declared; the server checks its own context
         spec = Options(base_url=args.base_url, model="" if args.model == Options.model else args.model,
                        api_key_env=args.api_key_env, max_concurrency=args.batch_size)

@@ -15,7 +15,7 @@ QUOTESUM_DEV = DATA / "quotesum" / "dev.jsonl"
 @pytest.fixture(scope="session")
 def asqa_dev():
     """(questions, gold) of the shipped ASQA dev set."""
-    from clarify.eval.asqa import load_asqa
+    from clarify.asqa_file import load_asqa
 
     return load_asqa(ASQA_DEV)
 

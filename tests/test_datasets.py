@@ -182,8 +182,8 @@ def test_a_bad_asqa_file_is_one_error_for_gold_and_for_demos(tmp_path, content, 
     so a malformed instance is the same error whichever reads it first."""
     import re
 
+    from clarify.asqa_file import load_asqa
     from clarify.batch.toc.demos import resolve_pool
-    from clarify.eval.asqa import load_asqa
 
     path = tmp_path / "bad.json"
     path.write_text(content if isinstance(content, str) else json.dumps(content), encoding="utf-8")
@@ -209,7 +209,7 @@ def test_asqa_demos_are_the_official_demo_strings_and_a_slice_counts_every_insta
     assert [d.demo_id for d in asqa.demos(path=path, start=1)] == ["c"]  # "b" is instance 1, though no demo
     assert asqa.demos(path=path, start=1, stop=2) == []
     # the same instances are the eval side's questions, all three of them
-    from clarify.eval.asqa import load_asqa
+    from clarify.asqa_file import load_asqa
 
     assert load_asqa(path)[0]["qid"].to_list() == ["a", "b", "c"]
 

@@ -131,19 +131,15 @@ def test_dense_search_goes_to_the_gpu_only_where_faiss_sees_one():
 
 def test_each_engine_and_client_default_is_declared_once():
     """Every engine option and openai client option has one default, its declaration (local_llm/settings.py
-    EngineOptions, local_llm/openai_engine.py ClientOptions): the run config's [model] table, the settings
+    EngineOptions, local_llm/openai_http.py ClientOptions): the run config's [model] table, the settings
     table's Ask, VLLMEngine's, get_engine's and the context check's keywords and OpenAIEngine's keywords all
     agree with it, so a number hard-coded anywhere else fails here."""
     import dataclasses
     import inspect
 
     from clarify.batch.config import ModelConfig
-    from clarify.local_llm.openai_engine import (
-        ClientOptions,
-        OpenAIEngine,
-        resolve_served_model,
-        served_models,
-    )
+    from clarify.local_llm.openai_engine import OpenAIEngine
+    from clarify.local_llm.openai_http import ClientOptions, resolve_served_model, served_models
     from clarify.local_llm.settings import CHAT_TEMPLATES, EngineOptions
     from clarify.local_llm.vllm_engine import VLLMEngine, get_engine, prompts_over_context
 

@@ -8,20 +8,13 @@ import math
 import polars as pl
 import pytest
 
+from clarify.asqa_file import load_asqa
 from clarify.errors import InputError
-from clarify.eval.asqa import (
-    GOLD_SCHEMA,
-    NO_READER,
-    ambigqa_answer_f1,
-    answer_f1,
-    load_asqa,
-    score_asqa,
-    str_em,
-)
-from clarify.eval.normalize import exact_presence, normalize_answer, normalize_answer_quotesum, token_f1
+from clarify.eval.asqa import GOLD_SCHEMA, NO_READER, ambigqa_answer_f1, answer_f1, score_asqa, str_em
 from clarify.eval.rouge import _write_punkt_english, asqa_rouge_l, bootstrap_mid, sent_split
 from clarify.eval.summary import summarize, to_scores
 from clarify.index.coverage import answer_coverage, coverage_table
+from clarify.normalize import exact_presence, normalize_answer, normalize_answer_quotesum, token_f1
 from tests.fixtures_eval import ASQA_DEV, FLARE_PREDICTIONS
 
 

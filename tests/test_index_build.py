@@ -74,12 +74,12 @@ def test_refuses_to_overwrite_foreign_directory(tmp_path, small_corpus):
 def test_build_lock_serialises_and_leaves_nothing(tmp_path):
     import threading
 
-    from clarify.index.store import _lock
+    from clarify.index.lock import build_lock
 
     order = []
 
     def hold(name):
-        with _lock(tmp_path / "idx"):
+        with build_lock(tmp_path / "idx"):
             order.append(f"{name}+")
             time.sleep(0.2)
             order.append(f"{name}-")
@@ -323,10 +323,10 @@ def test_the_collection_indexer_gives_the_same_bm25_hits_as_the_in_process_index
     """Anserini's IndexCollection (child JVM, JsonCollection files, several threads) and the former
     in-process SimpleIndexer path index the embedded corpus into indexes with the same BM25 hits, ids and
     scores, and the same stored raw passages."""
+    from clarify.asqa_file import load_asqa
     from clarify.eval import datasets
-    from clarify.eval.asqa import load_asqa
     from clarify.index.bm25 import BM25Searcher, LuceneStore, build_lucene, build_lucene_inprocess
-    from clarify.index.store import default_corpus_files
+    from clarify.index.default import default_corpus_files
 
     passages = read_passages(default_corpus_files())
     new = build_lucene(passages, tmp_path / "collection", threads=2, heap="1g")

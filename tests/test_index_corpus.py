@@ -7,11 +7,11 @@ import json
 import polars as pl
 import pytest
 
+from clarify.asqa_file import load_asqa
 from clarify.errors import InputError
-from clarify.eval.asqa import load_asqa
 from clarify.index import BuildOptions, load_corpus, normalize_answer, open_index, read_passages, rrf_fuse
 from clarify.index.coverage import answer_coverage, coverage_table, retrieval_inputs
-from clarify.index.store import default_corpus_files
+from clarify.index.default import default_corpus_files
 from clarify.schemas import check
 
 from .fixtures_index import REPO
@@ -154,7 +154,7 @@ def test_rrf_matches_formula():
 
 
 def test_normalize_and_whole_token_coverage():
-    from clarify.eval.normalize import normalize_answer as eval_normalize
+    from clarify.normalize import normalize_answer as eval_normalize
 
     assert normalize_answer is eval_normalize  # one ASQA/SQuAD normaliser, re-exported by clarify.index
     assert normalize_answer("The  Beatles!") == "beatles"

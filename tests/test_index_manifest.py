@@ -15,8 +15,8 @@ from clarify import console
 from clarify.batch.resources import index_identity
 from clarify.errors import InputError
 from clarify.files import sha256
+from clarify.index.local import open_index
 from clarify.index.manifest import SCHEMA, IndexManifest
-from clarify.index.store import open_index
 from clarify.index.textstore import write_store
 
 PASSAGES = pl.DataFrame({"passage_id": ["p1", "p2"], "title": ["Tea", "Rye"], "text": ["green tea", "rye bread"]})
@@ -24,7 +24,7 @@ PASSAGES = pl.DataFrame({"passage_id": ["p1", "p2"], "title": ["Tea", "Rye"], "t
 
 def _old_index(folder: Path) -> tuple[Path, dict]:
     """A passages-only index whose manifest has the keys, in the order, that clarify's build wrote before
-    the record (index/store.py `_build_into`: format, version, created, corpus, passages, build, bm25, dense,
+    the record (index/build.py `_build_into`: format, version, created, corpus, passages, build, bm25, dense,
     timings, path_built; no schema_version)."""
     folder.mkdir()
     store = write_store(PASSAGES, folder)

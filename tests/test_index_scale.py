@@ -13,7 +13,7 @@ import pytest
 
 from clarify.errors import InputError
 from clarify.index.dense import DenseIndex, DocIds, build_faiss
-from clarify.index.store import fingerprint
+from clarify.index.fingerprint import fingerprint
 from clarify.index.textstore import PassageStore, write_store
 
 
@@ -78,7 +78,7 @@ def test_search_parameters_are_set_per_process_and_refused_where_absent(tmp_path
 
 
 def test_bad_factory_string_is_one_clear_error():
-    from clarify.index.store import BuildOptions
+    from clarify.index.build import BuildOptions
 
     with pytest.raises(InputError, match="FAISS cannot make index 'IVF,Nonsense'"):
         BuildOptions(faiss="IVF,Nonsense")

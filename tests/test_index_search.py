@@ -9,9 +9,9 @@ import numpy as np
 import polars as pl
 import pytest
 
+from clarify.asqa_file import load_asqa
 from clarify.batch.cli import main as clarify_main
 from clarify.errors import InputError
-from clarify.eval.asqa import load_asqa
 from clarify.index.coverage import answer_coverage, coverage_table, retrieval_inputs
 from clarify.schemas import check
 

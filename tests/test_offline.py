@@ -124,7 +124,7 @@ def test_doctor_on_a_faked_cuda_machine_runs_the_gpu_preflight(tmp_path, monkeyp
 # fake-but-valid folders for the reader, cross-encoder and encoder (their layout is what the doctor checks),
 # an ASQA file in the official layout from the shipped dev split, and a one-package lock with its wheel.
 def _real_pieces(tmp_path: Path, monkeypatch) -> dict:
-    from clarify.index.store import default_index_dir
+    from clarify.index.default import default_index_dir
     from clarify.local_llm.models import DEFAULT_MODEL, embedded_model_dir, is_prepared
     from tests.fixtures_llm import write_fake_model
 

@@ -23,7 +23,8 @@ import pytest
 from clarify import stops
 from clarify.errors import EngineUnavailable, InputError
 from clarify.local_llm.engine import GenParams, Request
-from clarify.local_llm.openai_engine import OpenAIEngine, served_models
+from clarify.local_llm.openai_engine import OpenAIEngine
+from clarify.local_llm.openai_http import served_models
 
 KEY = "sk-UNIQUE41a-0c6f2d9e"  # grepped for in everything written and printed
 USER, PASSWORD = "USER41a-name", "PASS41a-7b3e1f"

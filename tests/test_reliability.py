@@ -213,7 +213,7 @@ def test_changed_model_folder_is_refused(tmp_path):
 
 
 def test_changed_index_is_refused(tmp_path):
-    class BuiltIndex(FakeIndex):  # what pins a clarify index: its manifest (index/store.py)
+    class BuiltIndex(FakeIndex):  # what pins a clarify index: its manifest (index/build.py)
         def __init__(self, corpus_sha):
             super().__init__()
             self.path = tmp_path / "index"
@@ -351,7 +351,7 @@ def test_recomputed_cache_rows_are_reported_in_summary_and_terminal(tmp_path):
 # --- smaller items ----------------------------------------------------------------------------------------
 
 def _asqa_ids(n):
-    from clarify.eval.asqa import load_asqa
+    from clarify.asqa_file import load_asqa
     from clarify.files import data_dir
 
     return load_asqa(data_dir() / "asqa" / "dev.json")[0]["qid"].head(n).to_list()
@@ -399,7 +399,7 @@ def test_ids_must_be_strings_or_integers(tmp_path):
 
 
 def test_a_directory_given_as_a_file_is_named_so(tmp_path):
-    from clarify.eval.asqa import load_asqa
+    from clarify.asqa_file import load_asqa
     from clarify.eval.datasets.jsonl import read_questions_jsonl
     from clarify.local_llm.cli import read_prompts
 

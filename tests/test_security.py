@@ -348,7 +348,7 @@ def _manifest_index(path: Path, **parts) -> Path:
 def test_index_manifest_paths_stay_inside_the_index(tmp_path):
     """Protects against an index whose manifest names files or an encoder folder elsewhere (main read
     and loaded them): a clear error naming the manifest."""
-    from clarify.index.store import open_index
+    from clarify.index.local import open_index
 
     pl.DataFrame({"passage_id": ["s"], "title": ["secret"], "text": ["s"]}).write_parquet(tmp_path / "out.parquet")
     (tmp_path / "enc").mkdir()
@@ -380,8 +380,9 @@ def test_an_index_holds_its_own_encoder(tmp_path):
     recorded the outside path, which then failed)."""
     import shutil
 
+    from clarify.index.build import build_index
     from clarify.index.dense import resolve_encoder_path
-    from clarify.index.store import build_index, open_index
+    from clarify.index.local import open_index
 
     enc = tmp_path / "my-encoder"
     shutil.copytree(resolve_encoder_path("default")[1], enc)

@@ -16,6 +16,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from clarify import normalize
 from clarify.batch import config
 from clarify.batch.scheduler import drive
 from clarify.batch.toc.demos import KnnPool
@@ -25,7 +26,6 @@ from clarify.batch.toc.program import Resources, passage_string, removed_by
 from clarify.batch.toc.prompts import Demo
 from clarify.batch.toc.settings import TreeSettings
 from clarify.batch.toc.tree import Tree
-from clarify.eval import normalize
 from clarify.local_llm.cache import CachedEngine
 from clarify.local_llm.scripted import ScriptedEngine
 from clarify.schemas import Passage
@@ -89,7 +89,7 @@ def test_an_answer_that_normalises_to_nothing_is_in_every_passage():
 
 def test_f1_of_two_empty_answers():
     """dsp/utils/metrics.py:60-79 f1_score: `num_same == 0` → 0, also when both sides are empty (:67-73);
-    the ASQA/SQuAD scorer (eval/normalize.py token_f1) gives 1.0, and the metrics keep it."""
+    the ASQA/SQuAD scorer (normalize.py token_f1) gives 1.0, and the metrics keep it."""
     assert dsp_f1("The", "a") == 0.0 and dsp_f1("", "") == 0.0
     assert normalize.token_f1("The", "a") == 1.0
     assert dsp_f1("Netherlands", "Spain; Netherlands") == pytest.approx(2 / 3)

@@ -276,7 +276,7 @@ def test_a_train_split_that_is_a_list_is_named(tmp_path, capsys):
 
 
 def test_a_demo_pool_instance_unfit_for_a_demo_is_named_by_the_asqa_reader(tmp_path, capsys):
-    """A demo pool's file is read by the ASQA dataset's one reader (eval/asqa.py `read_asqa`): a train
+    """A demo pool's file is read by the ASQA dataset's one reader (asqa_file.py `read_asqa`): a train
     instance without annotations is the error `clarify eval` would give for it, naming file and instance."""
     asqa = tmp_path / "ASQA.json"
     dev = json.loads((data_dir() / "asqa" / "dev.json").read_text(encoding="utf-8"))["dev"]

@@ -13,11 +13,11 @@ rules, chosen by `toc.matching` (batch/config.py):
   is in "2015–16" (the en dash is not ASCII punctuation: it splits), and an answer that normalises to
   nothing ("", "The", "a") is in every passage. `F1` (dsp/utils/metrics.py:15-18, 60-79) is SQuAD's token
   F1 over `normalize_text`, except that two answers without tokens score 0.
-- "squad" (clarify's earlier choice, docs/fidelity.md): the ASQA/SQuAD normalisation of the metrics (eval/normalize.py
+- "squad" (clarify's earlier choice, docs/fidelity.md): the ASQA/SQuAD normalisation of the metrics (normalize.py
   `has_answer`: whole whitespace tokens, an empty answer is in no passage; `token_f1`: two empties 1.0).
 
 The metrics (STR-EM, Answer-F1, retrieval coverage) never use the "dsp" rule: they keep their own official
-scorers' definitions (eval/normalize.py).
+scorers' definitions (normalize.py).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from enum import StrEnum
 from functools import lru_cache
 from itertools import groupby
 
-from clarify.eval import normalize
+from clarify import normalize
 
 _ASCII_PUNCT = str.maketrans("", "", string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -121,7 +121,7 @@ def dsp_f1_tokens(s: str) -> Sequence[str]:
 
 
 def squad_f1_tokens(s: str) -> Sequence[str]:
-    """The tokens eval/normalize.py `token_f1` compares."""
+    """The tokens normalize.py `token_f1` compares."""
     return normalize.normalize_answer(s).split() if s else []
 
 
@@ -130,7 +130,7 @@ class AnswerIndex:
     the pairs that can: the official demo removal compares every DA a clarification found with every DA of
     the demo pool (program.py `removed_by`: 4,353 train questions' pairs per expansion), and nearly all of
     those pairs share no token. Exact for any threshold >= 0: under both rules two answers that share no
-    token score 0 (SQuAD's F1, eval/normalize.py `token_f1`; dsp/utils/metrics.py:60-79), except two
+    token score 0 (SQuAD's F1, normalize.py `token_f1`; dsp/utils/metrics.py:60-79), except two
     answers with no token at all, which `token_f1` scores 1; so an answer with tokens is scored against
     the answers sharing one of them, an answer without against those without, and every pair left out
     scores 0 (tests/test_toc_matching.py checks it against scoring every pair)."""

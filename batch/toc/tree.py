@@ -25,7 +25,7 @@ from enum import StrEnum
 
 from clarify.batch.config import Duplicates, TocConfig
 from clarify.batch.toc.format import Disambiguation
-from clarify.eval.normalize import normalize_answer as normalize  # SQuAD-style, as dsp's normalize_text
+from clarify.normalize import normalize_answer as normalize  # SQuAD-style, as dsp's normalize_text
 from clarify.schemas import NodeRow
 
 ROOT = "0"

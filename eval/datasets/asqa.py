@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clarify.asqa_file import SHIPPED
 from clarify.errors import InputError
 from clarify.eval.datasets import Dataset, register
 from clarify.fewshot import Demo, QAPair
@@ -55,13 +56,13 @@ def parse_pool_spec(spec: str) -> PoolSpec:
 
 class ASQA(Dataset):
     name = "asqa"
-    default_file = ("asqa", "dev.json")
+    default_file = SHIPPED
     has_gold = True
     # quoted answers keep their `[k span]` markers in `answer`; ASQA's metrics read the marker-free text
     answer_column = "answer_plain"
 
     def load(self, path, *, split: str = "dev"):
-        from clarify.eval.asqa import load_asqa
+        from clarify.asqa_file import load_asqa
 
         return load_asqa(Path(path), split=split)
 
@@ -69,7 +70,7 @@ class ASQA(Dataset):
         return path
 
     def splits(self, path):
-        from clarify.eval.asqa import asqa_splits
+        from clarify.asqa_file import asqa_splits
 
         return asqa_splits(path)
 
@@ -78,7 +79,7 @@ class ASQA(Dataset):
         official code makes them (toc/utils.py:12-23 make_str_disambig, ambigQA=True): each qa_pair with a
         question and a short answer → a DQ with its first short answer, and the first annotation's long answer;
         an instance with no such pair or no annotation makes no demo, but counts in the slice."""
-        from clarify.eval.asqa import read_asqa
+        from clarify.asqa_file import read_asqa
 
         demos = []
         for inst in read_asqa(path or self.default_path(), split)[start:stop]:

@@ -9,6 +9,9 @@ Two scorers, two normalisations (they differ in how punctuation is handled):
 - QuoteSum / SEMQA: `normalize_answer_quotesum` — lower-case, *replace* punctuation by a space, then drop
   articles and collapse whitespace. Source: google-research-datasets/QuoteSum
   `evals/scorers.py::normalize_answer`. ("U.S." → "u s" here, but "us" under the ASQA rule.)
+
+At the top, below eval/ and index/: the metrics (eval/), retrieval's AC@k (index/coverage.py) and the tree's
+"squad" answer matching (batch/toc/match.py) share it, and index/ imports nothing of eval/ (tests/test_layout.py).
 """
 
 from __future__ import annotations
