@@ -286,27 +286,27 @@ def compare(models: list[str] | list[Entry], cfg: RunConfig, out: Path, *, paral
         # a models file's `params` in place of the count the run read from the model's files (a served
         # model's run reads none: batch/models_file.py)
         row = {"model": e.name if e.name != _slug(e.model) else e.model,
-               "params": e.params if e.params is not None else summary["params"],
+               "params": e.params if e.params is not None else summary.params,
                "run_dir": str(run_dir), "started": times[e.name]["started"], "finished": times[e.name]["finished"],
                "devices": times[e.name]["devices"],
-               "n_questions": summary["n_questions"],
+               "n_questions": summary.n_questions,
                # the model's own settings, as its run froze them (a models file sets them per model)
-               "dtype": (summary.get("engine") or {}).get("dtype") or m.dtype,
+               "dtype": (summary.engine and summary.engine.dtype) or m.dtype,
                "tensor_parallel_size": m.tensor_parallel_size, "max_model_len": m.max_model_len,
                "quantization": m.quantization or None, "chat_template": m.chat_template,
                # decoding constraints (batch/toc/constraints.py): the run's frozen config says, old runs too
                "constrain_format": run.config.toc.constrain_format,
                "constrain_quotes": run.config.answer.constrain_quotes,
-               "prompt_tokens": summary["tokens"]["prompt"], "output_tokens": summary["tokens"]["output"],
-               "valid_nodes_per_question": summary["valid_nodes_per_question"],
-               "parse_errors": summary["parse_errors"], "cached_calls": summary["cached_calls"]}
+               "prompt_tokens": summary.tokens.prompt, "output_tokens": summary.tokens.output,
+               "valid_nodes_per_question": summary.valid_nodes_per_question,
+               "parse_errors": summary.parse_errors, "cached_calls": summary.cached_calls}
         # cost: wall_s is every session up to its last checkpoint + finalize (None when a session's time was lost)
         row.update({k: v for k, v in cost_row(run).items() if k not in ("device", "devices")})
-        for k, v in (summary.get("metrics") or {}).items():
+        for k, v in summary.metrics.items():
             row[k] = v if isinstance(v, int | float) else None
             if row[k] is not None and k != "missing_predictions" and k not in metric_names:
                 metric_names.append(k)
-        for k, v in (summary.get("quote_fidelity") or {}).items():
+        for k, v in (summary.quote_fidelity.to_json() if summary.quote_fidelity else {}).items():
             if isinstance(v, int | float):
                 row[f"quote_{k}"] = v
         rows.append(row)
