@@ -370,15 +370,14 @@ def _planned(entry: Entry, cfg: RunConfig) -> gpu_plan.Model:
     from clarify.local_llm import backends
     from clarify.local_llm.models import config_dtype, resolve_model
     from clarify.local_llm.preflight import ModelShape
-    from clarify.local_llm.settings import Ask
+    from clarify.local_llm.settings import Ask, ask_of
 
     m = cfg.model
     if not backends.get(m.backend).uses_gpus:
         return gpu_plan.Model(entry.name, None, Ask(model=m.model))
     path = resolve_model(m.model)
-    return gpu_plan.Model(entry.name, ModelShape.of(path), Ask(
-        model=str(path), model_dtype=config_dtype(path), dtype=m.dtype, max_model_len=m.max_model_len,
-        gpu_memory_utilization=m.gpu_memory_utilization, quantization=m.quantization,
+    return gpu_plan.Model(entry.name, ModelShape.of(path), ask_of(
+        m, model=str(path), model_dtype=config_dtype(path),
         tensor_parallel_size=m.tensor_parallel_size if "tensor_parallel_size" in entry.settings else 0))
 
 
@@ -387,7 +386,7 @@ def _check_on_device(entries: list[Entry], configs: dict[str, RunConfig], gpus: 
     """Every model's [model] settings through the one settings table for this machine (GPUs, else CPU)
     before anything starts: one line per model it refuses (a quantization on CPU, bfloat16 below sm_80)."""
     from clarify.local_llm import backends
-    from clarify.local_llm.settings import Ask, Device, engine_settings
+    from clarify.local_llm.settings import Device, ask_of, engine_settings
 
     device = (Device("cuda", capability=gpus[0].capability, name=gpus[0].name, count=len(gpus)) if gpus
               else Device("cpu"))
@@ -396,11 +395,8 @@ def _check_on_device(entries: list[Entry], configs: dict[str, RunConfig], gpus: 
         m = configs[e.name].model
         if not backends.get(m.backend).uses_gpus:
             continue
-        ask = Ask(model=m.model, dtype=m.dtype, max_model_len=m.max_model_len, tensor_parallel_size=m.tensor_parallel_size,
-                  gpu_memory_utilization=m.gpu_memory_utilization, batch_invariant=m.batch_invariant,
-                  quantization=m.quantization)
         try:
-            engine_settings(device, ask)
+            engine_settings(device, ask_of(m))
         except InputError as exc:
             bad.append(f"model {e.name!r}: {exc}")
     where = {"path": source} if source else {"field": "--models"}
