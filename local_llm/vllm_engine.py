@@ -164,6 +164,8 @@ class VLLMEngine:
         fingerprint: str | None = None,
         **engine_kwargs: Any,
     ):
+        if named := [k for k in engine_kwargs if k in _ASK_NAMES]:  # an option, not a vllm.LLM keyword
+            raise TypeError(f"give {', '.join(named)} in `options` (local_llm/settings.py ask_of), or to get_engine")
         self.path: Path = resolve_model(model)
         # Everything that differs between CPU and CUDA: the one table (local_llm/settings.py).
         ask = ask_of(options or Ask(), model=str(self.path), model_dtype=config_dtype(self.path))
