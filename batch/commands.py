@@ -19,6 +19,7 @@ from clarify.batch.config import (
     TOKENS_PER_QUESTION,
     RunConfig,
 )
+from clarify.batch.records import RunSummary, Tokens
 from clarify.options import add_flag, spec, toml_value
 
 RUN_EPILOG = f"""\
@@ -179,42 +180,43 @@ def flag_dest(f) -> str:
     return spec(f).flag.removeprefix("--").replace("-", "_")
 
 
-def print_summary(summary: dict, out=None) -> None:
+def print_summary(summary: RunSummary, out=None) -> None:
     out = out or sys.stdout  # looked up now: a quiet session (console.session) swaps sys.stdout
-    print(f"\n== {summary.get('name')}: {summary.get('n_questions')} {summary.get('dataset')} questions, "
-          f"model {summary.get('model')}, {summary.get('answer_style')} answers", file=out)
-    on = [name for name, flag in (summary.get("constraints") or {}).items() if flag]
+    print(f"\n== {summary.name}: {summary.n_questions} {summary.dataset} questions, "
+          f"model {summary.model}, {summary.answer_style} answers", file=out)
+    on = [name for name, flag in (summary.constraints.to_json() if summary.constraints else {}).items() if flag]
     if on:
         print(f"  decoding constrained: {' and '.join(on)} (batch/toc/constraints.py)", file=out)
-    for k, v in (summary.get("metrics") or {}).items():
+    for k, v in summary.metrics.items():
         print(f"  {k:<28} {v if isinstance(v, str) else f'{v:.3f}' if v is not None else 'n/a'}", file=out)
-    print(f"  {'llm calls / question':<28} {summary['llm_calls_per_question']:.1f} "
-          f"(max {summary['llm_calls_per_question_max']}, cached {summary['cached_calls']})", file=out)
-    print(f"  {'tokens prompt / output':<28} {summary['tokens']['prompt']} / {summary['tokens']['output']}", file=out)
-    print(f"  {'valid nodes / question':<28} {summary['valid_nodes_per_question']:.2f}", file=out)
-    fixed = summary.get("cache_recomputed") or {}
-    if fixed.get("rows"):
-        why = ", ".join(f"{k}: {v}" for k, v in fixed.get("reasons", {}).items())
-        print(f"  {'cache rows recomputed':<28} {fixed['rows']} ({why}; damaged on disk, recomputed and "
+    print(f"  {'llm calls / question':<28} {summary.llm_calls_per_question:.1f} "
+          f"(max {summary.llm_calls_per_question_max}, cached {summary.cached_calls})", file=out)
+    tokens = summary.tokens or Tokens()
+    print(f"  {'tokens prompt / output':<28} {tokens.prompt} / {tokens.output}", file=out)
+    print(f"  {'valid nodes / question':<28} {summary.valid_nodes_per_question:.2f}", file=out)
+    fixed = summary.cache_recomputed
+    if fixed and fixed.rows:
+        why = ", ".join(f"{k}: {v}" for k, v in fixed.reasons.items())
+        print(f"  {'cache rows recomputed':<28} {fixed.rows} ({why}; damaged on disk, recomputed and "
               f"rewritten this session)", file=out)
-    if summary.get("quote_fidelity"):
-        print(f"  {'quote fidelity':<28} {json.dumps(summary['quote_fidelity'])}", file=out)
-    total = summary.get("wall_s_total")
-    print(f"  {'wall time (s)':<28} {summary['wall_s_last_session']} this session"
+    if summary.quote_fidelity:
+        print(f"  {'quote fidelity':<28} {json.dumps(summary.quote_fidelity.to_json())}", file=out)
+    total = summary.wall_s_total
+    print(f"  {'wall time (s)':<28} {summary.wall_s_last_session} this session"
           + (f", {total} in all sessions" if total is not None else ""), file=out)
-    if summary.get("engine_tokens_per_s"):
-        print(f"  {'engine tokens/s':<28} {summary['engine_tokens_per_s']} (prompt + output, this session"
-              + (", per engine" if summary.get("cluster") else "") + ")", file=out)
-    if c := summary.get("cluster"):
-        print(f"  {'Ray workers':<28} {c['workers']} ({c['chunks']} chunks this session, {c['requeued']} requeued, "
-              f"{c['restarts']} restarts; {c['engine_tokens_per_s_all_workers']} tok/s all workers)", file=out)
-    use = summary.get("engine_usage_last_session") or {}
-    if use.get("engine_steps"):
-        cached = use.get("prefix_cached_share")
-        print(f"  {'engine (' + str(summary.get('scheduler')) + ')':<28} {use['engine_steps']} steps, running batch "
-              f"mean {use['running_mean']} (p10/p50/p90 {use['running_p10']}/{use['running_p50']}/"
-              f"{use['running_p90']})" + (f", prefix cache {cached:.0%} of prompt tokens" if cached is not None
-                                          else ""), file=out)
+    if summary.engine_tokens_per_s:
+        print(f"  {'engine tokens/s':<28} {summary.engine_tokens_per_s} (prompt + output, this session"
+              + (", per engine" if summary.cluster else "") + ")", file=out)
+    if c := summary.cluster:
+        print(f"  {'Ray workers':<28} {c.workers} ({c.chunks} chunks this session, {c.requeued} requeued, "
+              f"{c.restarts} restarts; {c.engine_tokens_per_s_all_workers} tok/s all workers)", file=out)
+    use = summary.engine_usage_last_session
+    if use and use.engine_steps:
+        cached = use.prefix_cached_share
+        print(f"  {'engine (' + str(summary.scheduler) + ')':<28} {use.engine_steps} steps, running batch "
+              f"mean {use.running_mean} (p10/p50/p90 {use.running_p10}/{use.running_p50}/"
+              f"{use.running_p90})" + (f", prefix cache {cached:.0%} of prompt tokens" if cached is not None
+                                         else ""), file=out)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -401,7 +403,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     path = write_report([rd.path], rd.report_file)
     print(f"\nreport: {path}")
     took = time.perf_counter() - t_start
-    print(f"demo took {took / 60:.1f} min" + estimate_words(expected_s, summary.get("toc_s_last_session")))
+    print(f"demo took {took / 60:.1f} min" + estimate_words(expected_s, summary.toc_s_last_session))
     return 0
 
 

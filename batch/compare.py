@@ -286,27 +286,27 @@ def compare(models: list[str] | list[Entry], cfg: RunConfig, out: Path, *, paral
         # a models file's `params` in place of the count the run read from the model's files (a served
         # model's run reads none: batch/models_file.py)
         row = {"model": e.name if e.name != _slug(e.model) else e.model,
-               "params": e.params if e.params is not None else summary["params"],
+               "params": e.params if e.params is not None else summary.params,
                "run_dir": str(run_dir), "started": times[e.name]["started"], "finished": times[e.name]["finished"],
                "devices": times[e.name]["devices"],
-               "n_questions": summary["n_questions"],
+               "n_questions": summary.n_questions,
                # the model's own settings, as its run froze them (a models file sets them per model)
-               "dtype": (summary.get("engine") or {}).get("dtype") or m.dtype,
+               "dtype": (summary.engine and summary.engine.dtype) or m.dtype,
                "tensor_parallel_size": m.tensor_parallel_size, "max_model_len": m.max_model_len,
                "quantization": m.quantization or None, "chat_template": m.chat_template,
                # decoding constraints (batch/toc/constraints.py): the run's frozen config says, old runs too
                "constrain_format": run.config.toc.constrain_format,
                "constrain_quotes": run.config.answer.constrain_quotes,
-               "prompt_tokens": summary["tokens"]["prompt"], "output_tokens": summary["tokens"]["output"],
-               "valid_nodes_per_question": summary["valid_nodes_per_question"],
-               "parse_errors": summary["parse_errors"], "cached_calls": summary["cached_calls"]}
+               "prompt_tokens": summary.tokens.prompt, "output_tokens": summary.tokens.output,
+               "valid_nodes_per_question": summary.valid_nodes_per_question,
+               "parse_errors": summary.parse_errors, "cached_calls": summary.cached_calls}
         # cost: wall_s is every session up to its last checkpoint + finalize (None when a session's time was lost)
         row.update({k: v for k, v in cost_row(run).items() if k not in ("device", "devices")})
-        for k, v in (summary.get("metrics") or {}).items():
+        for k, v in summary.metrics.items():
             row[k] = v if isinstance(v, int | float) else None
             if row[k] is not None and k != "missing_predictions" and k not in metric_names:
                 metric_names.append(k)
-        for k, v in (summary.get("quote_fidelity") or {}).items():
+        for k, v in (summary.quote_fidelity.to_json() if summary.quote_fidelity else {}).items():
             if isinstance(v, int | float):
                 row[f"quote_{k}"] = v
         rows.append(row)
@@ -370,15 +370,14 @@ def _planned(entry: Entry, cfg: RunConfig) -> gpu_plan.Model:
     from clarify.local_llm import backends
     from clarify.local_llm.models import config_dtype, resolve_model
     from clarify.local_llm.preflight import ModelShape
-    from clarify.local_llm.settings import Ask
+    from clarify.local_llm.settings import Ask, ask_of
 
     m = cfg.model
     if not backends.get(m.backend).uses_gpus:
         return gpu_plan.Model(entry.name, None, Ask(model=m.model))
     path = resolve_model(m.model)
-    return gpu_plan.Model(entry.name, ModelShape.of(path), Ask(
-        model=str(path), model_dtype=config_dtype(path), dtype=m.dtype, max_model_len=m.max_model_len,
-        gpu_memory_utilization=m.gpu_memory_utilization, quantization=m.quantization,
+    return gpu_plan.Model(entry.name, ModelShape.of(path), ask_of(
+        m, model=str(path), model_dtype=config_dtype(path),
         tensor_parallel_size=m.tensor_parallel_size if "tensor_parallel_size" in entry.settings else 0))
 
 
@@ -387,7 +386,7 @@ def _check_on_device(entries: list[Entry], configs: dict[str, RunConfig], gpus: 
     """Every model's [model] settings through the one settings table for this machine (GPUs, else CPU)
     before anything starts: one line per model it refuses (a quantization on CPU, bfloat16 below sm_80)."""
     from clarify.local_llm import backends
-    from clarify.local_llm.settings import Ask, Device, engine_settings
+    from clarify.local_llm.settings import Device, ask_of, engine_settings
 
     device = (Device("cuda", capability=gpus[0].capability, name=gpus[0].name, count=len(gpus)) if gpus
               else Device("cpu"))
@@ -396,11 +395,8 @@ def _check_on_device(entries: list[Entry], configs: dict[str, RunConfig], gpus: 
         m = configs[e.name].model
         if not backends.get(m.backend).uses_gpus:
             continue
-        ask = Ask(model=m.model, dtype=m.dtype, max_model_len=m.max_model_len, tensor_parallel_size=m.tensor_parallel_size,
-                  gpu_memory_utilization=m.gpu_memory_utilization, batch_invariant=m.batch_invariant,
-                  quantization=m.quantization)
         try:
-            engine_settings(device, ask)
+            engine_settings(device, ask_of(m))
         except InputError as exc:
             bad.append(f"model {e.name!r}: {exc}")
     where = {"path": source} if source else {"field": "--models"}

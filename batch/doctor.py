@@ -131,17 +131,14 @@ def java() -> dict:
 def _ask(cfg) -> tuple:
     """(settings.Ask, model folder or None) for a run config's [model] table."""
     from clarify.local_llm.models import config_dtype, resolve_model
-    from clarify.local_llm.settings import Ask
+    from clarify.local_llm.settings import ask_of
 
     m = cfg.model
     try:
         path = resolve_model(m.model)
     except Exception:  # not prepared / not a model folder: the models section says how
         path = None
-    return Ask(model=str(path or m.model), model_dtype=config_dtype(path) if path else None, dtype=m.dtype,
-               max_model_len=m.max_model_len, gpu_memory_utilization=m.gpu_memory_utilization,
-               tensor_parallel_size=m.tensor_parallel_size, max_num_seqs=m.max_num_seqs,
-               batch_invariant=m.batch_invariant), path
+    return ask_of(m, model=str(path or m.model), model_dtype=config_dtype(path) if path else None), path
 
 
 def gpu_preflight(cfg) -> list[dict]:

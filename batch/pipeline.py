@@ -27,7 +27,18 @@ from clarify.batch.config import (
     tokens_per_question,
     value_of,
 )
-from clarify.batch.records import RunInputs, RunSummary
+from clarify.batch.records import (
+    CacheRecomputed,
+    ClusterWork,
+    Constraints,
+    EngineFacts,
+    EngineUsage,
+    PeakMemory,
+    QuoteFidelity,
+    RunInputs,
+    RunSummary,
+    Tokens,
+)
 from clarify.batch.resources import PreparedRun, open_resources, passages_only, prepare, tables
 from clarify.batch.rundir import Run, RunDir
 from clarify.batch.scheduler import DRIVERS, SchedStats
@@ -50,8 +61,9 @@ PART_S = 60.0  # seconds between parts while trees finish
 
 def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, progress: bool = True,
         stop_after_parts: int | None = None, part_trees: int = PART_TREES, search_cache: Path | None = None,
-        restart: bool = False, on_part=None, estimate_s: float | None = None) -> dict:
-    """Run (or resume, or just report) the configured job in run directory `out`; returns the summary.
+        restart: bool = False, on_part=None, estimate_s: float | None = None) -> RunSummary | None:
+    """Run (or resume, or just report) the configured job in run directory `out`; returns its summary.json as
+    its record (None when `stop_after_parts` stopped it).
 
     Every input is checked before the run directory is touched, the directory is locked for this
     process, and checkpoints are verified before the model loads. restart: start over (the completion
@@ -133,7 +145,7 @@ class _Parts:
 
 
 def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts: int | None, part_trees: int,
-                search_cache: Path | None, on_part, estimate_s: float | None = None) -> dict:
+                search_cache: Path | None, on_part, estimate_s: float | None = None) -> RunSummary | None:
     cfg, questions = prep.cfg, prep.questions
     t_start = time.perf_counter()
     state = rd.load_state()  # verified: a damaged checkpoint is reported before any model loads
@@ -160,7 +172,7 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
         finally:
             display.close()
         if outcome.stopped:
-            return {"stopped_after_parts": stop_after_parts}
+            return None
         state = rd.load_state()
         finished = {t.qid: t for t in state.trees}
         stats = outcome.stats
@@ -201,7 +213,7 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
             stats = DRIVERS[cfg.scheduler](todo, res, TreeSettings.of(cfg), on_tree)
             parts.flush()
         except _Stop:
-            return {"stopped_after_parts": stop_after_parts}
+            return None
         except BaseException as exc:  # the driver cancelled what was in flight; the finished trees stay
             parts.salvage()
             if isinstance(exc, stops.Stopped):
@@ -272,15 +284,15 @@ def _percentile(values: list[int], q: int) -> float:
 PARSE_ERROR_NOTE = 0.2  # share of calls whose completion did not parse cleanly worth telling the user
 
 
-def note_run(summary: dict, cfg: RunConfig) -> None:
+def note_run(summary: RunSummary, cfg: RunConfig) -> None:
     """The run's warnings that matter to the user, in words (printed once at the end by the CLI)."""
-    too_long = summary.get("prompts_too_long") or 0
+    too_long = summary.prompts_too_long or 0
     if too_long:
         console.note("too-long", f"{too_long} prompt(s) were longer than the model's context "
                                  f"(max_model_len {cfg.model.max_model_len}) and were not sent; those nodes got no "
                                  f"clarification. Raise [model] max_model_len or lower retrieval.top_k.")
-    calls = summary.get("llm_calls") or 0
-    bad = (summary.get("parse_errors") or 0) - too_long
+    calls = summary.llm_calls or 0
+    bad = (summary.parse_errors or 0) - too_long
     if calls and bad / calls > PARSE_ERROR_NOTE:
         console.note("parse-errors", f"{bad / calls:.0%} of the model's completions ({bad} of {calls}) did not "
                                      f"parse cleanly (llm_calls.parse_error in the run directory); a larger "
@@ -292,7 +304,7 @@ class _Stop(Exception):
 
 
 def finalize(rd: RunDir, prep: PreparedRun, trees: list[Tree], res: Resources, *, session_start: float, stats: SchedStats, prior_s: float | None, engine: dict | None = None,
-             usage: dict | None = None, cluster: dict | None = None, toc_s: float | None = None) -> dict:
+             usage: dict | None = None, cluster: dict | None = None, toc_s: float | None = None) -> RunSummary:
     """Final tables, quote check, scores and summary.json (written last).
 
     session_start: perf_counter at this session's start. prior_s: the run's seconds before this session
@@ -343,21 +355,21 @@ def finalize(rd: RunDir, prep: PreparedRun, trees: list[Tree], res: Resources, *
     summary = RunSummary(
         name=rd.path.name, dataset=cfg.dataset, model=cfg.model.model,
         engine_model_id=calls["model"][0] if calls.height else None,
-        engine=res.engine.facts() if res.engine is not None else engine,
+        engine=EngineFacts.of(res.engine.facts() if res.engine is not None else engine),
         answer_style=cfg.answer_style, n_questions=n_q, metrics=metrics, metric_notes=notes,
         # the decoding constraints (batch/toc/constraints.py), by their declared names ("format", "quotes"),
         # shown by the report and `clarify compare`
-        constraints={name: value_of(cfg, key) for key, name in CONSTRAINTS.items()},
+        constraints=Constraints(**{name: value_of(cfg, key) for key, name in CONSTRAINTS.items()}),
         llm_calls=calls.height, llm_calls_per_question=calls.height / n_q,
         llm_calls_per_question_max=int(per_q["len"].max()) if per_q.height else 0,
         llm_calls_by_step=dict(calls.group_by("step").len().iter_rows()),
         cached_calls=int(calls["cached"].sum()) if calls.height else 0,
-        tokens={"prompt": int(calls["prompt_tokens"].sum()), "output": int(calls["output_tokens"].sum())},
+        tokens=Tokens(prompt=int(calls["prompt_tokens"].sum()), output=int(calls["output_tokens"].sum())),
         parse_errors=int(calls["parse_error"].is_not_null().sum()),
         prompts_too_long=int((calls["finish_reason"] == "prompt_too_long").sum()) if calls.height else 0,
         scheduler=cfg.scheduler,
         parts=len(rd.part_dirs()),
-        engine_usage_last_session=usage,
+        engine_usage_last_session=EngineUsage.of(usage),
         valid_nodes_per_question=valid.height / n_q,
         max_depth=int(nodes["depth"].max()) if nodes.height else 0,
         node_status=dict(nodes.group_by("status").len().iter_rows()),
@@ -368,16 +380,16 @@ def finalize(rd: RunDir, prep: PreparedRun, trees: list[Tree], res: Resources, *
         # tokens the engine processed (prompt + output) per second of generate time, this session only
         engine_tokens_per_s=round(stats.tokens / stats.seconds["generate"], 1) if stats.seconds["generate"] else None,
         # this session's process: peak memory (RSS; GPU where torch reserved it here), the cost table's
-        peak_memory_last_session=peak_memory(),
+        peak_memory_last_session=PeakMemory.of(peak_memory()),
         # completion-cache rows found damaged (checksum mismatch, unreadable) and recomputed, this session
-        cache_recomputed=res.engine.stats.recomputed() if res.engine is not None else {"rows": 0, "reasons": {}},
-        quote_fidelity=fidelity,
+        cache_recomputed=CacheRecomputed.of(res.engine.stats.recomputed()) if res.engine is not None else CacheRecomputed(),
+        quote_fidelity=QuoteFidelity.of(fidelity),
         params=parameter_count(prep.model_path or cfg.model.model),
-        cluster=cluster,
+        cluster=ClusterWork.of(cluster),
         toc_s_last_session=toc_s,
     )
     summary.write(rd.summary_file)
-    return summary.to_json()
+    return summary
 
 
 def _add_quote_notes(calls: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame:

@@ -3,6 +3,8 @@
     RunInputs    inputs.json: what the run reads (each input's pin) and the fingerprint of its prompts
                  (batch/toc/fingerprint.py); written by `RunDir.freeze`, compared on every resume
     RunSummary   summary.json: what `finalize` (batch/pipeline.py) found, written last; read by `Run.open`
+                 and handed to every reader as this record (its JSON objects read into, such as `tokens` or
+                 `engine`, are records too: `_Part`)
 
 Each carries `schema_version`. A file written before the version existed reads as version 1: inputs.json
 then holds the pins alone (no prompts fingerprint) and summary.json the same keys as now. A version newer
@@ -12,7 +14,9 @@ than this clarify reads is refused, naming the file.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,6 +108,135 @@ class RunInputs(_Record):
 
 
 @dataclass(frozen=True)
+class _Part:
+    """A JSON object inside a record: the keys its readers use declared, typed (None where the object lacks
+    them), the others kept in `extra`. `to_json` gives the object back as it was read or made, its keys in
+    their order (`keys`; a declared key absent from it stays absent), so what is shown or written again is
+    what was there."""
+
+    extra: dict[str, Any] = field(default_factory=dict, kw_only=True, repr=False)
+    keys: tuple[str, ...] | None = field(default=None, kw_only=True, repr=False, compare=False)  # None: declared, extra
+
+    @classmethod
+    def _names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls) if f.name not in ("extra", "keys")]
+
+    @classmethod
+    def of(cls, data: dict | None) -> Any:
+        """The part for an object this clarify made (engine facts, a scheduler's counts); None stays None."""
+        if data is None:
+            return None
+        names = cls._names()
+        return cls(**{k: v for k, v in data.items() if k in names},
+                   extra={k: v for k, v in data.items() if k not in names}, keys=tuple(data))
+
+    @classmethod
+    def from_json(cls, data: object, source: str, name: str) -> Any:
+        """The part at key `name` of the record in `source`; not a JSON object: an InputError naming both."""
+        if not isinstance(data, dict):
+            raise InputError(f"{name} must be a JSON object, got {type(data).__name__}", path=source, field=name)
+        return cls.of(data)
+
+    def to_json(self) -> dict:
+        keys = (*self._names(), *self.extra) if self.keys is None else self.keys
+        return {k: self.extra[k] if k in self.extra else getattr(self, k) for k in keys}
+
+
+@dataclass(frozen=True)
+class Tokens(_Part):
+    """summary.json `tokens`: prompt and output tokens of every llm_calls row."""
+
+    prompt: int = 0
+    output: int = 0
+
+
+@dataclass(frozen=True)
+class Constraints(_Part):
+    """summary.json `constraints`: which decoding constraints the run had on (batch/toc/constraints.py)."""
+
+    format: bool = False
+    quotes: bool = False
+
+
+@dataclass(frozen=True)
+class EngineFacts(_Part):
+    """summary.json `engine`: what the engine reported (its `facts()`, local_llm/engine.py); the keys one
+    backend adds (a CPU's capability, a server's address, the vLLM and torch versions) stay in `extra`."""
+
+    model_id: str | None = None
+    device: str | None = None  # "cpu", "cuda", "server", "replay", "simulated"
+    dtype: str | None = None  # the dtype really run (vLLM)
+    device_count: int | None = None  # the GPUs, or CPU cores, the engine held (device-seconds = wall x this)
+    backend: str | None = None  # "openai" for a server; absent for vLLM in process
+
+
+@dataclass(frozen=True)
+class PeakMemory(_Part):
+    """summary.json `peak_memory_last_session` (local_llm/hardware.py peak_memory): bytes, None where unknown."""
+
+    rss_bytes: int | None = None
+    gpu_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class QuoteFidelity(_Part):
+    """summary.json `quote_fidelity` (batch/toc/quotes.py quote_fidelity, where each key is defined): counts of
+    spans by status and shares of all spans; the counts of the other statuses stay in `extra`."""
+
+    n_spans: int | None = None
+    n_verbatim: int | None = None
+    n_answers: int | None = None
+    n_answers_with_spans: int | None = None
+    share_verbatim: float | None = None
+    share_verbatim_after_repair: float | None = None
+    share_answers_without_spans: float | None = None
+
+
+@dataclass(frozen=True)
+class EngineUsage(_Part):
+    """summary.json `engine_usage_last_session` (batch/pipeline.py engine_usage): the scheduler's calls, and for
+    an engine that counts its steps, the steps, the running batch and the prefix cache's share."""
+
+    generate_calls: int | None = None
+    scheduler_step_calls: int | None = None
+    engine_steps: int | None = None
+    running_mean: float | None = None
+    running_p10: float | None = None
+    running_p50: float | None = None
+    running_p90: float | None = None
+    prefix_cached_share: float | None = None
+
+
+@dataclass(frozen=True)
+class CacheRecomputed(_Part):
+    """summary.json `cache_recomputed` (local_llm/cache.py recomputed): completion-cache rows found damaged."""
+
+    rows: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClusterWork(_Part):
+    """summary.json `cluster` (batch/cluster.py Outcome.summary): what a cluster run's workers did this session."""
+
+    workers: int | None = None
+    chunks: int | None = None
+    requeued: int | None = None
+    restarts: int | None = None
+    engine_tokens: int | None = None
+    engine_tokens_per_s_all_workers: float | None = None
+    per_worker: list[dict] | None = None
+
+
+@functools.cache
+def _part_fields(cls: type) -> dict[str, type[_Part]]:
+    """The fields of record `cls` that hold a `_Part`, by name, as their declared types say."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: t for f in dataclasses.fields(cls) for t in typing.get_args(hints[f.name])
+            if isinstance(t, type) and issubclass(t, _Part)}
+
+
+@dataclass(frozen=True)
 class RunSummary(_Record):
     """summary.json: the run's results and what it cost. Every key is documented where `finalize` computes it."""
 
@@ -111,23 +244,23 @@ class RunSummary(_Record):
     dataset: str | None = None
     model: str | None = None
     engine_model_id: str | None = None  # the model id of the completions (local_llm/engine.py request_key)
-    engine: dict | None = None  # the engine's facts (device, dtype), None without a real engine
+    engine: EngineFacts | None = None  # the engine's facts (device, dtype), None without a real engine
     answer_style: str | None = None
     n_questions: int | None = None
     metrics: dict[str, float | None] = field(default_factory=dict)  # eval/summary.py score_predictions
     metric_notes: dict[str, str] | None = None  # how each metric was aggregated, or why it is missing
-    constraints: dict[str, bool] | None = None  # the decoding constraints (batch/toc/constraints.py)
+    constraints: Constraints | None = None  # the decoding constraints (batch/toc/constraints.py)
     llm_calls: int | None = None
     llm_calls_per_question: float | None = None
     llm_calls_per_question_max: int | None = None
     llm_calls_by_step: dict[str, int] | None = None
     cached_calls: int | None = None
-    tokens: dict[str, int] | None = None  # {"prompt": n, "output": n}
+    tokens: Tokens | None = None
     parse_errors: int | None = None
     prompts_too_long: int | None = None
     scheduler: str | None = None
     parts: int | None = None
-    engine_usage_last_session: dict | None = None
+    engine_usage_last_session: EngineUsage | None = None
     valid_nodes_per_question: float | None = None
     max_depth: int | None = None
     node_status: dict[str, int] | None = None
@@ -135,12 +268,12 @@ class RunSummary(_Record):
     wall_s_total: float | None = None  # None when an earlier session's time was lost
     seconds_last_session: dict[str, float] | None = None
     engine_tokens_per_s: float | None = None
-    peak_memory_last_session: dict | None = None  # local_llm/hardware.py peak_memory
-    cache_recomputed: dict | None = None
-    quote_fidelity: dict | None = None
+    peak_memory_last_session: PeakMemory | None = None
+    cache_recomputed: CacheRecomputed | None = None
+    quote_fidelity: QuoteFidelity | None = None
     params: int | None = None  # the model's parameter count (local_llm/models.py parameter_count)
     # written only when the session has them (options.Spec omit_none): absent otherwise
-    cluster: dict | None = declared(None, omit_none=True, help="a cluster run's workers (batch/cluster.py "
+    cluster: ClusterWork | None = declared(None, omit_none=True, help="a cluster run's workers (batch/cluster.py "
                                                                "Outcome.summary)")
     toc_s_last_session: float | None = declared(None, omit_none=True, unit="s",
                                                 help="this session's seconds of trees in this process")
@@ -151,6 +284,7 @@ class RunSummary(_Record):
         """The file's content: every declared key (one declared `omit_none` only when set), then `extra`."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                if f.name != "extra" and not (spec(f).omit_none and getattr(self, f.name) is None)}
+        out.update({k: out[k].to_json() for k in _part_fields(type(self)) if out.get(k) is not None})
         return {**self.extra, **out}
 
     @classmethod
@@ -160,6 +294,9 @@ class RunSummary(_Record):
         names = {f.name for f in dataclasses.fields(cls)} - {"extra", "schema_version"}
         if not isinstance(data.get("metrics", {}), dict):
             raise InputError("metrics must be a JSON object", path=source, field="metrics")
-        return cls(**{k: v for k, v in data.items() if k in names},
+        declared = {k: v for k, v in data.items() if k in names}
+        declared.update({k: part.from_json(declared[k], source, k) for k, part in _part_fields(cls).items()
+                         if declared.get(k) is not None})
+        return cls(**declared,
                    extra={k: v for k, v in data.items() if k not in names and k != "schema_version"},
                    schema_version=version)

@@ -424,14 +424,14 @@ class Run:
     """A run directory, read (`Run.open`): what the writer `RunDir` left there, checked on the way in.
 
     config: the frozen `RunConfig`; settings: config.json as written (for display); summary: summary.json
-    as its reader `RunSummary` gives it ({} while the run is unfinished); tables by name (`run.table("answers")` or `run.answers`), read on
+    as its record `RunSummary` (None while the run is unfinished); tables by name (`run.table("answers")` or `run.answers`), read on
     first use and checked against `TABLE_SCHEMAS` — a file that is there but unreadable or lacks a column
     is an InputError naming the file and the column; a table not written (yet) is an empty frame with
     its schema, and its file is listed in `missing`."""
 
-    def __init__(self, path: Path, config, settings: dict, summary: dict):
+    def __init__(self, path: Path, config, settings: dict, summary: RunSummary | None):
         self.path, self.config, self.settings, self.summary = path, config, settings, summary
-        self.name = str(summary.get("name") or path.name)
+        self.name = str(summary and summary.name or path.name)
         self.layout = RunDir(path)
         self.missing = [f"{n}.parquet" for n in TABLE_SCHEMAS if not self.layout.table_file(n).is_file()]
         self._tables: dict[str, pl.DataFrame] = {}
@@ -448,7 +448,7 @@ class Run:
         settings = _json_object(cfg_path, "restore it, or start the run again with --restart")
         config = from_dict(settings, source=str(cfg_path))
         summary = (RunSummary.read(layout.summary_file, "delete it to rewrite the final tables from the parts")
-                   .to_json() if layout.summary_file.is_file() else {})
+                   if layout.summary_file.is_file() else None)
         return cls(path, config, settings, summary)
 
     @property
@@ -459,7 +459,7 @@ class Run:
 
     @property
     def finished(self) -> bool:
-        return bool(self.summary)
+        return self.summary is not None
 
     def table(self, name: str, *, required: bool = False) -> pl.DataFrame:
         """The table `name` (TABLE_SCHEMAS), checked. `required`: an absent file is an InputError."""

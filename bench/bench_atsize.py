@@ -43,7 +43,11 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 from bench_report import measure  # noqa: E402
+
+sys.path.insert(0, str(REPO.parent))
 from provenance import cpu_model, provenance  # noqa: E402
+
+from clarify.batch.records import RunSummary  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "atsize.json"
 # the clarify of this checkout, by the interpreter running the bench (PYTHONPATH may point at another checkout)
@@ -253,7 +257,7 @@ def metric_intervals(run: Path) -> dict:
 def finish(name: str, run: Path) -> int:
     data = load()
     entry = data["runs"][name]
-    summary = json.loads((run / "summary.json").read_text())
+    summary = RunSummary.read(run / "summary.json", "finish the run first")
     config = json.loads((run / "config.json").read_text())
     concurrency = config["model"]["max_concurrency"]
     result = {"provenance": provenance(), "checks": checks(run, entry, concurrency)}
@@ -261,11 +265,13 @@ def finish(name: str, run: Path) -> int:
     s, _ = _timed([*CLARIFY, "eval", "--dataset", config["dataset"], "--predictions", str(run)])
     result["eval_s"] = round(s, 2)
     result["metrics_95"] = metric_intervals(run)
-    keep = ("n_questions", "metrics", "llm_calls", "tokens", "wall_s_total", "engine_tokens_per_s", "node_status")
-    result["summary"] = {k: summary.get(k) for k in keep}
+    keep = ("n_questions", "metrics", "llm_calls", "wall_s_total", "engine_tokens_per_s", "node_status")
+    result["summary"] = {k: getattr(summary, k) for k in keep}
+    tokens = summary.tokens.prompt + summary.tokens.output
+    result["summary"]["tokens"] = tokens
     result["per_question"] = {
-        "tokens": round((summary["tokens"]["prompt"] + summary["tokens"]["output"]) / summary["n_questions"], 1),
-        "seconds": round(summary["wall_s_total"] / summary["n_questions"], 2) if summary.get("wall_s_total") else None}
+        "tokens": round(tokens / summary.n_questions, 1),
+        "seconds": round(summary.wall_s_total / summary.n_questions, 2) if summary.wall_s_total else None}
     data["runs"][name]["finish"] = result
     save(data)
     print(json.dumps(result, indent=1))

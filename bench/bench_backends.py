@@ -93,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
             for t in TABLES}
     calls = [pl.read_parquet(work / d / "llm_calls.parquet").drop("cached", "model", "call_id") for d in ("server", "in-process")]
     same["llm_calls"] = calls[0].equals(calls[1])
-    arms = {name: {"engine_tokens_per_s": s.get("engine_tokens_per_s"), "wall_s": s.get("wall_s_last_session"),
-                   "tokens": s["tokens"], "llm_calls": s["llm_calls"], "engine": s["engine"].get("model_id")}
+    arms = {name: {"engine_tokens_per_s": s.engine_tokens_per_s, "wall_s": s.wall_s_last_session,
+                   "tokens": s.tokens.to_json(), "llm_calls": s.llm_calls, "engine": s.engine.model_id}
             for name, s in (("server", remote), ("in-process", local))}
     result = {"cpu": describe(), "questions": args.questions, "settings": settings, "arms": arms,
               "server_over_in_process_tokens_per_s": round(arms["server"]["engine_tokens_per_s"]

@@ -49,6 +49,7 @@ def arm(model: str, dataset: str, setting: str, limit: int, out: Path) -> dict:
 
     from clarify.batch import config
     from clarify.batch.pipeline import run
+    from clarify.batch.records import QuoteFidelity
 
     cfg = config.load(None, {"dataset": dataset, "limit": limit, "answer_style": "quoted", "model.model": model,
                              **SETTINGS[setting]})
@@ -57,23 +58,23 @@ def arm(model: str, dataset: str, setting: str, limit: int, out: Path) -> dict:
     wall = time.perf_counter() - t0
     calls = pl.read_parquet(out / "llm_calls.parquet")
     clar = calls.filter(pl.col("step") == "clarify")
-    n_q = summary["n_questions"]
-    fid = summary.get("quote_fidelity") or {}
-    n_ans = fid.get("n_answers") or n_q
+    n_q = summary.n_questions
+    fid = summary.quote_fidelity or QuoteFidelity()
+    n_ans = fid.n_answers or n_q
     got = {
-        "model": model, "engine_model_id": summary.get("engine_model_id"), "dataset": dataset, "setting": setting,
-        "questions": n_q, "wall_s": round(wall, 1), "engine_tokens_per_s": summary.get("engine_tokens_per_s"),
+        "model": model, "engine_model_id": summary.engine_model_id, "dataset": dataset, "setting": setting,
+        "questions": n_q, "wall_s": round(wall, 1), "engine_tokens_per_s": summary.engine_tokens_per_s,
         "clarify_calls": clar.height,
         "parse_error_rate": round(clar["parse_error"].is_not_null().mean(), 4) if clar.height else None,
         "clarify_cut_at_max_tokens": int((clar["finish_reason"] == "length").sum()) if clar.height else 0,
-        "valid_nodes_per_question": summary["valid_nodes_per_question"],
-        "llm_calls_per_question": summary["llm_calls_per_question"],
-        "metrics": summary.get("metrics"),
-        "spans_per_answer": round(fid.get("n_spans", 0) / n_ans, 3) if n_ans else None,
-        "share_verbatim": fid.get("share_verbatim"),
-        "share_answers_with_span": (None if fid.get("share_answers_without_spans") is None
-                                    else round(1 - fid["share_answers_without_spans"], 4)),
-        "quote_fidelity": fid,
+        "valid_nodes_per_question": summary.valid_nodes_per_question,
+        "llm_calls_per_question": summary.llm_calls_per_question,
+        "metrics": summary.metrics,
+        "spans_per_answer": round((fid.n_spans or 0) / n_ans, 3) if n_ans else None,
+        "share_verbatim": fid.share_verbatim,
+        "share_answers_with_span": (None if fid.share_answers_without_spans is None
+                                    else round(1 - fid.share_answers_without_spans, 4)),
+        "quote_fidelity": fid.to_json(),
     }
     if setting == "format+quotes":
         got["grammar_compile"] = compile_cost(cfg, out)

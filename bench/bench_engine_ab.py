@@ -26,6 +26,9 @@ sys.path.insert(0, str(REPO / "bench"))
 from bench_report import CLARIFY, checkout  # noqa: E402
 from provenance import provenance, write_results  # noqa: E402
 
+sys.path.insert(0, str(REPO.parent))
+from clarify.batch.records import RunSummary  # noqa: E402
+
 
 def one(out: Path, questions: int, env: dict | None) -> dict:
     cmd = [*CLARIFY, "run", "--dataset", "asqa", "--limit", str(questions), "--constrain-format",
@@ -33,9 +36,9 @@ def one(out: Path, questions: int, env: dict | None) -> dict:
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env)
     if done.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    s = json.loads((out / "summary.json").read_text())
-    return {"engine_tokens_per_s": s["engine_tokens_per_s"], "wall_s": s["wall_s_last_session"],
-            "tokens": s["tokens"]["prompt"] + s["tokens"]["output"], "llm_calls": s["llm_calls"]}
+    s = RunSummary.read(out / "summary.json", "the run did not finish")
+    return {"engine_tokens_per_s": s.engine_tokens_per_s, "wall_s": s.wall_s_last_session,
+            "tokens": s.tokens.prompt + s.tokens.output, "llm_calls": s.llm_calls}
 
 
 def main(argv: list[str] | None = None) -> int:

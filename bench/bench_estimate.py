@@ -57,6 +57,7 @@ def measure(args: argparse.Namespace, work: Path, cpu: str) -> int:
     from clarify import console
     from clarify.batch import commands, config
     from clarify.batch.pipeline import run
+    from clarify.batch.records import EngineUsage
     from clarify.batch.resources import engine_for
     from clarify.index import ensure_default_index
 
@@ -90,13 +91,13 @@ def measure(args: argparse.Namespace, work: Path, cpu: str) -> int:
 
     console.RunProgress = Recorded
     summary = run(cfg, work, estimate_s=estimate)
-    toc_s = summary["toc_s_last_session"]
+    toc_s = summary.toc_s_last_session
     reestimate = displays[-1].reestimate_s if displays else None
     calls = pl.read_parquet(work / "llm_calls.parquet").filter(~pl.col("cached"))
     tokens = int(calls["prompt_tokens"].sum() + calls["output_tokens"].sum())
-    use = summary.get("engine_usage_last_session") or {}
+    use = summary.engine_usage_last_session or EngineUsage()
     row = {
-        "cpu": cpu, "engine": summary.get("engine"), "questions": args.questions, "engine_start_s": round(start_s, 1),
+        "cpu": cpu, "engine": summary.engine and summary.engine.to_json(), "questions": args.questions, "engine_start_s": round(start_s, 1),
         "probe": {"single_s": round(probe.single_s, 3), "batch_s": round(probe.batch_s, 3),
                   "tokens_per_s": round(probe.tokens_per_s, 1), "seconds": round(probe_s, 1),
                   "shape": {"prompt_tokens": commands.TOC_PROMPT_TOKENS, "output_tokens": commands.TOC_OUTPUT_TOKENS,
@@ -116,7 +117,7 @@ def measure(args: argparse.Namespace, work: Path, cpu: str) -> int:
                 "assumed_tokens_per_question": per_q,
                 "prompt_tokens_per_call": round(calls["prompt_tokens"].mean(), 1) if calls.height else None,
                 "output_tokens_per_call": round(calls["output_tokens"].mean(), 1) if calls.height else None,
-                "running_mean": use.get("running_mean"), "running_p90": use.get("running_p90")},
+                "running_mean": use.running_mean, "running_p90": use.running_p90},
         "command": " ".join(["python", *sys.argv]),
     }
     print(f"\n{'':<28}{'seconds':>9}{'/ actual':>10}")
@@ -127,7 +128,7 @@ def measure(args: argparse.Namespace, work: Path, cpu: str) -> int:
     print(f"ToC {tokens / toc_s:,.0f} tok/s, {calls.height / args.questions:.1f} computed calls and "
           f"{tokens / args.questions:,.0f} tokens/question (assumed {per_q:,}); per computed call "
           f"{row['mix']['prompt_tokens_per_call']} prompt + {row['mix']['output_tokens_per_call']} output tokens; "
-          f"running batch mean {use.get('running_mean')} (toc_concurrency: {commands.toc_concurrency(args.questions):.2f})")
+          f"running batch mean {use.running_mean} (toc_concurrency: {commands.toc_concurrency(args.questions):.2f})")
     old = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"runs": []}
     old["provenance"] = provenance()  # the latest run's; each row keeps its own cpu and command
     old["runs"].append(row)

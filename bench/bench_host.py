@@ -151,11 +151,12 @@ def install(timers: Timers, replay) -> None:
 def replay_engine(run_dir: Path, cfg, **simulate):
     """The ReplayEngine of a finished run: its caches, its engine model id, its context check (`simulate`:
     ReplayEngine's gpu, overlap and prefix_cached_share, for bench/bench_simulate.py)."""
+    from clarify.batch.records import RunSummary
     from clarify.local_llm.models import resolve_model
     from clarify.local_llm.replay import ReplayEngine, read_caches, run_caches
 
-    summary = json.loads((run_dir / "summary.json").read_text())
-    model_id = (summary.get("engine") or {}).get("model_id")
+    summary = RunSummary.read(run_dir / "summary.json", "give a finished run")
+    model_id = summary.engine and summary.engine.model_id
     if not model_id:
         raise SystemExit(f"{run_dir}: summary.json records no engine model id (engine.model_id)")
     count = None
@@ -204,9 +205,9 @@ def replay(run_dir: Path, work: Path, *, profile: bool) -> dict:
     differ = same_tables(run_dir, copy)
     if differ:
         raise SystemExit(f"bench_host: the replay of {run_dir} differs from the run in {', '.join(differ)}")
-    n_q = summary["n_questions"]
-    calls = summary["llm_calls"]
-    toc_s = summary.get("toc_s_last_session") or 0.0
+    n_q = summary.n_questions
+    calls = summary.llm_calls
+    toc_s = summary.toc_s_last_session or 0.0
     own = dict(timers.own)
     startup = own.pop("start-up: index, encoder, demo pools, engine", 0.0)
     replay_s = own.pop("replay engine (not counted)", 0.0)

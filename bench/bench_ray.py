@@ -42,6 +42,7 @@ def main() -> None:
 
     from clarify.batch import config
     from clarify.batch.pipeline import run
+    from clarify.batch.records import ClusterWork
     from clarify.index import ensure_default_index, open_index
     from clarify.local_llm.hardware import cpu_facts, describe
 
@@ -59,14 +60,14 @@ def main() -> None:
         t0 = time.perf_counter()
         summary = run(cfg, out, index=index, progress=False)
         wall = time.perf_counter() - t0
-        c = summary.get("cluster") or {}
-        tokens = c.get("engine_tokens")
+        c = summary.cluster or ClusterWork()
+        tokens = c.engine_tokens
         if tokens is None:  # in process: the engine's computed tokens are the llm_calls rows not cached
             calls = pl.read_parquet(out / "llm_calls.parquet").filter(~pl.col("cached"))
             tokens = int(calls["prompt_tokens"].sum() + calls["output_tokens"].sum())
         row = {"workers": workers, "chunk_questions": chunk, "wall_s": round(wall, 1), "engine_tokens": tokens, "tokens_per_s_wall": round(tokens / wall, 1),
-               "engine_tokens_per_s": summary.get("engine_tokens_per_s"), "dtype": (summary.get("engine") or {}).get("dtype"),
-               "per_worker": c.get("per_worker"), "requeued": c.get("requeued")}
+               "engine_tokens_per_s": summary.engine_tokens_per_s, "dtype": summary.engine and summary.engine.dtype,
+               "per_worker": c.per_worker, "requeued": c.requeued}
         if first is None:
             first = out
         else:

@@ -70,8 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     index = open_index(ensure_default_index())
     over = {"model.model": args.model, "model.batch_invariant": args.batch_invariant}
     base = config.load(None, over)
-    engine = get_engine(args.model, max_model_len=base.model.max_model_len, dtype=base.model.dtype,
-                        batch_invariant=base.model.batch_invariant, progress=False)
+    engine = get_engine(args.model, base.model, progress=False)
     print(f"cpu: {json.dumps(engine.cpu)}  device: {engine.device}  dtype: {engine.dtype}  "
           f"capacity: {engine.capacity()} requests", flush=True)
     # warm-up: JIT of the JVM searcher, the encoder and the engine, so no arm pays start-up costs

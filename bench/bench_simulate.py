@@ -86,6 +86,7 @@ def drive(run_dir: Path, cfg, copies: int, gpu, *, overlap: bool, prefix_share: 
 
 def main(argv: list[str] | None = None) -> int:
     from clarify.batch import config
+    from clarify.batch.records import RunSummary
     from clarify.local_llm.replay import GPU_MODELS
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -98,10 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = args.run.resolve()
     cfg = config.load(run_dir / "config.json")
     gpu = GPU_MODELS[args.gpu]()
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = RunSummary.read(run_dir / "summary.json", "give a finished run")
     # vLLM's prefix cache served this share of the run's prompt tokens (summary.json): the simulator
     # prefills only the rest
-    prefix = ((summary.get("engine_usage_last_session") or {}).get("prefix_cached_share")) or 0.0
+    use = summary.engine_usage_last_session
+    prefix = (use.prefix_cached_share if use else None) or 0.0
     out = {"provenance": provenance(argv), "note": MODEL_NOTE, "gpu_model": dataclasses.asdict(gpu),
            "kv_cache_tokens": gpu.kv_tokens(), "run": str(run_dir), "copies": args.copies,
            "prefix_cached_share": prefix, "arms": {}}

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clarify.local_llm.openai_http import ClientOptions
-from clarify.local_llm.settings import CHAT_TEMPLATES, EngineOptions
+from clarify.local_llm.settings import EngineOptions
 
 
 @dataclass(frozen=True)
@@ -46,10 +46,7 @@ def _vllm_open(m, pin: dict | None = None, constrained=(), **placement):  # vLLM
 
     # the run's pin (`identity`, inputs.json): the folder it resolved and fingerprinted once
     model, fingerprint = (pin["path"], pin["fingerprint"]) if pin and pin.get("path") else (m.model, None)
-    return get_engine(model, fingerprint=fingerprint, max_model_len=m.max_model_len, gpu_memory_utilization=m.gpu_memory_utilization,
-                      tensor_parallel_size=m.tensor_parallel_size, dtype=m.dtype, max_num_seqs=m.max_num_seqs,
-                      batch_invariant=m.batch_invariant, quantization=m.quantization,
-                      chat=CHAT_TEMPLATES[m.chat_template], **placement,
+    return get_engine(model, m, fingerprint=fingerprint, **placement,
                       progress=False)  # the run shows its own progress (console.RunProgress), not vLLM's
 
 

@@ -22,6 +22,7 @@ Sources for the rules (vLLM 0.32.0, the pinned version):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,6 +126,15 @@ class Ask(EngineOptions):
     seed: int = 0
     enable_prefix_caching: bool = True
     ray_worker: bool = False  # the engine of a Ray worker (batch/cluster.py)
+
+
+def ask_of(options: EngineOptions, **beyond: Any) -> Ask:
+    """The `Ask` of an options object (a run's `[model]` table, a backend's Options, an Ask itself): every engine
+    option carried whole, then `beyond` (the model folder and its dtype, a planned tensor_parallel_size, a Ray
+    worker's placement). The one place the options are taken apart: an option declared in EngineOptions reaches
+    the engine, this table, `clarify doctor --settings` and `clarify compare`'s checks with no edit there."""
+    names = [f.name for f in dataclasses.fields(Ask if isinstance(options, Ask) else EngineOptions)]
+    return Ask(**{**{name: getattr(options, name) for name in names}, **beyond})
 
 
 @dataclass

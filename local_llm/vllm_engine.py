@@ -21,8 +21,8 @@ Everything set through the environment uses `setdefault`, so a user's own value 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.metadata
-import inspect
 import logging
 import os
 import threading
@@ -52,7 +52,7 @@ from clarify.local_llm.models import (
     model_fingerprint,
     resolve_model,
 )
-from clarify.local_llm.settings import CHAT_TEMPLATES, Ask, Device, engine_settings
+from clarify.local_llm.settings import CHAT_TEMPLATES, Ask, Device, EngineOptions, ask_of, engine_settings
 
 log = logging.getLogger(__name__)
 CAPACITY_TOKENS = 2048  # KV-cache tokens one ToC request needs, for `capacity()`
@@ -146,77 +146,63 @@ def configure_environment(env: dict[str, str], force: tuple[str, ...] = ()) -> N
 class VLLMEngine:
     """Engine over `vllm.LLM` in-process.
 
-    `model`: embedded model name or local HF model directory. `chat`: "auto" (use the template when
-    the model has one), True, or False. `dtype`: "auto" resolves by device and CPU capability
-    (local_llm/hardware.py); an explicit dtype wins. `model_id` (the cache key's model part) names the
-    model, a fingerprint of its files, whether the chat template is applied, and the dtype the engine
-    really runs (read back from vLLM), so completions of different dtypes never share a cache key.
-    `fingerprint`: the folder's `model_fingerprint` when the caller has it already (a run's pin, inputs.json)."""
+    `model`: embedded model name or local HF model directory. `options`: the engine's options whole (a run's
+    `[model]` table or an `Ask`; local_llm/settings.py EngineOptions declares each with its default):
+    `chat_template` "auto" uses the template when the model has one; `dtype` "auto" resolves by device and
+    CPU capability (local_llm/hardware.py), an explicit dtype wins. `model_id` (the cache key's model part)
+    names the model, a fingerprint of its files, whether the chat template is applied, and the dtype the
+    engine really runs (read back from vLLM), so completions of different dtypes never share a cache key.
+    `fingerprint`: the folder's `model_fingerprint` when the caller has it already (a run's pin, inputs.json).
+    `engine_kwargs`: further `vllm.LLM` keywords, over the settings table's."""
 
     def __init__(
         self,
         model: str | os.PathLike,
         *,
-        # every default is the setting's declaration (local_llm/settings.py EngineOptions and Ask)
-        max_model_len: int = Ask.max_model_len,
-        gpu_memory_utilization: float = Ask.gpu_memory_utilization,
-        tensor_parallel_size: int = Ask.tensor_parallel_size,
-        dtype: str = Ask.dtype,
-        chat: bool | str = CHAT_TEMPLATES[Ask.chat_template],
-        seed: int = Ask.seed,
-        enable_prefix_caching: bool = Ask.enable_prefix_caching,
-        kv_cache_gib: int = Ask.kv_cache_gib,
-        max_num_seqs: int = Ask.max_num_seqs,
-        batch_invariant: bool = Ask.batch_invariant,
-        ray_worker: bool = Ask.ray_worker,
-        quantization: str = Ask.quantization,
+        options: EngineOptions | None = None,
         progress: bool = True,
         fingerprint: str | None = None,
         **engine_kwargs: Any,
     ):
+        if named := [k for k in engine_kwargs if k in _ASK_NAMES]:  # an option, not a vllm.LLM keyword
+            raise TypeError(f"give {', '.join(named)} in `options` (local_llm/settings.py ask_of), or to get_engine")
         self.path: Path = resolve_model(model)
-        if chat == "auto":
-            self.chat = has_chat_template(self.path)
-        elif isinstance(chat, bool):
-            self.chat = chat
-        else:
-            raise ValueError(f"chat must be 'auto', True or False, got {chat!r}")
+        # Everything that differs between CPU and CUDA: the one table (local_llm/settings.py).
+        ask = ask_of(options or Ask(), model=str(self.path), model_dtype=config_dtype(self.path))
+        if ask.chat_template not in CHAT_TEMPLATES:
+            raise ValueError(f"chat_template must be one of {tuple(CHAT_TEMPLATES)}, got {ask.chat_template!r}")
+        chat = CHAT_TEMPLATES[ask.chat_template]
+        self.chat = has_chat_template(self.path) if chat == "auto" else chat
         if self.chat and not has_chat_template(self.path):
             raise InputError(f"chat_template = \"on\" but the model at {self.path} has no chat template",
                              field="model.chat_template")
         name = embedded_name_of(self.path) or self.path.name
         device = device_facts()
         self.device = device.kind
-        self.requested_dtype = dtype
-        self.batch_invariant = batch_invariant
+        self.requested_dtype = ask.dtype
+        self.batch_invariant = ask.batch_invariant
         self.cpu = cpu_facts() if self.device == "cpu" else None
         self.progress = progress
         # Called with (requests finished, tokens processed) while batches run, instead of vLLM's own bar:
         # clarify's one progress display per stage (console.RunProgress). None: vLLM's bar if `progress`.
         self.on_progress: Callable[[int, int], None] | None = None
-        self.max_model_len = max_model_len
+        self.max_model_len = ask.max_model_len
         self.stats = EngineStats()
         self._lock = threading.Lock()  # vLLM's LLM is not safe to drive from two threads at once
         self._live: set[str] = set()  # ids of requests submitted and not yet returned by `step`
 
-        # Everything that differs between CPU and CUDA: the one table (local_llm/settings.py).
-        ask = Ask(model=str(self.path), model_dtype=config_dtype(self.path), dtype=dtype, max_model_len=max_model_len,
-                  gpu_memory_utilization=gpu_memory_utilization, tensor_parallel_size=tensor_parallel_size,
-                  max_num_seqs=max_num_seqs, kv_cache_gib=kv_cache_gib, seed=seed,
-                  enable_prefix_caching=enable_prefix_caching, batch_invariant=batch_invariant, ray_worker=ray_worker,
-                  quantization=quantization)
         table = engine_settings(device, ask)
         for note in table.notes:
             console.say(note)
-        configure_environment(table.env, force=("VLLM_BATCH_INVARIANT",) if batch_invariant else ())
+        configure_environment(table.env, force=("VLLM_BATCH_INVARIANT",) if ask.batch_invariant else ())
         self.cores = contextlib.nullcontext()  # on CPU: the cores this engine works on, held while it works
         if self.device == "cpu":
             bound = parse_cpu_list(os.environ["VLLM_CPU_OMP_THREADS_BIND"]) or affinity()
             self.cores = CoreLock(bound, say=console.say)
             self.device_count = len(bound)
         else:  # memory other processes hold: one clear error now, not vLLM's after loading
-            self.device_count = tensor_parallel_size
-            check_gpu_memory(gpu_memory_utilization, tensor_parallel_size)
+            self.device_count = ask.tensor_parallel_size
+            check_gpu_memory(ask.gpu_memory_utilization, ask.tensor_parallel_size)
         from vllm import LLM
 
         settings: dict[str, Any] = dict(table.llm, use_tqdm_on_load=progress)  # the weight-loading bar
@@ -235,8 +221,8 @@ class VLLMEngine:
         # the chat template or not, the dtype really run (bf16 greedy results even depend on batch
         # composition), batch-invariant mode, and the vLLM and torch builds.
         self.model_id = (f"{name}@{fingerprint or model_fingerprint(self.path)}:{'chat' if self.chat else 'raw'}:{self.dtype}"
-                         f"{':batch-invariant' if batch_invariant else ''}"
-                         f"{f':{quantization}' if quantization else ''}"
+                         f"{':batch-invariant' if ask.batch_invariant else ''}"
+                         f"{f':{ask.quantization}' if ask.quantization else ''}"
                          f":vllm-{self.versions['vllm']}:torch-{self.versions['torch']}")
         self._tokenizer = self._llm.get_tokenizer()
 
@@ -429,25 +415,33 @@ def prompts_over_context(model_dir: Path, prompts: Sequence[str],
     return [(i, n) for i, n in enumerate(counts) if n >= max_model_len]
 
 
-def get_engine(model: str | os.PathLike = Ask.model, **kwargs: Any) -> VLLMEngine:
+_DEFAULT = Ask()
+_ASK_NAMES = [f.name for f in dataclasses.fields(Ask)]
+
+
+def get_engine(model: str | os.PathLike = Ask.model, options: EngineOptions | None = None, **kwargs: Any) -> VLLMEngine:
     """Process-wide engine registry: the same (model directory, settings) gives the same instance.
 
-    An `LLM` costs ~3.4 GB RSS on CPU and vLLM does not release it cleanly in-process, so tests and the
-    CLI share one. Asking for a second, different engine works but is logged as a warning.
-    `progress` (vLLM's progress bar) only changes the shared instance's display setting."""
+    `options`: the engine's options whole (VLLMEngine); a keyword named as an option of `Ask` (`dtype=`,
+    `ray_worker=`) replaces that one, any other is a `vllm.LLM` keyword. An `LLM` costs ~3.4 GB RSS on CPU
+    and vLLM does not release it cleanly in-process, so tests and the CLI share one. Asking for a second,
+    different engine works but is logged as a warning. `progress` (vLLM's progress bar) only changes the
+    shared instance's display setting."""
     progress = kwargs.pop("progress", None)  # display only: not part of the engine's identity
     fingerprint = kwargs.pop("fingerprint", None)  # the folder's, computed by the caller: derived from the path
     path = resolve_model(model)
-    defaults = {k: p.default for k, p in inspect.signature(VLLMEngine.__init__).parameters.items()
-                if p.default is not inspect.Parameter.empty}
-    # a setting given at its default is the same engine as one left out
-    key = (str(path.resolve()), tuple(sorted((k, repr(v)) for k, v in kwargs.items() if defaults.get(k, object()) != v)))
+    ask = ask_of(options or Ask(), **{k: kwargs.pop(k) for k in [k for k in kwargs if k in _ASK_NAMES]})
+    # a setting given at its default is the same engine as one left out; the folder names the model
+    changed = [(k, repr(getattr(ask, k))) for k in _ASK_NAMES
+               if k not in ("model", "model_dtype") and getattr(ask, k) != getattr(_DEFAULT, k)]
+    key = (str(path.resolve()), tuple(sorted(changed + [(k, repr(v)) for k, v in kwargs.items()])))
     with _ENGINES_LOCK:
         engine = _ENGINES.get(key)
         if engine is None:
             if _ENGINES:
                 log.warning("building a second vLLM engine in this process (%s); each holds its own memory", key)
-            engine = VLLMEngine(path, progress=True if progress is None else progress, fingerprint=fingerprint, **kwargs)
+            engine = VLLMEngine(path, options=ask, progress=True if progress is None else progress,
+                                fingerprint=fingerprint, **kwargs)
             _ENGINES[key] = engine
         if progress is not None:
             engine.progress = progress

@@ -41,7 +41,7 @@ def fresh(cfg):  # one engine for the three runs, its prefix cache dropped befor
 got = {}
 for scheduler in ("continuous", "waves", "sequential"):
     cfg = config.load(None, {**settings, "scheduler": scheduler})
-    got[scheduler] = run(cfg, out / scheduler, engine_factory=fresh, progress=False)
+    got[scheduler] = run(cfg, out / scheduler, engine_factory=fresh, progress=False).to_json()
 assert len({id(e) for e in engines}) == 1
 print(json.dumps(got))
 """
@@ -59,7 +59,7 @@ def test_batch_invariant_runs_are_identical_fresh_under_every_scheduler_and_two_
     ray_out = tmp_path / "ray"
     runs["ray"] = _child("import json, sys\nfrom clarify.batch import config\nfrom clarify.batch.pipeline import run\n"
                          "cfg = config.load(None, json.loads(sys.argv[1]))\n"
-                         "print(json.dumps(run(cfg, sys.argv[2], progress=False)))",
+                         "print(json.dumps(run(cfg, sys.argv[2], progress=False).to_json()))",
                          json.dumps({**settings, "cluster.workers": 2, "cluster.chunk_questions": 1}), str(ray_out))
     for name, summary in runs.items():
         assert summary["n_questions"] == 2, name

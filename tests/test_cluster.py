@@ -50,7 +50,7 @@ from clarify.batch.pipeline import run
 cfg = config.load(None, json.loads(sys.argv[1]))
 {hook}
 summary = run(cfg, sys.argv[2], progress=False{on_part})
-print(json.dumps({{"summary": summary{extra}}}))
+print(json.dumps({{"summary": summary and summary.to_json(){extra}}}))
 """
 
 
@@ -104,7 +104,7 @@ def test_two_workers_equal_one_process_replaying_their_caches(two_workers, tmp_p
     prompts = llm_engine.stats.prompts
     one = run(_cfg(limit=4, **CONSTRAINED), replay, engine_factory=lambda c: llm_engine, index=default_local_index,
               progress=False)
-    assert llm_engine.stats.prompts == prompts and one["cached_calls"] == one["llm_calls"]
+    assert llm_engine.stats.prompts == prompts and one.cached_calls == one.llm_calls
     same_tables(out, replay)
 
 

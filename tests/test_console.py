@@ -90,14 +90,15 @@ def test_run_progress_reports_calls_tokens_and_an_eta():
 def test_run_notes_in_words():
     from clarify.batch.config import RunConfig
     from clarify.batch.pipeline import note_run
+    from clarify.batch.records import RunSummary
 
     console._notes.clear()
-    note_run({"llm_calls": 100, "parse_errors": 40, "prompts_too_long": 2}, RunConfig())
+    note_run(RunSummary(llm_calls=100, parse_errors=40, prompts_too_long=2), RunConfig())
     words = " ".join(console.notes())
     assert "2 prompt(s) were longer than the model's context" in words
     assert "38% of the model's completions (38 of 100) did not parse cleanly" in words
     console._notes.clear()
-    note_run({"llm_calls": 100, "parse_errors": 5, "prompts_too_long": 0}, RunConfig())
+    note_run(RunSummary(llm_calls=100, parse_errors=5, prompts_too_long=0), RunConfig())
     assert console.notes() == []
     json.dumps(console.notes())
 
@@ -136,8 +137,8 @@ def test_run_shows_one_display_fed_by_the_engine(tmp_path, capsys):
     summary = run(_run_cfg(tmp_path), tmp_path / "r", engine_factory=lambda _c: engine, index=FakeIndex())
     err = capsys.readouterr().err
     assert hooked and all(hooked) and engine.on_progress is None
-    assert f"ToC {summary['n_questions']}/{summary['n_questions']} questions" in err
-    assert f"{summary['llm_calls'] - summary['cached_calls']} LLM calls" in err
+    assert f"ToC {summary.n_questions}/{summary.n_questions} questions" in err
+    assert f"{summary.llm_calls - summary.cached_calls} LLM calls" in err
     assert "opening the index, the encoder and the engine…" in err and "checking quotes and scoring…" in err
 
 
@@ -293,7 +294,7 @@ def test_a_redirected_run_logs_at_most_one_progress_line_per_10_s(tmp_path, monk
     lines = [line for line in err.splitlines() if line.startswith("ToC ")]
     assert took > 60 and "\r" not in err
     assert 2 <= len(lines) <= took / 10 + 1
-    assert lines[-1].startswith("ToC 6/6 questions (100%)") and f"{summary['llm_calls'] - summary['cached_calls']} LLM calls" in lines[-1]
+    assert lines[-1].startswith("ToC 6/6 questions (100%)") and f"{summary.llm_calls - summary.cached_calls} LLM calls" in lines[-1]
     # the same session as data in the run directory: a sample per 30 s of the run's clock and one at the end
     samples = [json.loads(line) for line in (tmp_path / "r" / "logs" / "progress.jsonl").read_text().splitlines()]
     gaps = [b["elapsed_s"] - a["elapsed_s"] for a, b in zip(samples, samples[1:])]
@@ -301,7 +302,7 @@ def test_a_redirected_run_logs_at_most_one_progress_line_per_10_s(tmp_path, monk
     assert all(g >= 30 for g in gaps[:-1]) and gaps[-1] >= 0 and len(samples) <= took / 30 + 2
     assert [s["finished"] for s in samples] == sorted(s["finished"] for s in samples)
     assert samples[-1]["finished"] == samples[-1]["total"] == 6
-    assert samples[-1]["calls"] == summary["llm_calls"] - summary["cached_calls"]
+    assert samples[-1]["calls"] == summary.llm_calls - summary.cached_calls
     assert samples[-1]["tokens"] > 0 and samples[-1]["rss_mb"] > 0
 
 

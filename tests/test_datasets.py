@@ -84,14 +84,14 @@ def test_a_registered_dataset_runs_end_to_end_and_is_evaluated(toy, tmp_path):
     cfg = config.load(None, {"dataset": "toy", "questions": str(toy), "limit": 2, "answer_style": "free",
                              "toc.max_expansions": 3})
     summary = _run(cfg, tmp_path / "r")
-    assert summary["dataset"] == "toy" and summary["n_questions"] == 2 and "hit" in summary["metrics"]
+    assert summary.dataset == "toy" and summary.n_questions == 2 and "hit" in summary.metrics
     scores = pl.read_parquet(tmp_path / "r" / "scores.parquet")
     assert scores["metric"].unique().to_list() == ["hit"] and scores.height == 2
     args = argparse.Namespace(dataset="toy", predictions=tmp_path / "r", gold=toy, split="dev", reader=None,
                               limit=None, only_predicted=False, canonical_markers=False, out=None)
     per_q, summ, _ = evaluate(args)
     assert per_q["qid"].to_list() == ["t0", "t1"]
-    assert summ.filter(pl.col("metric") == "hit")["value"].item() == summary["metrics"]["hit"]
+    assert summ.filter(pl.col("metric") == "hit")["value"].item() == summary.metrics["hit"]
 
 
 # --- QuoteSum: its own numbered sources, one builder for runs and demos ----------------------------------

@@ -117,7 +117,7 @@ def test_the_documented_run_over_every_dev_question_runs_with_train_demos(asqa_f
                                   "--answer-style", "free", "--out", str(out)))
     summary = run(cfg, out, engine_factory=lambda c: ScriptedEngine("s", make_responder()), index=FakeIndex(),
                   progress=True)
-    assert summary["n_questions"] == N_DEV
+    assert summary.n_questions == N_DEV
     assert json.loads((out / "config.json").read_text())["demo_pool"] == "asqa:train"
     pinned = json.loads((out / "inputs.json").read_text())["demo_pool"]
     assert pinned == {"spec": "asqa:train", "path": str(asqa_file), "sha256": sha256(asqa_file), "demos": 448}
@@ -164,7 +164,7 @@ def test_a_file_without_a_train_split_falls_back_to_dev_500_with_the_message(tmp
                              "toc.max_expansions": 1})
     summary = run(cfg, out, engine_factory=lambda c: ScriptedEngine("s", make_responder()), index=FakeIndex(),
                   progress=True)
-    assert summary["n_questions"] == 3
+    assert summary.n_questions == 3
     assert json.loads((out / "config.json").read_text())["demo_pool"] == "asqa:dev[500:]"
     line = [x for x in capsys.readouterr().err.splitlines() if x.startswith("demo pool")]
     assert line == [f"demo pool asqa:dev[500:] (dev-only.json has no train split): 10 demos from the dev split of "

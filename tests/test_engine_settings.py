@@ -140,19 +140,20 @@ def test_each_engine_and_client_default_is_declared_once():
     from clarify.batch.config import ModelConfig
     from clarify.local_llm.openai_engine import OpenAIEngine
     from clarify.local_llm.openai_http import ClientOptions, resolve_served_model, served_models
-    from clarify.local_llm.settings import CHAT_TEMPLATES, EngineOptions
+    from clarify.local_llm.settings import EngineOptions, ask_of
     from clarify.local_llm.vllm_engine import VLLMEngine, get_engine, prompts_over_context
 
     def keywords(fn) -> dict:
         return {k: p.default for k, p in inspect.signature(fn).parameters.items() if p.default is not p.empty}
 
     run, engine, client, ask = ModelConfig(), EngineOptions(), ClientOptions(), Ask()
-    vllm, served = keywords(VLLMEngine.__init__), keywords(OpenAIEngine.__init__)
-    chat = {value: name for name, value in CHAT_TEMPLATES.items()}  # VLLMEngine's `chat` -> [model] chat_template
+    served = keywords(OpenAIEngine.__init__)
+    # VLLMEngine and get_engine take the options whole: left out, an Ask at the declared defaults
+    assert keywords(VLLMEngine.__init__)["options"] is None and keywords(get_engine)["options"] is None
     for f in dataclasses.fields(EngineOptions):
         seen = {"[model]": getattr(run, f.name), "Ask": getattr(ask, f.name),
-                "VLLMEngine": chat[vllm["chat"]] if f.name == "chat_template" else
-                keywords(get_engine)["model"] if f.name == "model" else vllm[f.name]}
+                "ask_of([model])": getattr(ask_of(run), f.name)} | (
+                {"get_engine": keywords(get_engine)["model"]} if f.name == "model" else {})
         assert seen == dict.fromkeys(seen, getattr(engine, f.name)), f.name
     assert keywords(prompts_over_context)["max_model_len"] == engine.max_model_len == 6144
     for f in dataclasses.fields(ClientOptions):
@@ -161,8 +162,8 @@ def test_each_engine_and_client_default_is_declared_once():
     assert len(served.keys() & {f.name for f in dataclasses.fields(ClientOptions)}) == 7  # all but base_url
     for check in (resolve_served_model, served_models):  # the start-up check's own deadline
         assert keywords(check)["timeout_s"] == client.check_timeout_s, check.__name__
-    for name in ("kv_cache_gib", "seed", "enable_prefix_caching", "ray_worker"):  # the engine's own, beyond [model]
-        assert vllm[name] == getattr(ask, name), name
+    # every option of a [model] table reaches the table's Ask, a quantization too (`clarify doctor --settings`)
+    assert ask_of(ModelConfig(quantization="fp8", max_num_seqs=8)) == Ask(quantization="fp8", max_num_seqs=8)
 
 
 def test_quantization_by_device():

@@ -195,4 +195,4 @@ def test_a_run_and_eval_on_it_write_the_same_scores_and_metrics(tmp_path, datase
     # metrics only: bookkeeping columns of the per-question table (n_pairs, n_refs ...) are not scores
     per_q = pl.read_parquet(tmp_path / "run" / "eval" / "per_question.parquet")
     assert set(ran["metric"]) < set(per_q.columns) and not {"n_pairs", "n_refs", "n_gold"} & set(ran["metric"])
-    assert summary["metrics"] == {m: r["value"] for m, r in _summary(tmp_path / "run" / "eval").items()}
+    assert summary.metrics == {m: r["value"] for m, r in _summary(tmp_path / "run" / "eval").items()}

@@ -119,6 +119,29 @@ def test_doctor_on_a_faked_cuda_machine_runs_the_gpu_preflight(tmp_path, monkeyp
     assert "missing" in text and "a passing GPU preflight" in text
 
 
+def test_doctor_settings_shows_the_configs_quantization(tmp_path, monkeypatch, capsys):
+    """`clarify doctor --settings` evaluates the table on the config's [model] options whole: a config that sets
+    quantization = "fp8" shows it on a faked sm_89 GPU (L40S), never "not set"."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from clarify.local_llm import vllm_engine
+    from tests.fixtures_llm import write_fake_model
+
+    model = write_fake_model(tmp_path / "m", config={"model_type": "llama", "torch_dtype": "bfloat16"})
+    (tmp_path / "run.toml").write_text(f'[model]\nmodel = "{model}"\nquantization = "fp8"\n')
+    monkeypatch.setenv("CLARIFY_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(vllm_engine, "detect_device", lambda: "cuda")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: (8, 9))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i=0: SimpleNamespace(name="NVIDIA L40S",
+                                                                                       total_memory=48 << 30))
+    assert main(["doctor", "--settings", "--config", str(tmp_path / "run.toml")]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| `quantization` |"))
+    assert row.startswith("| `quantization` | `fp8` |"), row
+
+
 # -- `clarify offline bundle` and `clarify doctor --offline` on real folders ------------------------------
 # The embedded model folder and the embedded index (the real pieces a bundle carries; made by `make setup`),
 # fake-but-valid folders for the reader, cross-encoder and encoder (their layout is what the doctor checks),

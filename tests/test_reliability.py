@@ -178,13 +178,13 @@ def test_failed_start_does_not_block_its_run_directory(tmp_path):
     # a start that got as far as freezing but made no checkpoint (killed while loading) blocks nothing
     out.mkdir()
     (out / "config.json").write_text(json.dumps(json.loads(_cfg(q, seed=7).to_json())))
-    assert _run(_cfg(q), out)["n_questions"] == 2
+    assert _run(_cfg(q), out).n_questions == 2
 
 
 def test_changed_questions_file_is_refused_then_restart_starts_over(tmp_path):
     q = _questions(tmp_path, *QS)
     out = tmp_path / "r"
-    assert _run(_cfg(q), out, stop_after_parts=1, part_trees=1) == {"stopped_after_parts": 1}
+    assert _run(_cfg(q), out, stop_after_parts=1, part_trees=1) is None
     pinned = json.loads((out / "inputs.json").read_text())
     assert pinned["questions"]["sha256"] == hashlib.sha256(q.read_bytes()).hexdigest()
     q.write_text(q.read_text().replace("world football", "world hockey"))
@@ -192,7 +192,7 @@ def test_changed_questions_file_is_refused_then_restart_starts_over(tmp_path):
         _run(_cfg(q), out)
     factory = _Factory()
     summary = _run(_cfg(q), out, factory, restart=True)
-    assert summary["n_questions"] == 2
+    assert summary.n_questions == 2
     asked = pl.read_parquet(out / "questions.parquet")["question"].to_list()
     assert asked[0] == "Who has the highest goals in world hockey?"
     assert "world hockey" in pl.read_parquet(out / "nodes.parquet")["question"][0]
@@ -222,8 +222,7 @@ def test_changed_index_is_refused(tmp_path):
 
     q = _questions(tmp_path, *QS)
     _run(_cfg(q), tmp_path / "r", index=BuiltIndex("a" * 64), stop_after_parts=1, part_trees=1)
-    assert _run(_cfg(q), tmp_path / "r", index=BuiltIndex("a" * 64), stop_after_parts=2, part_trees=1) == {
-        "stopped_after_parts": 2}
+    assert _run(_cfg(q), tmp_path / "r", index=BuiltIndex("a" * 64), stop_after_parts=2, part_trees=1) is None
     with pytest.raises(InputError, match=r"index .*index changed \(fingerprint"):
         _run(_cfg(q), tmp_path / "r", index=BuiltIndex("b" * 64))
 
@@ -259,7 +258,7 @@ def test_second_process_on_a_run_directory_is_refused_naming_the_holder(tmp_path
     finally:
         holder.kill()  # SIGKILL: the holder never unlocks; the kernel frees its flock
         holder.wait()
-    assert _run(_cfg(q), out)["n_questions"] == 2  # a dead holder's lock does not block
+    assert _run(_cfg(q), out).n_questions == 2  # a dead holder's lock does not block
 
 
 # --- checkpoints: atomic, checksummed, verified before the model loads ---------------------------------
@@ -296,7 +295,7 @@ def test_following_the_damage_advice_resumes_from_the_cache(tmp_path):
     shutil.rmtree(out / "parts" / "0002")  # what the message says to do
     factory = _Factory()
     resumed = _run(_cfg(q), out, factory)
-    assert resumed["metrics"] == full["metrics"]
+    assert resumed.metrics == full.metrics
     for name in ("nodes", "answers", "hits"):
         assert pl.read_parquet(out / f"{name}.parquet").equals(pl.read_parquet(tmp_path / "full" / f"{name}.parquet"))
 
@@ -329,10 +328,11 @@ def test_recomputed_cache_rows_are_reported_in_summary_and_terminal(tmp_path):
     import sqlite3
 
     from clarify.batch.commands import print_summary
+    from clarify.batch.records import CacheRecomputed
 
     q = _questions(tmp_path, *QS)
     out = tmp_path / "r"
-    assert _run(_cfg(q), out)["cache_recomputed"] == {"rows": 0, "reasons": {}}
+    assert _run(_cfg(q), out).cache_recomputed == CacheRecomputed(rows=0, reasons={})
     db = sqlite3.connect(out / "cache" / "completions.sqlite")
     db.execute("UPDATE completions SET payload = replace(payload, 'answer', 'ANSWER') "
                "WHERE rowid IN (SELECT rowid FROM completions WHERE payload LIKE '%answer%' LIMIT 2)")
@@ -340,7 +340,7 @@ def test_recomputed_cache_rows_are_reported_in_summary_and_terminal(tmp_path):
     db.close()
     factory = _Factory()
     summary = _run(_cfg(q), out, factory, restart=True)
-    assert summary["cache_recomputed"] == {"rows": 2, "reasons": {"checksum mismatch": 2}}
+    assert summary.cache_recomputed.to_json() == {"rows": 2, "reasons": {"checksum mismatch": 2}}
     assert len(factory.made[0].prompts_seen) == 2  # exactly the damaged rows were asked again
     assert json.loads((out / "summary.json").read_text())["cache_recomputed"]["rows"] == 2
     text = io.StringIO()
@@ -436,7 +436,7 @@ def test_answered_but_unfinalized_run_writes_its_tables_without_a_model(tmp_path
     again = run(cfg, out, engine_factory=no_model, index=_INDEX, progress=False)
     timing = ("wall_s_last_session", "wall_s_total", "seconds_last_session", "engine_tokens_per_s",
               "engine_usage_last_session", "peak_memory_last_session", "toc_s_last_session")
-    assert {k: v for k, v in again.items() if k not in timing} == {k: v for k, v in first.items() if k not in timing}
+    assert {k: v for k, v in again.to_json().items() if k not in timing} == {k: v for k, v in first.to_json().items() if k not in timing}
     for n in FINAL_TABLES:
         assert pl.read_parquet(out / f"{n}.parquet").equals(tables[n]), n
 
@@ -466,7 +466,7 @@ def test_wave_checkpoints_of_older_clarify_say_restart_and_restart_finishes(tmp_
     with pytest.raises(InputError, match=r"waves: this run directory was written by an older clarify.*--restart"):
         _run(_cfg(q), out, factory)
     assert not factory.made
-    assert _run(_cfg(q), out, factory, restart=True)["n_questions"] == 2
+    assert _run(_cfg(q), out, factory, restart=True).n_questions == 2
     assert not (out / "waves").exists()
 
 
@@ -513,7 +513,7 @@ def test_a_finished_run_missing_a_final_table_rebuilds_it_with_no_engine(tmp_pat
         (out / f"{name}.parquet").unlink()
     factory = _Factory()
     summary = _run(_cfg(q), out, factory)
-    assert not factory.made and summary["n_questions"] == 2
+    assert not factory.made and summary.n_questions == 2
     for name, table in before.items():
         assert pl.read_parquet(out / f"{name}.parquet").equals(table), name
 

@@ -530,8 +530,8 @@ def test_several_runs_get_sections_and_a_comparison(report_runs, tmp_path):
     runs = [Run.open(d) for d in report_runs]
     table = report.comparison_table(runs)
     assert [Path(m).name for m in table["model"]] == ["SmolLM2-135M-Instruct", "gemma-3-270m"]
-    assert table["params"].to_list() == [r.summary["params"] for r in runs] and None not in table["params"]
-    assert table["str_em"].to_list() == [r.summary["metrics"]["str_em"] for r in runs]
+    assert table["params"].to_list() == [r.summary.params for r in runs] and None not in table["params"]
+    assert table["str_em"].to_list() == [r.summary.metrics["str_em"] for r in runs]
     calls = [r.llm_calls.height / r.questions.height for r in runs]
     assert table["llm_calls_per_question"].to_list() == calls and calls[0] != calls[1]  # one model prunes
     cmp_imgs = [n for n in sections[0].iter() if n.tag == "img"]
@@ -545,7 +545,7 @@ def test_report_of_two_runs_plots_wall_time_per_question(report_runs, tmp_path):
     """The wall seconds per question of each run, from summary.json as finalize writes it (`wall_s_total`,
     batch/pipeline.py), in the cost table and as a panel of the metrics-against-model-size plot."""
     runs = [Run.open(d) for d in report_runs]
-    walls = [r.summary["wall_s_total"] / r.questions.height for r in runs]
+    walls = [r.summary.wall_s_total / r.questions.height for r in runs]
     assert all(w > 0 for w in walls)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a plot whose layout collapsed (matplotlib warns) fails here
@@ -560,7 +560,7 @@ def test_report_of_two_runs_plots_wall_time_per_question(report_runs, tmp_path):
     metrics = plotted_metrics(runs, table)
     panel = next(ax for ax in plots.compare_figure(table, metrics).axes if ax.get_title() == "wall_s_per_question")
     xs, ys = panel.lines[0].get_data()
-    by_size = sorted(zip((r.summary["params"] for r in runs), walls))
+    by_size = sorted(zip((r.summary.params for r in runs), walls))
     assert list(xs) == [p for p, _ in by_size] and list(ys) == pytest.approx([w for _, w in by_size])
     # ... is the plot the report embeds
     img = next(n for n in section.iter() if n.tag == "img" and "model size" in n.attrs["alt"])
@@ -684,3 +684,18 @@ def test_out_that_is_a_folder_is_refused_in_one_line(report_runs, tmp_path, caps
         assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err
         assert f"{out} (field '--out'): is a folder" in err
     assert list((tmp_path / "d").iterdir()) == []
+
+
+def test_the_summary_groups_and_words_name_the_records_fields():
+    """The folded run summary groups and names summary.json's keys (html.py SUMMARY_GROUPS, SUMMARY_WORDS): each
+    is a field of its record (batch/records.py RunSummary, or a declared key of one of its parts), so a renamed
+    field fails here, not when a page renders."""
+    import dataclasses
+
+    from clarify.batch.records import RunSummary, _part_fields
+
+    fields, parts = {f.name for f in dataclasses.fields(RunSummary)}, _part_fields(RunSummary)
+    assert {p for _, prefixes in report.SUMMARY_GROUPS for p in prefixes} <= fields
+    for key in report.SUMMARY_WORDS:
+        top, _, sub = key.partition(".")
+        assert top in fields and (not sub or sub in parts[top]._names()), key

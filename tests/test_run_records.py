@@ -25,7 +25,7 @@ from tests.test_reliability import QS, _cfg, _Factory, _questions, _run
 
 def test_a_prompt_edit_between_start_and_resume_is_refused_and_restart_recomputes(tmp_path, monkeypatch):
     cfg, out = _cfg(_questions(tmp_path, *QS)), tmp_path / "r"
-    assert _run(cfg, out, stop_after_parts=1, part_trees=1) == {"stopped_after_parts": 1}
+    assert _run(cfg, out, stop_after_parts=1, part_trees=1) is None
     pinned = json.loads((out / "inputs.json").read_text())
     assert pinned["schema_version"] == INPUTS_SCHEMA and set(pinned["prompts"]) == set(fingerprint.COMPONENTS)
 
@@ -39,7 +39,7 @@ def test_a_prompt_edit_between_start_and_resume_is_refused_and_restart_recompute
     assert "parser" not in msg and factory.made == []  # refused before the engine is built
 
     summary = _run(cfg, out, factory=factory, restart=True)
-    assert summary["n_questions"] == 2 and factory.made[0].prompts_seen  # recomputed: new prompts, new calls
+    assert summary.n_questions == 2 and factory.made[0].prompts_seen  # recomputed: new prompts, new calls
     clarify = pl.read_parquet(out / "llm_calls.parquet").filter(pl.col("step") == "clarify")
     assert clarify["prompt"].str.contains("Be brief.").all()
 
@@ -88,7 +88,7 @@ def test_an_unchanged_resume_makes_no_engine_call(tmp_path):
     factory = _Factory()
     again = _run(cfg, out, factory=factory)
     assert len(factory.made) == 1 and factory.made[0].calls == 0  # the engine was opened, never asked
-    assert again["metrics"] == first["metrics"] and again["llm_calls"] == first["llm_calls"]
+    assert again.metrics == first.metrics and again.llm_calls == first.llm_calls
     for n in ("nodes", "hits", "answers", "spans", "passages", "scores"):
         assert pl.read_parquet(out / f"{n}.parquet").equals(tables[n]), n
 
@@ -100,7 +100,7 @@ def test_a_run_directory_without_the_prompts_fingerprint_resumes_says_so_and_rec
     old = {k: v for k, v in pinned.items() if k not in ("schema_version", "prompts")}  # as clarify wrote it before
     (out / "inputs.json").write_text(json.dumps(old))
     console._notes.clear()
-    assert _run(cfg, out)["n_questions"] == 2
+    assert _run(cfg, out).n_questions == 2
     assert any("did not record its prompts" in n for n in console.notes())
     assert json.loads((out / "inputs.json").read_text()) == pinned  # the old layout was read once, and upgraded
 
@@ -109,7 +109,7 @@ def test_summary_json_is_a_declared_record_and_older_ones_still_open(tmp_path):
     cfg, out = _cfg(_questions(tmp_path, *QS)), tmp_path / "r"
     summary = _run(cfg, out)
     written = json.loads((out / "summary.json").read_text())
-    assert written == json.loads(json.dumps(summary)) and written["schema_version"] == SUMMARY_SCHEMA
+    assert written == json.loads(json.dumps(summary.to_json())) and written["schema_version"] == SUMMARY_SCHEMA
     assert RunSummary.read(out / "summary.json", "").to_json() == written  # the reader and the writer agree
     # what wall time, calls and metrics are read under: the keys every reader of summary.json uses
     assert {"wall_s_total", "wall_s_last_session", "llm_calls_per_question", "metrics", "tokens"} <= set(written)
@@ -117,7 +117,7 @@ def test_summary_json_is_a_declared_record_and_older_ones_still_open(tmp_path):
     del written["schema_version"]  # summary.json as clarify wrote it before the version existed
     (out / "summary.json").write_text(json.dumps(written))
     run = Run.open(out)
-    assert run.summary["schema_version"] == 1 and run.summary["wall_s_total"] == summary["wall_s_total"]
+    assert run.summary.schema_version == 1 and run.summary.wall_s_total == summary.wall_s_total
 
     (out / "summary.json").write_text(json.dumps({**written, "schema_version": SUMMARY_SCHEMA + 1}))
     with pytest.raises(InputError, match=r"summary.json \(field 'schema_version'\): written by a newer clarify"):
@@ -228,7 +228,7 @@ def test_a_run_directory_that_lost_its_config_json_is_refused_and_restart_starts
     both in one run. Refused in one line naming --restart, before any engine is built and without touching
     inputs.json; --restart then starts over."""
     cfg, out = _cfg(_questions(tmp_path, *QS)), tmp_path / "r"
-    assert _run(cfg, out, stop_after_parts=1, part_trees=1) == {"stopped_after_parts": 1}
+    assert _run(cfg, out, stop_after_parts=1, part_trees=1) is None
     (out / "config.json").unlink()
     pinned = (out / "inputs.json").read_bytes()
     factory = _Factory()
@@ -240,7 +240,7 @@ def test_a_run_directory_that_lost_its_config_json_is_refused_and_restart_starts
     assert "--restart" in msg and factory.made == []
     assert (out / "inputs.json").read_bytes() == pinned and not (out / "config.json").exists()
     summary = _run(cfg, out, restart=True)
-    assert summary["n_questions"] == 2 and config.load(out / "config.json").answer_style == "free"
+    assert summary.n_questions == 2 and config.load(out / "config.json").answer_style == "free"
     assert set(pl.read_parquet(out / "answers.parquet")["qid"]) == {"q0", "q1"}
 
 

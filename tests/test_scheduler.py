@@ -100,10 +100,10 @@ def test_a_stopped_run_leaves_nothing_in_the_engine(tmp_path):
     engine = ScriptedStepEngine("scripted", make_responder())
     got = run(_run_cfg(tmp_path), tmp_path / "r", engine_factory=lambda c: engine, index=FakeIndex(),
               progress=False, stop_after_parts=1, part_trees=1)
-    assert got == {"stopped_after_parts": 1} and engine.pending() == 0
+    assert got is None and engine.pending() == 0
     done = run(_run_cfg(tmp_path), tmp_path / "r", engine_factory=lambda c: ScriptedStepEngine("s2", make_responder()),
                index=FakeIndex(), progress=False)
-    assert done["n_questions"] == 3 and done["parts"] >= 2
+    assert done.n_questions == 3 and done.parts >= 2
 
 
 def test_scheduler_is_recorded_but_a_run_resumes_under_another(tmp_path):
@@ -116,14 +116,14 @@ def test_scheduler_is_recorded_but_a_run_resumes_under_another(tmp_path):
     assert json.loads((out / "config.json").read_text())["scheduler"] == "continuous"
     summary = run(_run_cfg(tmp_path, scheduler="sequential"), out, engine_factory=lambda c: engine,
                   index=FakeIndex(), progress=False)
-    assert summary["scheduler"] == "sequential"
+    assert summary.scheduler == "sequential"
     assert json.loads((out / "config.json").read_text())["scheduler"] == "sequential"
     full = run(_run_cfg(tmp_path, scheduler="waves"), tmp_path / "full",
                engine_factory=lambda c: ScriptedStepEngine("scripted", make_responder()), index=FakeIndex(),
                progress=False)
     for name in ("nodes", "hits", "answers", "scores"):
         assert pl.read_parquet(out / f"{name}.parquet").equals(pl.read_parquet(tmp_path / "full" / f"{name}.parquet"))
-    assert summary["metrics"] == full["metrics"]
+    assert summary.metrics == full.metrics
 
 
 def test_rerank_order_ignores_float_noise_from_the_batch():

@@ -31,7 +31,7 @@ def test_toc_runs_end_to_end_on_prebuilt_layouts_with_a_dpr_encoder(layouts, tmp
                 **SMALL, "toc.max_expansions": 2}
     cfg = config.load(None, settings)
     summary = run(cfg, tmp_path / "run", engine_factory=lambda c: llm_engine, progress=False)
-    assert summary["n_questions"] == 1 and summary["llm_calls"] > 0
+    assert summary.n_questions == 1 and summary.llm_calls > 0
     inputs = json.loads((tmp_path / "run" / "inputs.json").read_text())
     assert inputs["faiss_index"]["path"] == str(layouts["faiss"]) and len(inputs["faiss_index"]["fingerprint"]) == 64
     assert inputs["encoder"]["kind"] == "dpr-question"
@@ -44,4 +44,4 @@ def test_toc_runs_end_to_end_on_prebuilt_layouts_with_a_dpr_encoder(layouts, tmp
     assert all(by_id[r["passage_id"]]["text"] == r["text"] for r in passages.iter_rows(named=True))
     # the same run again: finished, nothing opened, nothing changed
     again = run(cfg, tmp_path / "run", engine_factory=lambda c: llm_engine, progress=False)
-    assert again["llm_calls"] == summary["llm_calls"]
+    assert again.llm_calls == summary.llm_calls

@@ -177,9 +177,9 @@ def test_quoted_asqa_and_quotesum_runs_make_spans(tmp_path, default_local_index,
     s = run(cfg, tmp_path / "asqa", engine_factory=lambda c: llm_engine, index=default_local_index, progress=False)
     spans = schemas.check(pl.read_parquet(tmp_path / "asqa" / "spans.parquet"), "spans")
     answers = schemas.check(pl.read_parquet(tmp_path / "asqa" / "answers.parquet"), "answers")
-    assert answers.height == 2 and s["quote_fidelity"]["n_spans"] == spans.height
+    assert answers.height == 2 and s.quote_fidelity.n_spans == spans.height
     assert set(spans["status"].to_list()) <= {"verbatim", "repaired", "unmarked", "bad_source", "empty"}
-    assert "rougeLsum" in " ".join(s["metrics"]) or s["metrics"]
+    assert "rougeLsum" in " ".join(s.metrics) or s.metrics
 
     cfg = config.load(None, {"dataset": "quotesum", "limit": 3, "answer_style": "quoted", **SMALL})
     s = run(cfg, tmp_path / "qs", engine_factory=lambda c: llm_engine, index=default_local_index, progress=False)
@@ -188,7 +188,7 @@ def test_quoted_asqa_and_quotesum_runs_make_spans(tmp_path, default_local_index,
     assert pl.read_parquet(tmp_path / "qs" / "hits.parquet").height == 0
     answers = pl.read_parquet(tmp_path / "qs" / "answers.parquet")
     assert all(len(p) >= 2 for p in answers["passage_ids"])  # the question's own sources
-    assert any("sem" in k.lower() for k in s["metrics"])
+    assert any("sem" in k.lower() for k in s.metrics)
     hits = pl.read_parquet(tmp_path / "qs" / "hits.parquet")
     assert hits.height == 0 and set(schemas.HITS) <= set(hits.columns)  # typed, though empty
 

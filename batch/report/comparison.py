@@ -12,6 +12,7 @@ import math
 import numpy as np
 import polars as pl
 
+from clarify.batch.records import EngineFacts, PeakMemory, RunSummary
 from clarify.batch.rundir import Run, run_labels
 from clarify.errors import InputError
 
@@ -28,9 +29,10 @@ def flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
-def split_summary(summary: dict) -> tuple[dict, dict]:
-    """summary.json as (its metrics, everything else), each flattened with dots (`flatten`)."""
-    rest = dict(summary)
+def split_summary(summary: RunSummary | None) -> tuple[dict, dict]:
+    """summary.json (its record's JSON; none while the run is unfinished) as (its metrics, everything else),
+    each flattened with dots (`flatten`)."""
+    rest = summary.to_json() if summary is not None else {}
     metrics = rest.pop("metrics", {}) or {}
     rest.pop("metric_notes", None)  # words about the metrics (the run report shows them beside each)
     return flatten(metrics), flatten(rest)
@@ -51,7 +53,7 @@ def fmt(value: object) -> str:
 
 def model_params(run: Run) -> float | None:
     """Parameter count of the run's model (summary `params`, read from the model's files by the run)."""
-    value = run.summary.get("params")
+    value = run.summary.params if run.summary else None
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
 
 
@@ -111,11 +113,10 @@ COST_COLUMNS = ("engine_tokens_per_question", "llm_calls_per_question", "model_c
                 "wall_s_per_question", "device_s_per_question", "tokens_per_s", "peak_rss_gib", "peak_gpu_gib")
 
 
-def wall_s(summary: dict) -> float | None:
+def wall_s(summary: RunSummary | None) -> float | None:
     """The run's wall time: every session up to its last checkpoint plus finalize (`wall_s_total`,
     batch/pipeline.py finalize), else the last session's when an earlier session's time was lost."""
-    for key in ("wall_s_total", "wall_s_last_session"):
-        value = summary.get(key)
+    for value in (summary.wall_s_total, summary.wall_s_last_session) if summary else ():
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)
     return None
@@ -127,16 +128,16 @@ def cost_row(run: Run) -> dict:
     seconds, device-seconds (wall x the GPUs, or CPU cores, the engine held: summary `engine.device_count`;
     for runs made before it was recorded, tensor_parallel_size on CUDA), engine tokens per second of
     generation (summary `engine_tokens_per_s`) and peak memory (summary `peak_memory_last_session`, where recorded)."""
-    summary = run.summary
-    n_q = run.questions["qid"].n_unique() or summary.get("n_questions") or 0
+    summary = run.summary or RunSummary()  # an unfinished run: its tables so far, no summary
+    n_q = run.questions["qid"].n_unique() or summary.n_questions or 0
     calls = run.llm_calls
     computed = calls.filter(~pl.col("cached").fill_null(False))
-    engine = summary.get("engine") if isinstance(summary.get("engine"), dict) else {}
-    devices = engine.get("device_count")
-    if devices is None and engine.get("device") == "cuda":
+    engine = summary.engine or EngineFacts()
+    devices = engine.device_count
+    if devices is None and engine.device == "cuda":
         devices = run.config.model.tensor_parallel_size
     wall = wall_s(summary)
-    peak = summary.get("peak_memory_last_session") if isinstance(summary.get("peak_memory_last_session"), dict) else {}
+    peak = summary.peak_memory_last_session or PeakMemory()
 
     def per_q(value):
         return value / n_q if value is not None and n_q else None
@@ -146,7 +147,7 @@ def cost_row(run: Run) -> dict:
 
     tokens = int(computed["prompt_tokens"].fill_null(0).sum() + computed["output_tokens"].fill_null(0).sum())
     return {
-        "device": engine.get("device"),
+        "device": engine.device,
         "devices": devices,
         "engine_tokens_per_question": per_q(tokens),
         "llm_calls_per_question": per_q(calls.height),
@@ -154,9 +155,9 @@ def cost_row(run: Run) -> dict:
         "wall_s": wall,
         "wall_s_per_question": per_q(wall),
         "device_s_per_question": per_q(wall * devices) if wall is not None and devices else None,
-        "tokens_per_s": summary.get("engine_tokens_per_s"),
-        "peak_rss_gib": gib(peak.get("rss_bytes")),
-        "peak_gpu_gib": gib(peak.get("gpu_bytes")),
+        "tokens_per_s": summary.engine_tokens_per_s,
+        "peak_rss_gib": gib(peak.rss_bytes),
+        "peak_gpu_gib": gib(peak.gpu_bytes),
     }
 
 
@@ -212,7 +213,7 @@ def paired_table(runs: list[Run], *, resamples: int | None = None, seed: int | N
     scored: list[str] = []
     for run in runs:
         scored += [m for m in run.scores["metric"].unique(maintain_order=True).to_list() if m not in scored]
-    reported = [m for run in runs for m in (run.summary.get("metrics") or {}) if m in scored]
+    reported = [m for run in runs for m in (run.summary.metrics if run.summary else {}) if m in scored]
     metrics = list(dict.fromkeys(reported)) or scored
     # (question x metric) value matrix per run, NaN where a run has no value
     frame = pl.DataFrame({"qid": qids}, schema={"qid": pl.String})

@@ -40,6 +40,7 @@ import polars as pl
 from markupsafe import Markup, escape
 from tqdm import tqdm
 
+from clarify.batch.records import RunSummary
 from clarify.batch.report import plots
 from clarify.batch.report.comparison import (
     compare_stats,
@@ -420,8 +421,8 @@ def _metric_note(name: str, value, notes: dict) -> str | None:
 def headline(run: Run) -> list[dict]:
     """The run's metrics in words, each with its value and note (`_metric_note`), in METRIC_WORDS' order;
     the metrics not computed come last, one card per reason (four of ASQA's need a reader)."""
-    metrics = run.summary.get("metrics") or {}
-    notes = run.summary.get("metric_notes") or {}
+    metrics = run.summary.metrics if run.summary else {}
+    notes = (run.summary.metric_notes if run.summary else None) or {}
     order = list(METRIC_WORDS)
     names = sorted(metrics, key=lambda m: (order.index(m) if m in order else len(order), m))
     cards = [{"ids": [m], "name": METRIC_WORDS.get(m, m), "value": metrics[m], "note": _metric_note(m, metrics[m], notes)}
@@ -438,15 +439,15 @@ def headline(run: Run) -> list[dict]:
 def run_facts(run: Run) -> list[tuple[str, str]]:
     """What the trees and answers amount to, beside the metrics: questions, valid nodes and LLM calls per
     question, quotes verbatim."""
-    s = run.summary
-    facts = [("questions", fmt(s.get("n_questions", run.questions.height)))]
-    if s.get("valid_nodes_per_question") is not None:
-        facts.append(("valid nodes per question", f"{s['valid_nodes_per_question']:.1f}"))
-    if s.get("llm_calls_per_question") is not None:
-        facts.append(("LLM calls per question", f"{s['llm_calls_per_question']:.1f}"))
-    fid = s.get("quote_fidelity") or {}
-    if fid.get("n_spans"):
-        facts.append(("quotes verbatim", f"{fid.get('n_verbatim', 0)} of {fid['n_spans']}"))
+    s = run.summary or RunSummary(n_questions=run.questions.height)  # unfinished: the questions so far
+    facts = [("questions", fmt(s.n_questions))]
+    if s.valid_nodes_per_question is not None:
+        facts.append(("valid nodes per question", f"{s.valid_nodes_per_question:.1f}"))
+    if s.llm_calls_per_question is not None:
+        facts.append(("LLM calls per question", f"{s.llm_calls_per_question:.1f}"))
+    fid = s.quote_fidelity
+    if fid and fid.n_spans:
+        facts.append(("quotes verbatim", f"{fid.n_verbatim or 0} of {fid.n_spans}"))
     return facts
 
 
@@ -456,7 +457,7 @@ def _words(key: str) -> str:
     return SUMMARY_WORDS.get(key) or ": ".join(part.replace("_", " ") for part in key.split("."))
 
 
-def summary_groups(summary: dict) -> list[tuple[str, list[tuple[str, object]]]]:
+def summary_groups(summary: RunSummary | None) -> list[tuple[str, list[tuple[str, object]]]]:
     """summary.json but its metrics (shown first), flattened, in SUMMARY_GROUPS, keys in words."""
     _, rest = split_summary(summary)
     groups, taken = [], set()
