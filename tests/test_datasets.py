@@ -118,10 +118,10 @@ def test_quotesum_given_sources_are_numbered_once_for_runs_and_demos():
 
 def _select(ds, overrides: dict, questions):
     """`Dataset.select` as a run calls it: with the config's resolved demo pool (batch/resources.py)."""
-    from clarify.batch.toc.demos import resolve_pool
+    from clarify.batch.resources import pool_of
 
     cfg = config.load(None, overrides)
-    return ds.select(cfg, questions, resolve_pool(cfg))
+    return ds.select(questions, pool_of(cfg), offset=cfg.offset, limit=cfg.limit)
 
 
 def test_asqa_refuses_a_slice_overlapping_the_demo_pool():
@@ -182,7 +182,7 @@ def test_a_bad_asqa_file_is_one_error_for_gold_and_for_demos(tmp_path, content, 
     so a malformed instance is the same error whichever reads it first."""
     import re
 
-    from clarify.batch.toc.demos import resolve_pool
+    from clarify.batch.resources import pool_of
     from clarify.eval.asqa import load_asqa
 
     path = tmp_path / "bad.json"
@@ -190,7 +190,7 @@ def test_a_bad_asqa_file_is_one_error_for_gold_and_for_demos(tmp_path, content, 
     gold = _error(lambda: load_asqa(path))
     assert re.search(says, gold) and gold.startswith(str(path)), gold
     assert _error(lambda: datasets.get("asqa").demos(path=path)) == gold
-    pool = resolve_pool(config.load(None, {"demo_pool": f"asqa:dev@{path}"}))
+    pool = pool_of(config.load(None, {"demo_pool": f"asqa:dev@{path}"}))
     assert _error(pool.demos) == gold
 
 
