@@ -38,7 +38,7 @@ from pathlib import Path
 import polars as pl
 
 from clarify import console, faults, files, stops
-from clarify.batch.config import ClusterConfig, RunConfig, from_dict
+from clarify.batch.config import ClusterConfig, ModelConfig, RunConfig, from_dict
 from clarify.batch.resources import PreparedRun
 from clarify.batch.rundir import RunDir
 from clarify.batch.scheduler import SchedStats
@@ -69,9 +69,9 @@ def chunks_of(qids: list[str], size: int) -> list[list[str]]:
     return [qids[i:i + size] for i in range(0, len(qids), size)]
 
 
-def wanted(cfg: RunConfig) -> bool:
-    """Does this config run its trees on Ray workers?"""
-    return cfg.cluster.workers > 0 or bool(cfg.cluster.ray_address)
+def wanted(c: ClusterConfig) -> bool:
+    """Does this `[cluster]` table run the trees on Ray workers?"""
+    return c.workers > 0 or bool(c.ray_address)
 
 
 # ------------------------------------------------------------------------------------------------ worker
@@ -94,7 +94,9 @@ class Worker:
     each chunk it is `give`n as capacity frees — the next chunk's trees start while the last one's
     finish, so a worker's engine never drains between chunks; a chunk whose trees are all finished is
     committed to the cache and handed back by `take`. Threaded (`max_concurrency`), so `give` and `take`
-    answer while `serve` runs."""
+    answer while `serve` runs. It is handed the driver's whole frozen config (`cfg`: RunConfig.to_dict, as
+    config.json holds it but with any credentials), the one thing a worker re-opens the run from
+    (resources.for_worker); after that it keeps only the tree's part (`tree`) and its resources."""
 
     def __init__(self, slot: int, cfg: dict, run_dir: str, questions: pl.DataFrame, pins: dict,
                  search_cache: str | None, env: dict[str, str], cores: list[int] | None, engine_kwargs: dict):
@@ -114,13 +116,14 @@ class Worker:
         self._logs.enter_context(console.session(rd.logs_dir, rd.worker_name(slot)))
         from clarify.batch.resources import engine_for, for_worker, open_resources
 
-        self.cfg = from_dict(cfg)
         # exactly the index, FAISS folder, encoder and model folder the driver pinned (inputs.json), refused
         # when this node's copies differ (resources.open_run_index); the FAISS part memory-mapped, so the
         # workers of a node share one copy of it in the page cache, and its OpenMP threads set to this
         # worker's cores
-        prep = for_worker(self.cfg, questions, pins,
-                          engine_factory=lambda c: engine_for(c, model=pins.get("model"), **engine_kwargs))
+        run_cfg = from_dict(cfg)
+        self.tree = TreeSettings.of(run_cfg)
+        prep = for_worker(run_cfg, questions, pins, engine_factory=lambda model: engine_for(
+            model, self.tree, pin=pins.get("model"), **engine_kwargs))
         self.questions = dict(zip(questions["qid"].to_list(), questions["question"].to_list()))
         self.res = open_resources(prep, rd.cache_dir, search_cache=Path(search_cache) if search_cache else None,
                                   cache_name=rd.worker_cache(slot))
@@ -150,7 +153,7 @@ class Worker:
         """Run every chunk given until `give(None)`; returns what the driver did."""
         from clarify.batch.scheduler import run_continuous
 
-        return run_continuous([], self.res, TreeSettings.of(self.cfg), self._tree_done, more=self._more)
+        return run_continuous([], self.res, self.tree, self._tree_done, more=self._more)
 
     def _more(self, block: bool) -> list[Tree] | None:
         try:
@@ -159,7 +162,7 @@ class Worker:
             return []
         if qids is None:
             return None
-        trees = [Tree.new(q, self.questions[q], verify=self.cfg.toc.verify) for q in qids]
+        trees = [Tree.new(q, self.questions[q], verify=self.tree.toc.verify) for q in qids]
         chunk = {"qids": qids, "trees": trees, "rows": {}}
         self.of.update({q: chunk for q in qids})
         return trees
@@ -279,14 +282,15 @@ class _Plan:
     engine_kwargs: dict
 
 
-def _plan(cfg: RunConfig) -> _Plan:
-    """How many workers and what each one gets: GPUs when the cluster has them, else CPU cores."""
+def _plan(c: ClusterConfig, model: ModelConfig) -> _Plan:
+    """How many workers and what each one gets (`[cluster]`; `[model]`: its backend and tensor parallel size):
+    GPUs when the cluster has them, else CPU cores."""
     import ray
 
     from clarify.local_llm import backends
 
-    c, tp = cfg.cluster, cfg.model.tensor_parallel_size
-    if not backends.get(cfg.model.backend).uses_gpus:  # a server's clients: no GPU, no core of their own
+    tp = model.tensor_parallel_size
+    if not backends.get(model.backend).uses_gpus:  # a server's clients: no GPU, no core of their own
         workers = c.workers or 1
         return _Plan(workers, [{"num_cpus": 0}] * workers, [None] * workers, {})
     gpus = int(ray.cluster_resources().get("GPU", 0))
@@ -385,14 +389,16 @@ class Pool:
                 ray.kill(a)
 
 
-def run_chunks(rd: RunDir, prep: PreparedRun, finished: set[str], *, search_cache: Path | None, display,
-               run_s: Callable[[], float | None], stop_after_parts: int | None = None,
+def run_chunks(rd: RunDir, prep: PreparedRun, cfg: RunConfig, finished: set[str], *, search_cache: Path | None,
+               display, run_s: Callable[[], float | None], stop_after_parts: int | None = None,
                on_part: Callable[[Pool], None] | None = None) -> Outcome:
     """Run every unfinished question's tree of a prepared run (batch/resources.py) on Ray workers, writing
-    each finished chunk as a part. The workers open what the driver pinned (`prep.inputs`)."""
+    each finished chunk as a part. The workers open what the driver pinned (`prep.inputs`). `cfg`: the whole
+    frozen config — its `[cluster]` table places the workers, and each worker re-opens the run from all of it
+    (`Worker`: another process, maybe another node)."""
     import ray
 
-    cfg, questions = prep.cfg, prep.questions
+    questions = prep.questions
     index_path = getattr(prep.index, "path", None)
     if not index_path:
         raise InputError("a cluster run needs an index directory every worker can open (--index)", field="--index")
@@ -401,7 +407,7 @@ def run_chunks(rd: RunDir, prep: PreparedRun, finished: set[str], *, search_cach
     todo = deque(chunks_of([q for q in questions["qid"].to_list() if q not in finished], cfg.cluster.chunk_questions))
     started = _start_ray(cfg.cluster)
     try:
-        plan = _plan(cfg)
+        plan = _plan(cfg.cluster, cfg.model)
         outcome = Outcome(workers=plan.workers)
         env = worker_env()
         cfg_dict = cfg.to_dict()

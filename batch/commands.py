@@ -380,8 +380,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         from clarify.batch.toc.settings import TreeSettings
 
         with console.step("starting the engine and timing ToC's calls on it"):
-            engine = engine_for(cfg)
-            probe = probe_speed(engine, grammar=clarify_grammar(TreeSettings.of(cfg)))
+            tree = TreeSettings.of(cfg)
+            engine = engine_for(cfg.model, tree)
+            probe = probe_speed(engine, grammar=clarify_grammar(tree))
         constrained = any(constraints.values())
         if limit is None:
             limit = demo_size(probe, constrained)

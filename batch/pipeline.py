@@ -7,6 +7,7 @@ re-run makes zero model calls, opens no model and rewrites nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ from clarify.batch.config import (
     PART_TREES,
     RESULT_FREE,
     AnswerStyle,
+    ModelConfig,
     RunConfig,
     calls_per_question,
     tokens_per_question,
@@ -44,7 +46,6 @@ from clarify.batch.rundir import Run, RunDir
 from clarify.batch.scheduler import DRIVERS, SchedStats
 from clarify.batch.toc.fingerprint import prompts_fingerprint
 from clarify.batch.toc.program import Resources, Step, TreeRows
-from clarify.batch.toc.settings import TreeSettings
 from clarify.batch.toc.tree import Tree
 from clarify.errors import InputError
 from clarify.eval.datasets import Dataset
@@ -75,10 +76,12 @@ def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, pro
 
     rd = RunDir(out)
     prep = prepare(cfg, index=index, engine_factory=engine_factory)  # every input resolved once (resources.py)
-    cfg, inputs = prep.cfg, prep.inputs
+    # the pool used, not `auto`, is what config.json records and a resumed run compares
+    cfg, inputs = dataclasses.replace(cfg, demo_pool=prep.pool.spec), prep.inputs
     check_caches(rd.cache_dir)
     if progress:  # with the stage lines; --no-progress keeps the terminal to errors (inputs.json has it)
-        console.say(prep.pool.line(inputs["demo_pool"]["demos"]) + _limit_words(cfg, prep.pool, prep.questions.height))
+        console.say(prep.pool.line(inputs["demo_pool"]["demos"])
+                    + _limit_words(cfg.limit, prep.pool, prep.questions.height))
     # what pins the run: its inputs, and the code that makes its requests and reads its completions
     pinned = RunInputs(inputs, prompts=prompts_fingerprint())
     if rd.finished and not restart and not os.access(rd.path, os.W_OK):
@@ -92,12 +95,12 @@ def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, pro
         rd.freeze(json.loads(cfg.to_json()), pinned, ignore=RESULT_FREE)
         if rd.finished:
             return Run.open(rd.path).summary
-        return _run_locked(rd, prep, progress, stop_after_parts, part_trees, search_cache, on_part, estimate_s)
+        return _run_locked(rd, prep, cfg, progress, stop_after_parts, part_trees, search_cache, on_part, estimate_s)
 
 
-def _limit_words(cfg: RunConfig, pool, n: int) -> str:
+def _limit_words(limit: int, pool, n: int) -> str:
     """`--limit 0` said with its count (ASQA with a dev pool: the questions outside it)."""
-    if cfg.limit:
+    if limit:
         return ""
     outside = " outside the pool" if pool.from_questions else ""
     return f"; limit 0: {n:,} question{'' if n == 1 else 's'}{outside}"
@@ -144,9 +147,11 @@ class _Parts:
         return True
 
 
-def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts: int | None, part_trees: int,
-                search_cache: Path | None, on_part, estimate_s: float | None = None) -> RunSummary | None:
-    cfg, questions = prep.cfg, prep.questions
+def _run_locked(rd: RunDir, prep: PreparedRun, cfg: RunConfig, progress: bool, stop_after_parts: int | None,
+                part_trees: int, search_cache: Path | None, on_part, estimate_s: float | None = None) -> RunSummary | None:
+    """The run in its locked directory: `prep`'s parts for the trees, the whole `cfg` (as frozen) for what
+    the run as a whole records and decides (scheduler, cluster, summary)."""
+    questions = prep.questions
     t_start = time.perf_counter()
     state = rd.load_state()  # verified: a damaged checkpoint is reported before any model loads
     if state is None:
@@ -158,13 +163,13 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
         return None if prior_s is None else round(prior_s + time.perf_counter() - t_start, 3)
 
     stats, cluster_done, engine = SchedStats(), None, state.engine if state else None
-    if len(finished) < questions.height and cluster.wanted(cfg):  # the trees on Ray workers, as parts
+    if len(finished) < questions.height and cluster.wanted(cfg.cluster):  # the trees on Ray workers, as parts
         display = console.RunProgress(questions.height, finished=len(finished),
                                       expected_tokens=(questions.height - len(finished)) * tokens_per_question(cfg),
                                       expected_calls=(questions.height - len(finished)) * calls_per_question(cfg),
                                       enabled=progress, estimate_s=estimate_s, record=rd.progress_record)
         try:
-            outcome = cluster.run_chunks(rd, prep, set(finished), search_cache=search_cache, display=display,
+            outcome = cluster.run_chunks(rd, prep, cfg, set(finished), search_cache=search_cache, display=display,
                                          run_s=run_s, stop_after_parts=stop_after_parts, on_part=on_part)
         except stops.Stopped as exc:
             exc.done = _how_far(rd, questions.height)
@@ -182,16 +187,16 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
         res = passages_only(prep)
         trees = [finished[q] for q in questions["qid"]]
         with console.step("checking quotes and scoring", enabled=progress, timed=False):
-            summary = finalize(rd, prep, trees, res, session_start=t_start, stats=stats,
+            summary = finalize(rd, prep, cfg, trees, res, session_start=t_start, stats=stats,
                                prior_s=prior_s, engine=engine, cluster=cluster_done)
-        note_run(summary, cfg)
+        note_run(summary, cfg.model)
         return summary
     with console.step("opening the index, the encoder and the engine", enabled=progress):
         res = open_resources(prep, rd.cache_dir, search_cache=search_cache)
     try:  # the completion cache is closed (its WAL folded into the file) when the run stops, not at GC
         # unfinished trees start over: replayed against the completion cache, they cost no model call up
         # to where the run stopped (seeds and keys depend only on the tree's own requests)
-        trees = [finished.get(q) or Tree.new(q, text, verify=cfg.toc.verify)
+        trees = [finished.get(q) or Tree.new(q, text, verify=prep.tree.toc.verify)
                  for q, text in zip(questions["qid"], questions["question"])]
         todo = [t for t in trees if t.qid not in finished]
         display = console.RunProgress(len(trees), finished=len(finished),
@@ -210,7 +215,7 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
 
         t_toc = time.perf_counter()
         try:
-            stats = DRIVERS[cfg.scheduler](todo, res, TreeSettings.of(cfg), on_tree)
+            stats = DRIVERS[cfg.scheduler](todo, res, prep.tree, on_tree)
             parts.flush()
         except _Stop:
             return None
@@ -224,11 +229,11 @@ def _run_locked(rd: RunDir, prep: PreparedRun, progress: bool, stop_after_parts:
             res.engine.on_progress = None
         toc_s = time.perf_counter() - t_toc
         with console.step("checking quotes and scoring", enabled=progress, timed=False):
-            summary = finalize(rd, prep, trees, res, session_start=t_start, stats=stats,
+            summary = finalize(rd, prep, cfg, trees, res, session_start=t_start, stats=stats,
                                prior_s=prior_s, usage=engine_usage(res.engine, before, stats),
                                # the ToC part of the session (what the demo's estimate is of)
                                toc_s=round(toc_s, 2))
-        note_run(summary, cfg)
+        note_run(summary, cfg.model)
         return summary
     finally:
         res.engine.close()
@@ -284,12 +289,13 @@ def _percentile(values: list[int], q: int) -> float:
 PARSE_ERROR_NOTE = 0.2  # share of calls whose completion did not parse cleanly worth telling the user
 
 
-def note_run(summary: RunSummary, cfg: RunConfig) -> None:
-    """The run's warnings that matter to the user, in words (printed once at the end by the CLI)."""
+def note_run(summary: RunSummary, model: ModelConfig) -> None:
+    """The run's warnings that matter to the user, in words (printed once at the end by the CLI); `model`: the
+    run's `[model]` table."""
     too_long = summary.prompts_too_long or 0
     if too_long:
         console.note("too-long", f"{too_long} prompt(s) were longer than the model's context "
-                                 f"(max_model_len {cfg.model.max_model_len}) and were not sent; those nodes got no "
+                                 f"(max_model_len {model.max_model_len}) and were not sent; those nodes got no "
                                  f"clarification. Raise [model] max_model_len or lower retrieval.top_k.")
     calls = summary.llm_calls or 0
     bad = (summary.parse_errors or 0) - too_long
@@ -303,9 +309,10 @@ class _Stop(Exception):
     """Raised by the checkpoint hook to stop after a given part (tests of resume)."""
 
 
-def finalize(rd: RunDir, prep: PreparedRun, trees: list[Tree], res: Resources, *, session_start: float, stats: SchedStats, prior_s: float | None, engine: dict | None = None,
+def finalize(rd: RunDir, prep: PreparedRun, cfg: RunConfig, trees: list[Tree], res: Resources, *, session_start: float, stats: SchedStats, prior_s: float | None, engine: dict | None = None,
              usage: dict | None = None, cluster: dict | None = None, toc_s: float | None = None) -> RunSummary:
-    """Final tables, quote check, scores and summary.json (written last).
+    """Final tables, quote check, scores and summary.json (written last); `cfg`: the frozen config, of which
+    the summary records the dataset, model, answer style, constraints and scheduler.
 
     session_start: perf_counter at this session's start. prior_s: the run's seconds before this session
     (the `run_s` of the checkpoint it resumed from; 0 for a fresh run, None when unknown). engine: the
@@ -314,7 +321,7 @@ def finalize(rd: RunDir, prep: PreparedRun, trees: list[Tree], res: Resources, *
     this session's seconds of ToC (its trees), when it made trees in this process."""
     from clarify.batch.toc.quotes import check_answers, quote_fidelity
 
-    cfg, questions = prep.cfg, prep.questions
+    questions = prep.questions
 
     # rows in question order, each tree's in the order its program made them: the same tables whichever
     # scheduler ran and however the trees were split into parts

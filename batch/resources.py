@@ -9,6 +9,10 @@ local_llm/backends.py). The pipeline (batch/pipeline.py), the demo (batch/comman
 (batch/cluster.py, `for_worker`: the driver's pins, not a second resolution) all start from one;
 `open_resources` then opens the heavy parts a tree needs (encoder, demo pools, the cached engine, the
 searcher) only when there is work left.
+
+`prepare` and `for_worker` read the whole run config; what they hand on is its parts, each to the stage that
+reads it (`PreparedRun`): the tree program its `TreeSettings`, the searcher its `[retrieval]` table, the engine
+its `[model]` table. The whole config stays with the pipeline, which freezes it in config.json.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 import polars as pl
 
 from clarify import schemas
-from clarify.batch.config import AnswerStyle, RunConfig
+from clarify.batch.config import AnswerStyle, ModelConfig, RetrievalConfig, RunConfig
 from clarify.batch.toc.constraints import requested
 from clarify.batch.toc.demos import Pool, resolve_pool
 from clarify.batch.toc.program import Resources, TreeRows
@@ -33,20 +37,22 @@ from clarify.eval import datasets
 from clarify.files import sha256 as file_sha256
 from clarify.schemas import Passage
 
-EngineFactory = Callable[[RunConfig], Any]
+EngineFactory = Callable[[ModelConfig], Any]  # the `[model]` table → an engine
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class PreparedRun:
-    """A run's inputs, resolved once (`prepare`)."""
+    """A run's inputs, resolved once (`prepare`), and the parts of its config the stages after it read."""
 
-    cfg: RunConfig  # its demo_pool concrete (never "auto")
     dataset: datasets.Dataset
     pool: Pool
     questions: pl.DataFrame  # the questions this run answers (offset/limit, not the demo pool's)
     gold: pl.DataFrame | None
     index: Any  # the opened (lazy) index
     inputs: dict  # inputs.json: what pins each input
+    tree: TreeSettings  # what each tree reads (the drivers, batch/scheduler.py; the quoted demos)
+    retrieval: RetrievalConfig  # the searcher's table ([retrieval])
+    model: ModelConfig  # the engine's table ([model])
     # how the engine is opened: `engine_for` on the pinned model unless a caller (a test, a worker) gives one
     engine_factory: EngineFactory | None = None
 
@@ -57,28 +63,24 @@ class PreparedRun:
 
     def open_engine(self):
         if self.engine_factory is not None:
-            return self.engine_factory(self.cfg)
-        return engine_for(self.cfg, model=self.inputs.get("model"))
+            return self.engine_factory(self.model)
+        return engine_for(self.model, self.tree, pin=self.inputs.get("model"))
 
 
 def prepare(cfg: RunConfig, *, index=None, engine_factory: EngineFactory | None = None) -> PreparedRun:
     """Resolve a run's inputs once, before anything is frozen or loaded: the questions (offset past the end
     refused), the demo pool (an empty one refused), the index and the model. An index or engine factory given
     by a caller (tests) is taken as given; an embedded model then is not prepared."""
-    pool = resolve_pool(cfg)
-    # the pool used, not `auto`, is what config.json records and a resumed run compares
-    cfg = dataclasses.replace(cfg, demo_pool=pool.spec)
-    ds = datasets.get(cfg.dataset)
-    questions, gold = _load(cfg, ds, pool)
+    ds, pool, questions, gold = _questions(cfg)
     inputs: dict[str, dict] = {"questions": {"path": str(cfg.questions_file()),
                                              "sha256": file_sha256(cfg.questions_file())}}
     # the ASQA file the clarification demos come from, pinned like the questions (batch/toc/demos.py)
     inputs["demo_pool"] = pool.identity()
     if not inputs["demo_pool"]["demos"]:
-        raise InputError(f"the demo pool {cfg.demo_pool} holds no demos", path=inputs["demo_pool"]["path"],
+        raise InputError(f"the demo pool {pool.spec} holds no demos", path=inputs["demo_pool"]["path"],
                          field="demo_pool")
     if index is None:
-        index = open_run_index(cfg)
+        index = open_run_index(cfg.index, cfg.retrieval)
     inputs["index"] = index_identity(index)
     from clarify.index.fingerprint import index_pins
     from clarify.local_llm import backends
@@ -88,43 +90,54 @@ def prepare(cfg: RunConfig, *, index=None, engine_factory: EngineFactory | None 
     if cfg.retrieval.cross_encoder:  # a reranker changes every ranking: its files are pinned like the model's
         inputs["cross_encoder"] = {"path": cfg.retrieval.cross_encoder,
                                    "fingerprint": model_fingerprint(check_model_dir(cfg.retrieval.cross_encoder))}
+    tree = TreeSettings.of(cfg)
     if engine_factory is not None and cfg.model.model in EMBEDDED:
         inputs["model"] = {"name": cfg.model.model}
     else:  # a model folder's fingerprint, or a server's address and the model it reports (local_llm/backends.py)
-        inputs["model"] = backends.get(cfg.model.backend).identity(cfg.model, constrained=requested(TreeSettings.of(cfg)))
-    return PreparedRun(cfg, ds, pool, questions, gold, index, inputs, engine_factory)
+        inputs["model"] = backends.get(cfg.model.backend).identity(cfg.model, constrained=requested(tree))
+    return PreparedRun(ds, pool, questions, gold, index, inputs, tree, cfg.retrieval, cfg.model, engine_factory)
 
 
 def for_worker(cfg: RunConfig, questions: pl.DataFrame, pins: dict,
                engine_factory: EngineFactory | None = None) -> PreparedRun:
-    """A Ray worker's run (batch/cluster.py): the driver's config (its pool already concrete), the questions
-    it was handed and the driver's pins (inputs.json) — exactly the index, FAISS folder, encoder and model
-    folder the driver resolved, refused when this node's copies differ (`open_run_index`)."""
-    index = open_run_index(cfg, pins)
-    return PreparedRun(cfg, datasets.get(cfg.dataset), resolve_pool(cfg), questions, None, index, pins,
-                       engine_factory)
+    """A Ray worker's run (batch/cluster.py): the driver's whole frozen config (its pool already concrete; a
+    worker re-opens the run from it: dataset, questions file and pool, `[retrieval]`, `[model]`, the tree's
+    settings), the questions it was handed and the driver's pins (inputs.json) — exactly the index, FAISS
+    folder, encoder and model folder the driver resolved, refused when this node's copies differ
+    (`open_run_index`)."""
+    index = open_run_index(cfg.index, cfg.retrieval, pins)
+    return PreparedRun(datasets.get(cfg.dataset), pool_of(cfg), questions, None, index, pins, TreeSettings.of(cfg),
+                       cfg.retrieval, cfg.model, engine_factory)
 
 
 def load_questions(cfg: RunConfig) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     """(questions, gold-or-None) for the configured dataset (eval/datasets/): the questions the run answers
     (offset:offset+limit, limit 0 all; ASQA: none of its demo pool, `Dataset.select`)."""
-    return _load(cfg, datasets.get(cfg.dataset), resolve_pool(cfg))
+    _, _, questions, gold = _questions(cfg)
+    return questions, gold
 
 
-def _load(cfg: RunConfig, ds: datasets.Dataset, pool: Pool) -> tuple[pl.DataFrame, pl.DataFrame | None]:
-    questions, gold = ds.load(cfg.questions_file())
+def pool_of(cfg: RunConfig) -> Pool:
+    """A run config's concrete clarification demo pool (batch/toc/demos.py `resolve_pool`: its `demo_pool`, read
+    with its dataset and questions file)."""
+    return resolve_pool(cfg.demo_pool, dataset=cfg.dataset, questions_file=cfg.questions_file())
+
+
+def _questions(cfg: RunConfig) -> tuple[datasets.Dataset, Pool, pl.DataFrame, pl.DataFrame | None]:
+    """The dataset, the demo pool, and the questions the run answers with their gold (`load_questions`)."""
+    pool, ds, path = pool_of(cfg), datasets.get(cfg.dataset), cfg.questions_file()
+    questions, gold = ds.load(path)
     if cfg.offset >= questions.height:
-        raise InputError(f"offset {cfg.offset} is past the end: {cfg.questions_file()} has {questions.height} "
-                         f"question(s)", field="offset")
-    return ds.select(cfg, questions, pool), gold
+        raise InputError(f"offset {cfg.offset} is past the end: {path} has {questions.height} question(s)",
+                         field="offset")
+    return ds, pool, ds.select(questions, pool, offset=cfg.offset, limit=cfg.limit), gold
 
 
-def searcher_identity(cfg: RunConfig, index) -> dict:
+def searcher_identity(r: RetrievalConfig, index) -> dict:
     """What a searcher's hits depend on (the shared search cache's key, batch/search_cache.py): its kind,
-    candidates and reranker (the frozen config's `[retrieval]`), and the index's manifest checksum."""
+    candidates and reranker (the frozen config's `[retrieval]`, `r`), and the index's manifest checksum."""
     from clarify.index.fingerprint import index_pins
 
-    r = cfg.retrieval
     ident = {"searcher": r.searcher, "candidates": r.candidates, "cross_encoder": r.cross_encoder,
              "index": index_identity(index).get("fingerprint")}
     # attached index parts and FAISS search knobs join the key only when set: caches made before they existed stay valid
@@ -149,33 +162,31 @@ def index_identity(index) -> dict:
     return {"path": str(path), "fingerprint": hashlib.sha256(ident.encode("utf-8")).hexdigest()}
 
 
-def dense_options(cfg: RunConfig):
+def dense_options(r: RetrievalConfig):
     """How this process opens the FAISS part, from `[retrieval]` (index/local.py DenseOptions) and, for the
     device, the CPU/CUDA settings table (local_llm/settings.py: the GPU where faiss-gpu sees one)."""
     from clarify.index.local import DenseOptions
     from clarify.local_llm.settings import faiss_device
     from clarify.local_llm.vllm_engine import device_facts
 
-    r = cfg.retrieval
     return DenseOptions(nprobe=r.nprobe, ef_search=r.ef_search, device=faiss_device(device_facts()))
 
 
-def open_run_index(cfg: RunConfig, pins: dict | None = None):
-    """The index a run uses: `index` (else the embedded default, built once), with `[retrieval]
-    faiss_index` and `encoder` attached, opened lazily after every path and the encoder/index dimensions
+def open_run_index(index: str, r: RetrievalConfig, pins: dict | None = None):
+    """The index a run uses: the config's `index` (else the embedded default, built once), with `[retrieval]`
+    (`r`) `faiss_index` and `encoder` attached, opened lazily after every path and the encoder/index dimensions
     are checked. `pins`: the driver's inputs.json — a Ray worker opens exactly those paths and refuses
     them when their fingerprints differ from the driver's (another copy on another node)."""
     from clarify.index import ensure_default_index, open_index
     from clarify.index.fingerprint import index_pins
 
-    r = cfg.retrieval
     if pins is not None:
         path = pins["index"]["path"]
         faiss_dir = (pins.get("faiss_index") or {}).get("path") or r.faiss_index or None
         encoder = (pins.get("encoder") or {}).get("path") or r.encoder or None
     else:
-        path, faiss_dir, encoder = cfg.index or ensure_default_index(), r.faiss_index or None, r.encoder or None
-    index = open_index(path, faiss_dir=faiss_dir, encoder=encoder, dense_options=dense_options(cfg))
+        path, faiss_dir, encoder = index or ensure_default_index(), r.faiss_index or None, r.encoder or None
+    index = open_index(path, faiss_dir=faiss_dir, encoder=encoder, dense_options=dense_options(r))
     if faiss_dir:  # its docids among the index's passages: refused before the run directory is made
         index.check_attached()
     if pins is not None and pins["index"].get("fingerprint"):
@@ -197,7 +208,7 @@ def open_resources(run: PreparedRun, cache_dir: Path, *, search_cache: Path | No
     from clarify.batch.toc.demos import KnnPool
     from clarify.local_llm.cache import DEFAULT_FILE, CachedEngine, union_of
 
-    cfg, index = run.cfg, run.index
+    index = run.index
     fixed = run.dataset.given_sources(run.questions)
     passages = passage_store(fixed, index)
     embed = index.encoder.encode_queries  # remembered per run (index/dense.py QueryMemo)
@@ -206,22 +217,23 @@ def open_resources(run: PreparedRun, cache_dir: Path, *, search_cache: Path | No
     # cost seconds once, nothing on later runs
     demos = KnnPool(run.pool.demos(), embed, name="asqa-demos", encoder_id=enc_id)
     quoted = None
-    if cfg.answer_style == AnswerStyle.QUOTED or run.dataset.quoted_gold:
+    if run.tree.answer_style == AnswerStyle.QUOTED or run.dataset.quoted_gold:
         quoted = KnnPool(datasets.get("quotesum").demos(), embed, name="quotesum-demos", encoder_id=enc_id)
 
     own = Path(cache_dir) / (cache_name or DEFAULT_FILE)
     engine = CachedEngine(run.open_engine(), own, also=union_of(cache_dir, own))
     searcher, rerank = None, None
     if run.dataset.builds_trees:
-        cross = cfg.retrieval.cross_encoder or None
-        searcher = index.searcher(cfg.retrieval.searcher, candidates=cfg.retrieval.candidates, cross_encoder=cross)
+        r = run.retrieval
+        cross = r.cross_encoder or None
+        searcher = index.searcher(r.searcher, candidates=r.candidates, cross_encoder=cross)
         # the reranker every node's pool, the evidence and the answer passages are scored with: the
         # rerank searcher's own scorer, else the index's (run_toc.py:164 dsp's cross-encoder)
         rerank = (getattr(searcher, "scorer", None) or index.scorer(cross)).score
     if searcher is not None and search_cache is not None:
         from clarify.batch.search_cache import CachingSearcher
 
-        searcher = CachingSearcher(searcher, search_cache, searcher_identity(cfg, index))
+        searcher = CachingSearcher(searcher, search_cache, searcher_identity(run.retrieval, index))
     return Resources(engine=engine, searcher=searcher, passages=passages, embed=embed, demos=demos,
                      quoted_demos=quoted, fixed_passages=fixed, rerank=rerank)
 
@@ -248,14 +260,15 @@ def passage_store(fixed: dict[str, list[Passage]], index) -> Callable[[list[str]
     return passages
 
 
-def engine_for(cfg: RunConfig, *, model: dict | None = None, **placement):
-    """The engine of this config's `[model]` table, from its backend (local_llm/backends.py): vLLM's
-    process-wide engine (built once, then shared), or a client of a running server. `model`: the run's pin of
-    it (inputs.json: the folder resolved and fingerprinted once). `placement`: where a cluster worker's
-    engine runs its shards (batch/cluster.py), no result changes."""
+def engine_for(model: ModelConfig, tree: TreeSettings, *, pin: dict | None = None, **placement):
+    """The engine of a `[model]` table, from its backend (local_llm/backends.py): vLLM's process-wide engine
+    (built once, then shared), or a client of a running server; `tree`: which of its steps decode under a
+    grammar (batch/toc/constraints.py requested). `pin`: the run's pin of the model (inputs.json: the folder
+    resolved and fingerprinted once). `placement`: where a cluster worker's engine runs its shards
+    (batch/cluster.py), no result changes."""
     from clarify.local_llm import backends
 
-    return backends.get(cfg.model.backend).open(cfg.model, pin=model, constrained=requested(TreeSettings.of(cfg)), **placement)
+    return backends.get(model.backend).open(model, pin=pin, constrained=requested(tree), **placement)
 
 
 def tables(rows: list[TreeRows]) -> dict[str, pl.DataFrame]:

@@ -63,14 +63,15 @@ def measure(args: argparse.Namespace, work: Path, cpu: str) -> int:
 
     cfg = config.load(None, {"dataset": "asqa", "limit": args.questions, "answer_style": "quoted",
                              "index": str(ensure_default_index()), **commands.DEMO_CONSTRAINTS})
-    t0 = time.perf_counter()
-    engine = engine_for(cfg)
-    start_s = time.perf_counter() - t0
     from clarify.batch.toc.constraints import clarify_grammar
     from clarify.batch.toc.settings import TreeSettings
 
+    tree = TreeSettings.of(cfg)
     t0 = time.perf_counter()
-    probe = commands.probe_speed(engine, grammar=clarify_grammar(TreeSettings.of(cfg)))
+    engine = engine_for(cfg.model, tree)
+    start_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    probe = commands.probe_speed(engine, grammar=clarify_grammar(tree))
     probe_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     probed_old = old_probe(engine)

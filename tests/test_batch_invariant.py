@@ -31,10 +31,11 @@ from pathlib import Path
 from clarify.batch import config
 from clarify.batch.pipeline import run
 from clarify.batch.resources import engine_for
+from clarify.batch.toc.settings import TreeSettings
 settings, out = json.loads(sys.argv[1]), Path(sys.argv[2])
 engines = []
-def fresh(cfg):  # one engine for the three runs, its prefix cache dropped before each: computed afresh
-    engine = engine_for(cfg)
+def fresh(model):  # one engine for the three runs, its prefix cache dropped before each: computed afresh
+    engine = engine_for(model, TreeSettings.of(cfg))
     engine.reset_prefix_cache()
     engines.append(engine)
     return engine

@@ -193,22 +193,25 @@ def test_plan_gives_each_worker_a_gpu_or_a_tensor_parallel_group(monkeypatch):
     from clarify.batch.cluster import _plan
     from clarify.errors import InputError
 
+    def _parts(cfg):  # what the plan reads of a run config
+        return cfg.cluster, cfg.model
+
     made = []
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"GPU": 8.0, "CPU": 64.0})
     monkeypatch.setattr(pg_mod, "placement_group", lambda bundles, strategy: made.append((bundles, strategy)) or object())
-    plan = _plan(config.load(None))
+    plan = _plan(*_parts(config.load(None)))
     assert plan.workers == 8 and plan.options[0] == {"num_gpus": 1, "num_cpus": 1} and plan.engine_kwargs == {}
-    plan = _plan(config.load(None, {"model.tensor_parallel_size": 2}))
+    plan = _plan(*_parts(config.load(None, {"model.tensor_parallel_size": 2})))
     assert plan.workers == 4 and len(made) == 4 and made[0] == ([{"GPU": 1, "CPU": 1}] * 2, "STRICT_PACK")
     assert plan.engine_kwargs == {"ray_worker": True} and plan.options[0]["num_gpus"] == 0
     with pytest.raises(InputError, match="need 10 GPUs; the Ray cluster has 8"):
-        _plan(config.load(None, {"model.tensor_parallel_size": 2, "cluster.workers": 5}))
+        _plan(*_parts(config.load(None, {"model.tensor_parallel_size": 2, "cluster.workers": 5})))
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
-    plan = _plan(config.load(None, {"cluster.workers": 2}))
+    plan = _plan(*_parts(config.load(None, {"cluster.workers": 2})))
     assert plan.cores == [[0], [1]] and plan.options == [{"num_cpus": 1}] * 2
     with pytest.raises(InputError, match="3 workers × 1 cores need 3 CPUs"):
-        _plan(config.load(None, {"cluster.workers": 3}))
+        _plan(*_parts(config.load(None, {"cluster.workers": 3})))
 
 
 def test_ray_leaves_the_jvms_signal_handlers_alone():

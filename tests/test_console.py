@@ -93,12 +93,12 @@ def test_run_notes_in_words():
     from clarify.batch.records import RunSummary
 
     console._notes.clear()
-    note_run(RunSummary(llm_calls=100, parse_errors=40, prompts_too_long=2), RunConfig())
+    note_run(RunSummary(llm_calls=100, parse_errors=40, prompts_too_long=2), RunConfig().model)
     words = " ".join(console.notes())
     assert "2 prompt(s) were longer than the model's context" in words
     assert "38% of the model's completions (38 of 100) did not parse cleanly" in words
     console._notes.clear()
-    note_run(RunSummary(llm_calls=100, parse_errors=5, prompts_too_long=0), RunConfig())
+    note_run(RunSummary(llm_calls=100, parse_errors=5, prompts_too_long=0), RunConfig().model)
     assert console.notes() == []
     json.dumps(console.notes())
 

@@ -414,8 +414,8 @@ def test_demo_decodes_constrained_and_says_so_and_an_unconstrained_demo_resumes_
         raise Ran
 
     monkeypatch.setattr(pipeline, "run", fake_run)
-    monkeypatch.setattr(resources, "engine_for", lambda cfg: types.SimpleNamespace(cpu=None, device="cpu",
-                                                                                   dtype="float32"))
+    monkeypatch.setattr(resources, "engine_for", lambda model, tree: types.SimpleNamespace(cpu=None, device="cpu",
+                                                                                           dtype="float32"))
     monkeypatch.setattr(commands, "probe_speed", lambda engine, **kw: commands.Probe(1.0, 2.0, 6, 1000.0))
     monkeypatch.setattr("clarify.index.ensure_default_index", lambda: tmp_path / "index")
     with pytest.raises(Ran):

@@ -118,10 +118,10 @@ def test_quotesum_given_sources_are_numbered_once_for_runs_and_demos():
 
 def _select(ds, overrides: dict, questions):
     """`Dataset.select` as a run calls it: with the config's resolved demo pool (batch/resources.py)."""
-    from clarify.batch.toc.demos import resolve_pool
+    from clarify.batch.resources import pool_of
 
     cfg = config.load(None, overrides)
-    return ds.select(cfg, questions, resolve_pool(cfg))
+    return ds.select(questions, pool_of(cfg), offset=cfg.offset, limit=cfg.limit)
 
 
 def test_asqa_refuses_a_slice_overlapping_the_demo_pool():
@@ -183,14 +183,14 @@ def test_a_bad_asqa_file_is_one_error_for_gold_and_for_demos(tmp_path, content, 
     import re
 
     from clarify.asqa_file import load_asqa
-    from clarify.batch.toc.demos import resolve_pool
+    from clarify.batch.resources import pool_of
 
     path = tmp_path / "bad.json"
     path.write_text(content if isinstance(content, str) else json.dumps(content), encoding="utf-8")
     gold = _error(lambda: load_asqa(path))
     assert re.search(says, gold) and gold.startswith(str(path)), gold
     assert _error(lambda: datasets.get("asqa").demos(path=path)) == gold
-    pool = resolve_pool(config.load(None, {"demo_pool": f"asqa:dev@{path}"}))
+    pool = pool_of(config.load(None, {"demo_pool": f"asqa:dev@{path}"}))
     assert _error(pool.demos) == gold
 
 

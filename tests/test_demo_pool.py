@@ -19,8 +19,8 @@ from clarify.batch import config
 from clarify.batch.cli import build_parser
 from clarify.batch.commands import _overrides
 from clarify.batch.pipeline import run
-from clarify.batch.resources import load_questions, open_resources, prepare
-from clarify.batch.toc.demos import KnnPool, resolve_pool
+from clarify.batch.resources import load_questions, open_resources, pool_of, prepare
+from clarify.batch.toc.demos import KnnPool
 from clarify.batch.toc.tree import normalize
 from clarify.errors import InputError
 from clarify.eval import datasets
@@ -55,7 +55,7 @@ def _cli_cfg(*argv: str) -> config.RunConfig:
 def test_a_train_split_is_the_default_pool_and_limit_0_is_every_dev_question(asqa_file):
     cfg = _cli_cfg("--dataset", "asqa", "--questions", str(asqa_file), "--limit", "0", "--out", "x")
     assert cfg.demo_pool == "auto"
-    pool = resolve_pool(cfg)
+    pool = pool_of(cfg)
     assert (pool.spec, pool.split, pool.path, pool.from_questions, pool.fallback) == (
         "asqa:train", "train", asqa_file, False, "")
     demos = pool.demos()
@@ -64,7 +64,7 @@ def test_a_train_split_is_the_default_pool_and_limit_0_is_every_dev_question(asq
     assert questions["qid"].to_list() == list(_shipped())[:N_DEV]
     # named explicitly, or from another file, the same pool
     named = _cli_cfg("--questions", str(asqa_file), "--demo-pool", f"asqa:train@{asqa_file}", "--out", "x")
-    assert resolve_pool(named).demos() == demos
+    assert pool_of(named).demos() == demos
     # an explicit limit over the whole dev split is no overlap either
     assert load_questions(config.load(None, {"questions": str(asqa_file), "limit": N_DEV}))[0].height == N_DEV
 
@@ -81,7 +81,7 @@ def test_train_demos_are_a_direct_knn_over_the_same_vectors(asqa_file, tmp_path)
     questions = prep.questions
     res = open_resources(prep, tmp_path / "cache")
     pool = res.demos
-    assert [d.demo_id for d in pool.items] == [d.demo_id for d in resolve_pool(cfg).demos()]
+    assert [d.demo_id for d in pool.items] == [d.demo_id for d in pool_of(cfg).demos()]
     vectors = index.encoder.encode([d.question for d in pool.items])
     np.testing.assert_allclose(pool.vectors, vectors, atol=1e-6)
 
@@ -150,14 +150,14 @@ def test_a_file_without_a_train_split_falls_back_to_dev_500_with_the_message(tmp
     path = tmp_path / "dev-only.json"
     path.write_text(json.dumps({"dev": dict(list(_shipped().items())[:510])}), encoding="utf-8")
     cfg = config.load(None, {"questions": str(path), "limit": 0, "answer_style": "free", "toc.max_expansions": 1})
-    pool = resolve_pool(cfg)
+    pool = pool_of(cfg)
     assert (pool.spec, pool.from_questions, pool.fallback) == ("asqa:dev[500:]", True, "dev-only.json has no train split")
     assert [d.demo_id for d in pool.demos()] == list(_shipped())[500:510]
     questions, _ = load_questions(cfg)
     assert questions.height == 500  # dev 0..499: every question outside the pool
     # a pool naming a train split that the file lacks is refused before anything runs
     with pytest.raises(InputError, match="no split 'train'"):
-        resolve_pool(config.load(None, {"questions": str(path), "demo_pool": "asqa:train"})).demos()
+        pool_of(config.load(None, {"questions": str(path), "demo_pool": "asqa:train"})).demos()
 
     out = tmp_path / "run"  # from offset 497: the 3 questions before the pool, so the run is short
     cfg = config.load(None, {"questions": str(path), "offset": 497, "limit": 0, "answer_style": "free",
@@ -179,11 +179,11 @@ def test_a_file_without_a_train_split_falls_back_to_dev_500_with_the_message(tmp
 
 def test_the_shipped_default_is_unchanged():
     cfg = config.load(None)
-    pool = resolve_pool(cfg)
+    pool = pool_of(cfg)
     shipped = datasets.get("asqa").default_path()
     assert (pool.spec, pool.path, pool.from_questions, pool.fallback) == ("asqa:dev[500:]", shipped, True, "")
     assert [d.demo_id for d in pool.demos()] == list(_shipped())[500:]
     assert load_questions(config.load(None, {"limit": 0}))[0].height == 500
     # a non-ASQA dataset takes its demos from the shipped ASQA dev set, never from its own file
-    qs = resolve_pool(config.load(None, {"dataset": "quotesum"}))
+    qs = pool_of(config.load(None, {"dataset": "quotesum"}))
     assert (qs.spec, qs.path, qs.from_questions) == ("asqa:dev[500:]", shipped, False)

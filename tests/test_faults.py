@@ -152,7 +152,7 @@ class Logged(ScriptedEngine):  # every request that reaches the engine, in every
             fh.writelines(request_key(self.model_id, p, gp) + "\\n" for p, gp in zip(prompts, params))
         return super().generate(prompts, params)
 
-resources.engine_for = lambda cfg, **kw: Logged("scripted", make_responder())
+resources.engine_for = lambda model, tree, **kw: Logged("scripted", make_responder())
 sys.exit(cli.main(sys.argv[2:]))
 """
 

@@ -113,7 +113,7 @@ def test_a_worker_opens_exactly_what_the_driver_pinned(layouts, tmp_path):
     assert set(pins) >= {"index", "faiss_index", "encoder"}
     # the worker's own config says nothing about the FAISS folder: the pins decide
     bare = config.load(None, {"limit": 1, "index": str(layouts["lucene"])})
-    idx = open_run_index(bare, pins)
+    idx = open_run_index(bare.index, bare.retrieval, pins)
     assert idx.dense_dir == layouts["faiss"] and idx.encoder_spec == str(layouts["query_encoder"])
     other = tmp_path / "faiss"
     shutil.copytree(layouts["faiss"], other)
@@ -121,4 +121,4 @@ def test_a_worker_opens_exactly_what_the_driver_pinned(layouts, tmp_path):
     os.utime(other / "docid", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     moved = {**pins, "faiss_index": {**pins["faiss_index"], "path": str(other)}}
     with pytest.raises(InputError, match="faiss index differs from the one the driver pinned"):
-        open_run_index(bare, moved)
+        open_run_index(bare.index, bare.retrieval, moved)

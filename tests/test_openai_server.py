@@ -136,6 +136,7 @@ def test_a_server_killed_mid_run_stops_the_run_in_one_line_and_it_resumes(server
     from clarify.batch import config
     from clarify.batch.pipeline import run
     from clarify.batch.resources import engine_for
+    from clarify.batch.toc.settings import TreeSettings
     from clarify.errors import EngineUnavailable
 
     remote_dir, uninterrupted = remote_run
@@ -168,7 +169,7 @@ def test_a_server_killed_mid_run_stops_the_run_in_one_line_and_it_resumes(server
                 server.kill()
             return out
 
-    client = engine_for(cfg)
+    client = engine_for(cfg.model, TreeSettings.of(cfg))
     client.backoff_s = 0.05  # the retries of a dead server are quick here
     out = tmp_path / "run"
     with pytest.raises(EngineUnavailable, match=f"the server at {server.url}"):

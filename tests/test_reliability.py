@@ -543,7 +543,7 @@ from clarify.local_llm.scripted import ScriptedEngine
 from clarify.local_llm.settings import EngineOptions
 from tests.test_toc import make_responder
 
-resources.engine_for = lambda cfg, **kw: ScriptedEngine("scripted", make_responder())
+resources.engine_for = lambda model, tree, **kw: ScriptedEngine("scripted", make_responder())
 filler = sys.argv[1]
 if filler != "-":  # the disk fills up right after part 1 is written
     write_part = rundir.RunDir.write_part

@@ -139,7 +139,7 @@ def test_demo_ends_with_the_tree_and_answer_of_the_chosen_question(tmp_path, mon
                         index=FakeIndex(), **kw)
 
     monkeypatch.setattr(pipeline, "run", run_on_fakes)
-    monkeypatch.setattr(resources, "engine_for", lambda cfg: engine)
+    monkeypatch.setattr(resources, "engine_for", lambda model, tree: engine)
     monkeypatch.setattr("clarify.index.ensure_default_index", lambda: tmp_path / "index")
     out = tmp_path / "demo"
     assert commands.cmd_demo(build_parser().parse_args(["demo", "--limit", "3", "--out", str(out)])) == 0

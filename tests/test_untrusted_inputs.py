@@ -210,7 +210,7 @@ def test_an_attached_faiss_folder_is_checked_before_the_run_directory_is_made(tm
     cfg = config.load(None, {"limit": 1, "index": str(default_local_index.path), "retrieval.faiss_index": str(good)})
     from clarify.batch.resources import open_run_index
 
-    assert open_run_index(cfg).dense_dir == good  # the docids of its own corpus pass
+    assert open_run_index(cfg.index, cfg.retrieval).dense_dir == good  # the docids of its own corpus pass
 
 
 # -- the offline bundle --------------------------------------------------------------------------------------
@@ -293,7 +293,7 @@ def test_a_pool_spec_is_frozen_without_its_surrounding_spaces():
 
     prep = prepare(config.load(None, {"demo_pool": "  asqa:dev[500:]  ", "limit": 1}), index=object(),
                    engine_factory=lambda c: None)
-    assert prep.cfg.demo_pool == "asqa:dev[500:]"
+    assert prep.pool.spec == "asqa:dev[500:]"
 
 
 # -- a stopped clarify eval -------------------------------------------------------------------------------------

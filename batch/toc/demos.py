@@ -109,13 +109,13 @@ class Pool:
         return f"demo pool {self.spec}{why}: {n_demos:,} demos from the {self.split} split of {self.path}"
 
 
-def resolve_pool(cfg: Any) -> Pool:
-    """The concrete pool of a run config (a RunConfig): `auto` → `asqa:train` when the run's own ASQA file
-    (eval/datasets `demo_file`: ASQA's questions file) has a train split, as the official code always has
-    (run_toc.py:23, :191), else `asqa:dev[500:]`; a spec without `@FILE` reads that own file, or the shipped
-    ASQA dev set when the dataset is not ASQA."""
-    own = datasets.get(cfg.dataset).demo_file(cfg.questions_file())
-    spec, fallback = cfg.demo_pool.strip(), ""  # config.json records the spec as parsed, not as typed
+def resolve_pool(spec: str, *, dataset: str, questions_file: Path) -> Pool:
+    """The concrete pool of a run's `demo_pool` spec, given its dataset and questions file: `auto` →
+    `asqa:train` when the run's own ASQA file (eval/datasets `demo_file`: ASQA's questions file) has a train
+    split, as the official code always has (run_toc.py:23, :191), else `asqa:dev[500:]`; a spec without
+    `@FILE` reads that own file, or the shipped ASQA dev set when the dataset is not ASQA."""
+    own = datasets.get(dataset).demo_file(questions_file)
+    spec, fallback = spec.strip(), ""  # config.json records the spec as parsed, not as typed
     if spec == AUTO:
         if own is not None and "train" in datasets.get("asqa").splits(own):
             spec = TRAIN_POOL

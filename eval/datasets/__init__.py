@@ -66,11 +66,11 @@ class Dataset:
         """(questions, gold or None) from `path`, in file order."""
         raise NotImplementedError
 
-    def select(self, cfg: Any, questions: pl.DataFrame, pool: Any) -> pl.DataFrame:
-        """The questions a run answers (`cfg`: a RunConfig; `pool`: its resolved clarification demo pool,
-        batch/toc/demos.py `Pool`): offset..offset+limit-1, limit 0 every one from offset on; an InputError for a
-        slice this dataset cannot answer."""
-        return questions.slice(cfg.offset, cfg.limit or None)
+    def select(self, questions: pl.DataFrame, pool: Any, *, offset: int, limit: int) -> pl.DataFrame:
+        """The questions a run answers (`pool`: its resolved clarification demo pool, batch/toc/demos.py `Pool`;
+        `offset`, `limit`: the run's settings): offset..offset+limit-1, limit 0 every one from offset on; an
+        InputError for a slice this dataset cannot answer."""
+        return questions.slice(offset, limit or None)
 
     def demo_file(self, path: Path | None) -> Path | None:
         """The official-layout ASQA file the clarification demo pool reads when `demo_pool` names none, given

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from clarify.asqa_file import SHIPPED
 from clarify.errors import InputError
@@ -88,23 +87,23 @@ class ASQA(Dataset):
                 demos.append(Demo(inst.sample_id, inst.question, pairs, inst.long_answers[0]))
         return demos
 
-    def select(self, cfg: Any, questions, pool):
+    def select(self, questions, pool, *, offset: int, limit: int):
         """offset..offset+limit-1 outside a demo pool drawn from these same questions (a dev slice of this
         file, batch/toc/demos.py `Pool.from_questions`): an explicit limit that overlaps it is refused; limit 0
         takes every question from offset on that is not a demo (the shipped default: dev 0..499)."""
         if not pool.from_questions:
-            return super().select(cfg, questions, pool)
+            return super().select(questions, pool, offset=offset, limit=limit)
         lo, hi = pool.start, min(pool.stop if pool.stop is not None else questions.height, questions.height)
-        if cfg.limit:
-            stop = cfg.offset + cfg.limit
-            if cfg.offset < hi and stop > lo:
-                raise InputError(f"questions {cfg.offset}..{stop - 1} overlap the demo pool {pool.spec}; "
+        if limit:
+            stop = offset + limit
+            if offset < hi and stop > lo:
+                raise InputError(f"questions {offset}..{stop - 1} overlap the demo pool {pool.spec}; "
                                  f"evaluate questions outside {lo}..{hi - 1}, or give an ASQA file with a train "
                                  f"split (--questions ASQA.json)", field="limit")
-            return super().select(cfg, questions, pool)
-        keep = [i for i in range(cfg.offset, questions.height) if not lo <= i < hi]
+            return super().select(questions, pool, offset=offset, limit=limit)
+        keep = [i for i in range(offset, questions.height) if not lo <= i < hi]
         if not keep:
-            raise InputError(f"every question from {cfg.offset} on is in the demo pool {pool.spec}", field="offset")
+            raise InputError(f"every question from {offset} on is in the demo pool {pool.spec}", field="offset")
         return questions[keep]
 
     def score(self, predictions, gold, *, nodes=None, reader=None):
