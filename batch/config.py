@@ -26,6 +26,7 @@ from clarify.batch.toc.match import MatchRule
 from clarify.errors import InputError, redacted
 from clarify.eval import datasets
 from clarify.eval.datasets.asqa import pool_spec_problem
+from clarify.index.search import CANDIDATES
 from clarify.index.store import SearcherKind
 from clarify.local_llm import backends
 from clarify.local_llm.settings import CHAT_TEMPLATES, DTYPES, QUANTIZATIONS
@@ -117,7 +118,7 @@ def result_free(key: str) -> bool:
 
 @dataclass(frozen=True)
 class RetrievalConfig:
-    candidates: int = 100  # per retriever before fusion (run_toc.py --top_k_docs 100)
+    candidates: int = CANDIDATES  # per retriever before fusion (run_toc.py --top_k_docs 100)
     top_k: int = 5  # passages in each prompt (run_toc.py --top_k_reranked 5)
     pool: int = 100  # passages retrieved per search (run_toc.py --top_k_docs 100, toc/rac.py:5)
     searcher: SearcherKind = SearcherKind.RERANK  # bm25 | dense | hybrid | rerank
