@@ -24,6 +24,7 @@ import polars as pl
 
 from clarify import schemas
 from clarify.batch.config import AnswerStyle, RunConfig
+from clarify.batch.rundir import PART_TABLES
 from clarify.batch.toc.constraints import requested
 from clarify.batch.toc.demos import Pool, resolve_pool
 from clarify.batch.toc.program import Resources, TreeRows
@@ -260,6 +261,5 @@ def engine_for(cfg: RunConfig, *, model: dict | None = None, **placement):
 
 def tables(rows: list[TreeRows]) -> dict[str, pl.DataFrame]:
     """Finished trees' rows as one part's tables (batch/rundir.py `write_part`)."""
-    return {"llm_calls": schemas.frame((r for t in rows for r in t.llm_calls), schemas.LlmCall),
-            "hits": schemas.frame((r for t in rows for r in t.hits), schemas.RunHit),
-            "answers": schemas.frame((r for t in rows for r in t.answers), schemas.TreeAnswer)}
+    return {name: schemas.frame((r for t in rows for r in getattr(t, name)), record)
+            for name, record in PART_TABLES.items()}
