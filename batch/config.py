@@ -391,7 +391,6 @@ RULES: dict[str, Rule] = {
     "model.chat_template": Rule(choices=tuple(CHAT_TEMPLATES)),
     "model.max_num_seqs": Rule(lo=0),
     "model.backend": Rule(choices=backends.names),
-    "model.endpoint": Rule(choices=("chat", "completions")),
     "model.max_concurrency": POSITIVE,
     "model.request_timeout_s": Rule(lo=0, lo_open=True),
     "model.max_retries": Rule(lo=0),

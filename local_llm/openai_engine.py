@@ -60,6 +60,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -82,6 +83,14 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _CONTROL = re.compile("[\x01-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
+class Endpoint(StrEnum):
+    """Where a prompt goes: "chat" sends it as one user message (/v1/chat/completions: the server applies the
+    chat template), "completions" as raw text (/v1/completions: base models)."""
+
+    CHAT = "chat"
+    COMPLETIONS = "completions"
+
+
 @dataclass(frozen=True)
 class ClientOptions:
     """How the openai backend talks to its server, each option declared here once with its default (a run's
@@ -91,8 +100,8 @@ class ClientOptions:
     base_url: str = setting("", help="openai: the server's address, e.g. http://127.0.0.1:8000/v1")
     api_key_env: str = setting("", help="openai: the NAME of an environment variable holding the server's API "
                                         "key (never the key)")
-    endpoint: str = setting("chat", help="openai: \"chat\" (the server applies the chat template) or "
-                                         "\"completions\" (raw text)")
+    endpoint: Endpoint = setting(Endpoint.CHAT, help="openai: \"chat\" (the server applies the chat template) or "
+                                                     "\"completions\" (raw text)")
     max_concurrency: int = setting(64, help="openai: requests in flight at once")
     request_timeout_s: float = setting(600.0, help="openai: one request's TOTAL time limit in seconds: "
                                                    "connecting, waiting and the whole reply (a server that trickles "
@@ -397,8 +406,8 @@ class OpenAIEngine:
                  reply_bytes_per_token: int = ClientOptions.reply_bytes_per_token,
                  constrained: Sequence[str] = ()):
         """Every default is the option's declaration (ClientOptions)."""
-        if endpoint not in ("chat", "completions"):
-            raise InputError(f"unknown endpoint {endpoint!r}; choose chat or completions", field="model.endpoint")
+        if endpoint not in tuple(Endpoint):
+            raise InputError(f"unknown endpoint {endpoint!r}; choose {' or '.join(Endpoint)}", field="model.endpoint")
         self._server = _Server(base_url, api_key_env)
         self.base_url = self._server.url  # never the credentials
         # `constrained`: the settings that will send grammars; refused here, before any request, by a
@@ -438,7 +447,7 @@ class OpenAIEngine:
             body["structured_outputs"] = {"choice": list(params.choices)}
         elif self.constrains and params.grammar is not None:  # EBNF, as vLLM's xgrammar backend reads it
             body["structured_outputs"] = {"grammar": params.grammar}
-        if self.endpoint == "chat":
+        if self.endpoint == Endpoint.CHAT:
             body["messages"] = [{"role": "user", "content": prompt}]
             return "/chat/completions", body
         body["prompt"] = prompt
@@ -456,7 +465,7 @@ class OpenAIEngine:
         try:
             async with self._sem:
                 raw = await self._post(path, body, params)
-            comp = parse_reply(raw, params, chat=self.endpoint == "chat", served=self.served,
+            comp = parse_reply(raw, params, chat=self.endpoint == Endpoint.CHAT, served=self.served,
                                bytes_per_token=self.bytes_per_token)
             self._done.put((rid, serial, comp))
             return
@@ -610,7 +619,7 @@ class OpenAIEngine:
         no such endpoint or does not answer in time. The scheduler asks only for prompts near
         `max_model_len` (batch/scheduler.py `fits`)."""
         body: dict[str, Any] = {"model": self.served}
-        if self.endpoint == "chat":
+        if self.endpoint == Endpoint.CHAT:
             body |= {"messages": [{"role": "user", "content": prompt}], "add_generation_prompt": True}
         else:
             body["prompt"] = prompt
