@@ -21,7 +21,6 @@ in `clarify.index.coverage.answer_coverage` (one implementation; it matches on "
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from clarify.eval.normalize import exact_match, exact_presence, normalize_answer
 from clarify.eval.reader import Reader, as_reader
 from clarify.eval.rouge import asqa_rouge_l
 from clarify.fewshot import QAPair
+from clarify.jsonl import read_json
 
 GOLD_SCHEMA = schemas.ASQA_GOLD
 
@@ -77,7 +77,7 @@ def _stamp(path: str | Path) -> tuple[str, str, int, int]:
 
 @lru_cache(maxsize=4)
 def _document(path: str, resolved: str, mtime_ns: int, size: int) -> dict:
-    data = _read_json(Path(path))
+    data = read_json(Path(path))
     if not isinstance(data, dict):
         raise InputError("not an ASQA file in the official layout ({split: {sample_id: {...}}})", path=path)
     for split in ("train", "dev"):  # the splits a run or a demo pool names: never skipped in silence
@@ -142,18 +142,6 @@ def load_asqa(path: str | Path, split: str = "dev") -> tuple[pl.DataFrame, pl.Da
     questions = pl.DataFrame(q_rows, schema=schemas.QUESTIONS)
     gold = pl.DataFrame(g_rows, schema=GOLD_SCHEMA)
     return questions, gold
-
-
-def _read_json(path: Path):
-    from clarify.jsonl import read_text
-
-    text = read_text(path)
-    if not text.strip():
-        raise InputError("file is empty", path=str(path))
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"bad JSON: {exc.msg} (column {exc.colno})", path=str(path), line=exc.lineno) from exc
 
 
 # ---------------------------------------------------------------- per-string metrics
