@@ -9,7 +9,6 @@ It lives at the top, below both `eval/` and `index/`, so that index/ need not im
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from functools import lru_cache
@@ -20,6 +19,7 @@ import polars as pl
 from clarify import schemas
 from clarify.errors import InputError, need_file
 from clarify.fewshot import QAPair
+from clarify.jsonl import read_json
 
 SHIPPED = ("asqa", "dev.json")  # the shipped dev set, under files.data_dir() (data/asqa/SOURCE.md)
 
@@ -63,7 +63,7 @@ def _stamp(path: str | Path) -> tuple[str, str, int, int]:
 
 @lru_cache(maxsize=4)
 def _document(path: str, resolved: str, mtime_ns: int, size: int) -> dict:
-    data = _read_json(Path(path))
+    data = read_json(Path(path))
     if not isinstance(data, dict):
         raise InputError("not an ASQA file in the official layout ({split: {sample_id: {...}}})", path=path)
     for split in ("train", "dev"):  # the splits a run or a demo pool names: never skipped in silence
@@ -130,13 +130,3 @@ def load_asqa(path: str | Path, split: str = "dev") -> tuple[pl.DataFrame, pl.Da
     return questions, gold
 
 
-def _read_json(path: Path):
-    from clarify.jsonl import read_text
-
-    text = read_text(path)
-    if not text.strip():
-        raise InputError("file is empty", path=str(path))
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"bad JSON: {exc.msg} (column {exc.colno})", path=str(path), line=exc.lineno) from exc

@@ -23,6 +23,7 @@ class InputError(ValueError):
             where = f"field '{field}': "
         super().__init__(where + message)
         self.path, self.line, self.field = path, line, field
+        self.reason = message  # the message without where: a caller that words it in its own terms
 
 
 def need_file(path, what: str = "file") -> None:

@@ -14,15 +14,11 @@ class QAPair:
     """A disambiguated question with its short answers, as a dataset holds it (an ASQA qa_pair).
 
     A demo's pairs are these; a tree's pairs are the parser's `Disambiguation` (batch/toc/format.py), which
-    also keeps the DA line as the model wrote it. Both answer `question`, `answers` and `da`."""
+    also keeps the DA line as the model wrote it. The DA string a prompt shows for either is batch/toc/format.py's
+    (`shown_da`: the layout is declared there, and fingerprinted with the run)."""
 
     question: str
     answers: tuple[str, ...]
-
-    @property
-    def da(self) -> str:
-        """The DA string a prompt shows: the short answers joined (toc/utils.py:18 make_str_disambig)."""
-        return "; ".join(self.answers)
 
 
 @dataclass(frozen=True)

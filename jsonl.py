@@ -197,6 +197,21 @@ def read_text(path: str | Path, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> str:
         raise InputError(f"not UTF-8 ({exc.reason} at byte {at} of the line)", path=str(path), line=line) from None
 
 
+def read_json(path: str | Path, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> object:
+    """The one reader of a whole JSON file (a dataset's, a run directory's records, an index manifest): its
+    text as `read_text` reads it (a byte-order mark dropped, at most `max_bytes`, bytes that are not UTF-8
+    named by line), then parsed. An empty file or bad JSON is an InputError naming file and line."""
+    text = read_text(path, max_bytes=max_bytes)
+    if not text.strip():
+        raise InputError("file is empty", path=str(path))
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"bad JSON: {exc.msg} (column {exc.colno})", path=str(path), line=exc.lineno) from None
+    except RecursionError:
+        raise InputError("bad JSON: nested too deeply", path=str(path)) from None
+
+
 def record_id(obj: Mapping, path: str | Path, line: int, keys: tuple[str, ...] = ("qid", "id")) -> str | None:
     """A record's id as a string, from the first of `keys` present; None when absent. Only a JSON
     string or integer is an id: a float, boolean, list or object would become one through str()

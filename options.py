@@ -195,9 +195,36 @@ def flag_help(f: Field, key: str = "") -> str:
     """A flag's help: the field's declared text, then the config key it sets (for a key of a table) and the
     field's default as a TOML value, e.g. `... ([toc] verify; default true)`."""
     section, _, name = key.rpartition(".")
-    where = f"[{section}] {name}; " if section else ""
+    # an unset default (None) has no TOML value: the declared help says what unset means
+    said = "; ".join([*([f"[{section}] {name}"] if section else []),
+                      *([] if f.default is None else [f"default {toml_value(f.default)}"])])
+    said = f" ({said})" if said else ""
     # argparse %-formats help texts (for %(default)s): a literal % is doubled
-    return f"{spec(f).help} ({where}default {toml_value(f.default)})".replace("%", "%%")
+    return f"{spec(f).help}{said}".replace("%", "%%")
+
+
+def value_type(f: Field) -> type | None:
+    """The type a flag's value is parsed to: the default's, or for an unset default (None) the declared
+    `int | None` / `float | None`; None for a string."""
+    if type(f.default) in (int, float):
+        return type(f.default)
+    declared = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+    return {"int | None": int, "float | None": float}.get(declared)
+
+
+def flag_dest(f: Field) -> str:
+    """The argparse attribute of a setting's flag (`--no-verify` -> no_verify)."""
+    return spec(f).flag.removeprefix("--").replace("-", "_")
+
+
+def flag_value(args: argparse.Namespace, f: Field) -> Any:
+    """What the flag of setting `f` gave: a value flag's value, a switch's declared value when it is on;
+    None when it was not given."""
+    value = getattr(args, flag_dest(f), None)
+    switch = spec(f).switch
+    if switch is not None:
+        return switch if value else None
+    return value
 
 
 def add_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup, f: Field, key: str = "", *,
@@ -210,8 +237,8 @@ def add_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup, f: Field
     if s.switch is not None:
         return parser.add_argument(name, action="store_true", help=flag_help(f, key))
     kwargs: dict[str, Any] = {"help": flag_help(f, key), "default": default}
-    if type(f.default) in (int, float):
-        kwargs["type"] = type(f.default)
+    if (kind := value_type(f)) is not None:
+        kwargs["type"] = kind
     if choices is not None:
         kwargs["choices"] = choices
     if s.metavar:

@@ -48,14 +48,12 @@ QUESTIONS = {"qid": pl.String, "question": pl.String, "dataset": pl.String}
 
 PASSAGES = {"passage_id": pl.String, "title": pl.String, "text": pl.String}
 
-# A searcher's output (clarify.index). retriever: bm25 | dense | fused | rerank
-HITS = {
-    "qid": pl.String,
-    "passage_id": pl.String,
-    "score": pl.Float64,
-    "rank": pl.Int32,
-    "retriever": pl.String,
-}
+# A hit's own columns, declared once: a searcher's, a run's and the search cache's hits hold them.
+# retriever: bm25 | dense | fused | rerank
+HIT = {"passage_id": pl.String, "score": pl.Float64, "rank": pl.Int32, "retriever": pl.String}
+
+# A searcher's output (clarify.index)
+HITS = {"qid": pl.String, **HIT}
 
 @dataclass(frozen=True)
 class RunHit:
@@ -66,24 +64,17 @@ class RunHit:
     node_id: str = column(pl.String)
     wave: int = column(pl.Int32)
     query: str = column(pl.String)
-    passage_id: str = column(pl.String)
-    score: float = column(pl.Float64)
-    rank: int = column(pl.Int32)
-    retriever: str = column(pl.String)
+    passage_id: str = column(HIT["passage_id"])
+    score: float = column(HIT["score"])
+    rank: int = column(HIT["rank"])
+    retriever: str = column(HIT["retriever"])
 
 
 RUN_HITS = table_schema(RunHit)
 
 # The shared search cache (batch/search_cache.py): one searcher's hits per (query, k), in a folder named
 # by the searcher's identity (kind, candidates, reranker, the index's manifest checksum).
-SEARCH_CACHE = {
-    "query": pl.String,
-    "k": pl.Int32,
-    "passage_id": pl.String,
-    "score": pl.Float64,
-    "rank": pl.Int32,
-    "retriever": pl.String,
-}
+SEARCH_CACHE = {"query": pl.String, "k": pl.Int32, **HIT}
 
 @dataclass(frozen=True)
 class NodeRow:

@@ -20,7 +20,7 @@ from clarify.batch.config import (
     RunConfig,
 )
 from clarify.batch.records import RunSummary, Tokens
-from clarify.options import add_flag, spec, toml_value
+from clarify.options import add_flag, flag_value, toml_value
 
 RUN_EPILOG = f"""\
 examples:
@@ -108,8 +108,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"~{DEMO_BUDGET_S / 60:.1f} minutes, {DEMO_MIN_QUESTIONS}..{DEMO_MAX_QUESTIONS}; "
                         f"a resumed demo keeps its own)")
     p.add_argument("--out", default="runs/demo", help="run directory")
-    p.add_argument("--answer-style", choices=ANSWER_STYLES, default="quoted",
-                   help="quoted: SEMQA answers whose [k span] quotes are checked against the sources")
+    # the run's setting, at its declared default (a demo is a run)
+    add_flag(p, next(f for key, f in config.flagged() if key == "answer_style"), choices=ANSWER_STYLES,
+             default=config.RunConfig.answer_style)
     p.set_defaults(func=cmd_demo, log_dir=_run_logs)
 
     p = sub.add_parser("compare", help="the same questions and index with several models, side by side",
@@ -167,17 +168,7 @@ def _run_args(p: argparse.ArgumentParser, *, with_model: bool = True) -> None:
 def _overrides(args: argparse.Namespace) -> dict:
     """The settings the flags give (config key -> value; None: the flag was not given): a value flag's value,
     a switch's declared value when it is on."""
-    o = {}
-    for key, f in config.flagged():
-        value = getattr(args, flag_dest(f), None)
-        switch = spec(f).switch
-        o[key] = (switch if value else None) if switch is not None else value
-    return o
-
-
-def flag_dest(f) -> str:
-    """The argparse attribute of a setting's flag (`--no-verify` -> no_verify)."""
-    return spec(f).flag.removeprefix("--").replace("-", "_")
+    return {key: flag_value(args, f) for key, f in config.flagged()}
 
 
 def print_summary(summary: RunSummary, out=None) -> None:

@@ -33,6 +33,7 @@ from clarify.batch.report.comparison import cost_row, paired_markdown, paired_ta
 from clarify.batch.rundir import FINAL_TABLES, Run
 from clarify.errors import InputError
 from clarify.eval import datasets
+from clarify.eval.metrics import Metric
 from clarify.files import check_own_dir, make_dirs, open_own, write_json, write_parquet, write_text
 from clarify.local_llm.hardware import affinity
 from clarify.local_llm.preflight import Gpu
@@ -304,7 +305,7 @@ def compare(models: list[str] | list[Entry], cfg: RunConfig, out: Path, *, paral
         row.update({k: v for k, v in cost_row(run).items() if k not in ("device", "devices")})
         for k, v in summary.metrics.items():
             row[k] = v if isinstance(v, int | float) else None
-            if row[k] is not None and k != "missing_predictions" and k not in metric_names:
+            if row[k] is not None and k != Metric.MISSING_PREDICTIONS and k not in metric_names:
                 metric_names.append(k)
         for k, v in (summary.quote_fidelity.to_json() if summary.quote_fidelity else {}).items():
             if isinstance(v, int | float):

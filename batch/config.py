@@ -25,7 +25,7 @@ from clarify.batch.toc.match import MatchRule
 from clarify.errors import InputError, redacted
 from clarify.eval import datasets
 from clarify.eval.datasets.asqa import pool_spec_problem
-from clarify.index.search import SearcherKind
+from clarify.index.search import CANDIDATES, SearcherKind
 from clarify.local_llm import backends
 from clarify.options import as_declared, is_choice, problem, setting, spec, toml_value
 
@@ -104,7 +104,7 @@ ANSWER_STYLES = tuple(s.value for s in AnswerStyle)  # `--answer-style`
 
 @dataclass(frozen=True)
 class RetrievalConfig:
-    candidates: int = setting(100, help="per retriever before fusion (run_toc.py --top_k_docs 100)", lo=1,
+    candidates: int = setting(CANDIDATES, help="per retriever before fusion (run_toc.py --top_k_docs 100)", lo=1,
                               unit="passages")
     top_k: int = setting(5, help="passages in each prompt (run_toc.py --top_k_reranked 5)", lo=1, unit="passages")
     pool: int = setting(100, help="passages retrieved per search (run_toc.py --top_k_docs 100, toc/rac.py:5)", lo=1,

@@ -21,7 +21,7 @@ from typing import Any
 
 from clarify.batch import config
 from clarify.files import page_main
-from clarify.options import base_type, default_of, spec, toml_value
+from clarify.options import base_type, default_of, flag_dest, spec, toml_value
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 
@@ -49,9 +49,7 @@ def config_rows() -> list[tuple[str, str, str, str, str, str]]:
 
 def _flag_keys() -> dict[str, str]:
     """argparse dest -> the config key its flag sets (the declared flags: config.flagged)."""
-    from clarify.batch import commands
-
-    return {commands.flag_dest(f): key for key, f in config.flagged()}
+    return {flag_dest(f): key for key, f in config.flagged()}
 
 
 def leaves(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):

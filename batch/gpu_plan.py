@@ -23,12 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from clarify.errors import InputError
-from clarify.local_llm.preflight import Gpu, ModelShape, Need, budget_of, need_per_gpu
+from clarify.local_llm.preflight import Gpu, ModelShape, Need, budget_of, gib, need_per_gpu
 from clarify.local_llm.settings import Ask, Device, dtype_for, unsupported
-
-
-def _gib(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB"
 
 
 @dataclass(frozen=True)
@@ -69,8 +65,8 @@ class Plan:
         if self.gpus:
             g = self.gpus[0]
             same = all((x.name, x.total_bytes) == (g.name, g.total_bytes) for x in self.gpus)
-            head = (f"plan: {len(self.gpus)} GPUs ({g.name}, {_gib(g.total_bytes)} each)" if same else
-                    f"plan: {len(self.gpus)} GPUs ({', '.join(f'{i}: {x.name} {_gib(x.total_bytes)}' for i, x in enumerate(self.gpus))})")
+            head = (f"plan: {len(self.gpus)} GPUs ({g.name}, {gib(g.total_bytes)} each)" if same else
+                    f"plan: {len(self.gpus)} GPUs ({', '.join(f'{i}: {x.name} {gib(x.total_bytes)}' for i, x in enumerate(self.gpus))})")
         else:
             head = "plan: no GPU on this machine"
         width = max(len(p.name) for p in self.placements)
@@ -112,9 +108,9 @@ def place(model: Model, gpus: list[Gpu]) -> Placement:
     for tp in sizes:
         need = need_per_gpu(model.shape, model.ask, dtype, tp)
         if need.total <= budgets[tp - 1]:  # the tp GPUs with the most room each hold a share
-            why = f"{_gib(need.total)} per GPU: {need.why(model.ask.max_model_len, dtype)}"
+            why = f"{gib(need.total)} per GPU: {need.why(model.ask.max_model_len, dtype)}"
             if smaller is not None:
-                why += f"; on {smaller[0]} GPU{'s' if smaller[0] > 1 else ''} {_gib(smaller[1].total)} > {_gib(budgets[0])}"
+                why += f"; on {smaller[0]} GPU{'s' if smaller[0] > 1 else ''} {gib(smaller[1].total)} > {gib(budgets[0])}"
             elif tp == asked and asked > 1:
                 why += ", tensor_parallel_size as set"
             room = frozenset(i for i, g in enumerate(gpus) if need.total <= budget_of(g, util))
@@ -122,8 +118,8 @@ def place(model: Model, gpus: list[Gpu]) -> Placement:
         smaller = (tp, need)
     tp, need = smaller
     raise InputError(f"model {model.name!r} fits on no GPU group here: on {tp} GPU{'s' if tp > 1 else ''} it needs "
-                     f"{_gib(need.total)} per GPU ({need.why(model.ask.max_model_len, dtype)}), each has at most "
-                     f"{_gib(budgets[0])} (gpu_memory_utilization {util}); use a quantized model, a smaller "
+                     f"{gib(need.total)} per GPU ({need.why(model.ask.max_model_len, dtype)}), each has at most "
+                     f"{gib(budgets[0])} (gpu_memory_utilization {util}); use a quantized model, a smaller "
                      f"max_model_len or more GPUs", field="models")
 
 

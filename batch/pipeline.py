@@ -42,7 +42,7 @@ from clarify.batch.records import (
     Tokens,
 )
 from clarify.batch.resources import PreparedRun, open_resources, passages_only, prepare, tables
-from clarify.batch.rundir import Run, RunDir
+from clarify.batch.rundir import FINAL_TABLES, PART_TABLES, Run, RunDir
 from clarify.batch.scheduler import DRIVERS, SchedStats
 from clarify.batch.toc.fingerprint import prompts_fingerprint
 from clarify.batch.toc.program import Resources, Step, TreeRows
@@ -326,10 +326,9 @@ def finalize(rd: RunDir, prep: PreparedRun, cfg: RunConfig, trees: list[Tree], r
     # rows in question order, each tree's in the order its program made them: the same tables whichever
     # scheduler ran and however the trees were split into parts
     order = pl.DataFrame({"qid": questions["qid"]}).with_row_index("_q")
-    calls, hits, answers = (rd.part_table(name, schema).join(order, on="qid", how="left", maintain_order="left")
-                            .sort("_q", maintain_order=True).drop("_q")
-                            for name, schema in (("llm_calls", schemas.LLM_CALLS), ("hits", schemas.RUN_HITS),
-                                                 ("answers", schemas.TREE_ANSWERS)))
+    parts = {name: rd.part_table(name).join(order, on="qid", how="left", maintain_order="left")
+             .sort("_q", maintain_order=True).drop("_q") for name in PART_TABLES}
+    calls, hits, answers = parts["llm_calls"], parts["hits"], parts["answers"]
     nodes = nodes_table(trees)
     passage_ids = list(dict.fromkeys(hits["passage_id"].to_list() if hits.height else [])
                        | dict.fromkeys(p for ps in answers["passage_ids"].to_list() for p in ps))
@@ -350,9 +349,10 @@ def finalize(rd: RunDir, prep: PreparedRun, cfg: RunConfig, trees: list[Tree], r
     answers = schemas.conform(answers, "answers")
 
     scores, metrics, notes = score(prep.dataset, answers, nodes, prep.gold)
-    for name, df in (("nodes", nodes), ("hits", hits), ("llm_calls", calls), ("answers", answers),
-                     ("spans", spans), ("passages", passages), ("scores", scores)):
-        rd.write_table(name, df)
+    final = {"nodes": nodes, "hits": hits, "llm_calls": calls, "answers": answers, "spans": spans,
+             "passages": passages, "scores": scores}
+    for name in FINAL_TABLES:
+        rd.write_table(name, final[name])
     faults.point("final-tables")
 
     n_q = questions.height

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clarify import jsonl
 from clarify.errors import InputError
 from clarify.files import write_json
 from clarify.options import declared, spec
@@ -30,13 +30,14 @@ SUMMARY_SCHEMA = 2  # 1: no schema_version key; 2: the same keys + schema_versio
 
 
 def read_json(path: Path, what_to_do: str) -> object:
-    """A JSON file of the run directory; a damaged one is an InputError naming it and what to do."""
+    """A JSON file of the run directory (clarify.jsonl `read_json`); a missing or damaged one is an InputError
+    naming it (and the line) and what to do."""
+    if not path.exists():
+        raise InputError(f"missing; {what_to_do}", path=str(path))
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"missing; {what_to_do}", path=str(path)) from None
-    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
-        raise InputError(f"damaged ({exc}); {what_to_do}", path=str(path)) from None
+        return jsonl.read_json(path)
+    except InputError as exc:
+        raise InputError(f"damaged ({exc.reason}); {what_to_do}", path=str(path), line=exc.line) from None
 
 
 def _object(data: object, source: str) -> dict:

@@ -28,6 +28,7 @@ import polars as pl
 
 from clarify import schemas
 from clarify.batch.config import AnswerStyle, ModelConfig, RetrievalConfig, RunConfig
+from clarify.batch.rundir import PART_TABLES
 from clarify.batch.toc.constraints import requested
 from clarify.batch.toc.demos import Pool, resolve_pool
 from clarify.batch.toc.program import Resources, TreeRows
@@ -273,6 +274,5 @@ def engine_for(model: ModelConfig, tree: TreeSettings, *, pin: dict | None = Non
 
 def tables(rows: list[TreeRows]) -> dict[str, pl.DataFrame]:
     """Finished trees' rows as one part's tables (batch/rundir.py `write_part`)."""
-    return {"llm_calls": schemas.frame((r for t in rows for r in t.llm_calls), schemas.LlmCall),
-            "hits": schemas.frame((r for t in rows for r in t.hits), schemas.RunHit),
-            "answers": schemas.frame((r for t in rows for r in t.answers), schemas.TreeAnswer)}
+    return {name: schemas.frame((r for t in rows for r in getattr(t, name)), record)
+            for name, record in PART_TABLES.items()}

@@ -71,6 +71,9 @@ TABLE_SCHEMAS = {"questions": "questions", "nodes": "nodes", "hits": "run_hits",
                  "answers": "answers", "spans": "spans", "passages": "passages", "scores": "scores"}
 # Written by finalize (questions.parquet comes first, when the run starts)
 FINAL_TABLES = tuple(name for name in TABLE_SCHEMAS if name != "questions")
+# The tables of a checkpoint part (parts/NNNN/), each the rows of one record of a finished tree (TreeRows'
+# attribute of that name), concatenated by finalize
+PART_TABLES = {"llm_calls": schemas.LlmCall, "hits": schemas.RunHit, "answers": schemas.TreeAnswer}
 WAVES = "waves"  # checkpoints of clarify before continuous scheduling: refused, and removed by --restart
 
 
@@ -385,12 +388,13 @@ class RunDir:
             trees += [Tree.from_dict(t) for t in state["trees"]]
         return Checkpoint(len(dirs), trees, state.get("run_s"), state.get("engine"))
 
-    def part_table(self, name: str, schema: dict | None = None) -> pl.DataFrame:
+    def part_table(self, name: str) -> pl.DataFrame:
+        """The parts' table `name` (PART_TABLES), concatenated; empty, with its schema, before any part."""
         frames = [pl.read_parquet(d / f"{name}.parquet") for d in self.part_dirs()
                   if (d / f"{name}.parquet").exists()]
         frames = [f for f in frames if f.height]
         if not frames:
-            return pl.DataFrame(schema=schema) if schema else pl.DataFrame()
+            return pl.DataFrame(schema=schemas.table_schema(PART_TABLES[name]))
         return pl.concat(frames, how="diagonal_relaxed")
 
 

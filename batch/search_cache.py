@@ -19,7 +19,7 @@ from pathlib import Path
 import polars as pl
 
 from clarify.files import write_json, write_parquet
-from clarify.schemas import SEARCH_CACHE
+from clarify.schemas import HIT, HITS, SEARCH_CACHE
 
 
 class CachingSearcher:
@@ -61,7 +61,7 @@ class CachingSearcher:
             self.searched += missing.height
             fresh = self.inner.search(missing.select("qid", "query"), k)
             fresh = fresh.join(missing.select("qid", "query"), on="qid").select(
-                "query", pl.lit(k, pl.Int32).alias("k"), "passage_id", "score", "rank", "retriever")
+                "query", pl.lit(k, SEARCH_CACHE["k"]).alias("k"), *HIT)
             name = f"{uuid.uuid4().hex}.parquet"
             write_parquet(fresh, self.folder / name)
             self._seen.add(name)
@@ -71,5 +71,5 @@ class CachingSearcher:
         known = pl.concat([self._rows[(q, k)] for q in wanted]) if wanted else pl.DataFrame(schema=SEARCH_CACHE)
         return (queries.select("qid", "query")
                 .join(known, on="query", how="inner")
-                .select("qid", "passage_id", "score", "rank", "retriever")
+                .select(*HITS)
                 .sort(["qid", "rank"]))

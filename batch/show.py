@@ -19,10 +19,11 @@ import polars as pl
 
 from clarify.batch.toc.tree import Status
 from clarify.errors import InputError, printable
+from clarify.eval.metrics import Metric
 
 # Which question the demo shows when none is named: the one whose tree shows most of what ToC does.
 PICK_RULE = "the most valid nodes, ties broken by ROUGE-L, then by question order"
-PICK_METRIC = "rouge_l"  # the per-question ROUGE-L of the ASQA and QuoteSum scorers (scores.parquet)
+PICK_METRIC = Metric.ROUGE_L  # the per-question ROUGE-L of the ASQA and QuoteSum scorers (scores.parquet)
 STATUS_WORDS = {s: "ROOT" if s is Status.ROOT else s.value for s in Status}  # batch/toc/tree.py
 TEXT_CLIP = 160  # characters of a node's question or answer on one line
 

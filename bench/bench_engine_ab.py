@@ -1,13 +1,14 @@
 """The real CPU engine's speed through clarify, the clarify of an earlier commit against this one, in one run.
 
-    .venv/bin/python bench/bench_engine_ab.py --before REV [--questions 8] [--repeats 2] [--write NAME]
+    .venv/bin/python bench/bench_engine_ab.py --before REV [--now REV] [--questions 8] [--repeats 2] [--write NAME]
 
 Each arm runs `clarify run --limit N --constrain-format --constrain-quotes` into a fresh run directory
 (every request computed by the engine: no cache), the arms alternating (before, now, before, now, ...) so
 that a slower minute of a shared machine falls on both. Reported per arm: the engine's tokens/s of the run
 (summary.json `engine_tokens_per_s`: prompt + output tokens over the engine's generate seconds), the run's
 wall seconds, tokens and LLM calls; and the ratio of the medians, now / before. The clarify of REV runs from
-`git archive` of it on PYTHONPATH (bench/bench_report.py `checkout`). The trees of the two arms can differ
+`git archive` of it on PYTHONPATH (bench/bench_report.py `checkout`); so does the `--now` one when given
+(else this working tree: keep it still while the bench runs). The trees of the two arms can differ
 (bfloat16 batches of different composition round differently), so compare tokens/s, not tokens.
 """
 
@@ -44,6 +45,7 @@ def one(out: Path, questions: int, env: dict | None) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--before", required=True, metavar="REV", help="the earlier commit")
+    ap.add_argument("--now", metavar="REV", help="the later commit (default: this working tree)")
     ap.add_argument("--questions", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=2, help="runs per arm, alternating")
     ap.add_argument("--write", metavar="NAME", help="write bench/results/NAME.json")
@@ -51,13 +53,15 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[dict]] = {"before": [], "now": []}
     with tempfile.TemporaryDirectory() as tmp:
         env = checkout(args.before, Path(tmp) / "before")
+        now_env = checkout(args.now, Path(tmp) / "now") if args.now else None
         for i in range(args.repeats):
-            for arm, arm_env in (("before", env), ("now", None)):
+            for arm, arm_env in (("before", env), ("now", now_env)):
                 got = one(Path(tmp) / f"{arm}-{i}", args.questions, arm_env)
                 runs[arm].append(got)
                 print(f"{arm} #{i + 1}: {got}", flush=True)
     med = {arm: statistics.median(r["engine_tokens_per_s"] for r in rs) for arm, rs in runs.items()}
-    result = {"provenance": provenance(), "before": args.before, "questions": args.questions,
+    result = {"provenance": provenance(), "before": args.before, "now": args.now or "working tree",
+              "questions": args.questions,
               "arms": {f"{arm} #{i + 1}": r for arm, rs in runs.items() for i, r in enumerate(rs)},
               "median_tokens_per_s": med, "ratio_now_over_before": round(med["now"] / med["before"], 3)}
     print(json.dumps(result, indent=1))

@@ -78,7 +78,8 @@ def before_host_cuts():
     def old_removed_by(pairs, shown, pool, removal, m):
         if removal == program.Removal.OFFICIAL:
             found = [p.da for p in pairs]
-            return [d.demo_id for d in pool if any(m.f1(dp.da, b) > 0.8 for dp in d.pairs for b in found)]
+            return [d.demo_id for d in pool if any(m.f1(program.shown_da(dp), b) > 0.8 for dp in d.pairs
+                                                   for b in found)]
         return saved_removed(pairs, shown, pool, removal, m)
 
     saved_memo, saved_removed = dense.QueryMemo.encode_queries, program.removed_by

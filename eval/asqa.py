@@ -29,6 +29,7 @@ import polars as pl
 from clarify import schemas
 from clarify.errors import InputError
 from clarify.eval.io import check_prediction_ids
+from clarify.eval.metrics import Metric
 from clarify.eval.reader import Reader, as_reader
 from clarify.eval.rouge import asqa_rouge_l
 from clarify.normalize import exact_match, exact_presence, normalize_answer, token_f1
@@ -36,6 +37,7 @@ from clarify.normalize import exact_match, exact_presence, normalize_answer, tok
 GOLD_SCHEMA = schemas.ASQA_GOLD
 
 NO_READER = "not computed: no QA reader configured (pass --reader DIR, a SQuAD 2.0 extractive model)"
+READER_METRICS = (Metric.D_F1, Metric.QA_EM, Metric.QA_HIT)  # what the reader scores (`qa_scores`); else null
 
 
 # ---------------------------------------------------------------- per-string metrics
@@ -104,25 +106,25 @@ def score_asqa(
         g = by_qid[qid]
         rows.append({
             "qid": qid,
-            "rouge_l": asqa_rouge_l(answer, g["long_answers"]),
-            "str_em": str_em(answer, g["short_answers"]),
-            "length": float(answer_length(answer)),
+            Metric.ROUGE_L: asqa_rouge_l(answer, g["long_answers"]),
+            Metric.STR_EM: str_em(answer, g["short_answers"]),
+            Metric.LENGTH: float(answer_length(answer)),
             "n_pairs": len(g["dq"]),
             "missing": bool(miss),
         })
-    out = pl.DataFrame(rows, schema={"qid": pl.String, "rouge_l": pl.Float64, "str_em": pl.Float64,
-                                     "length": pl.Float64, "n_pairs": pl.Int32, "missing": pl.Boolean})
+    out = pl.DataFrame(rows, schema={"qid": pl.String, Metric.ROUGE_L: pl.Float64, Metric.STR_EM: pl.Float64,
+                                     Metric.LENGTH: pl.Float64, "n_pairs": pl.Int32, "missing": pl.Boolean})
     qa = _reader_scores(preds, by_qid, as_reader(reader))
     return out.join(qa, on="qid", how="left", maintain_order="left").select(
-        "qid", "rouge_l", "str_em", "length", "d_f1", "qa_em", "qa_hit", "n_pairs", "missing"
+        "qid", Metric.ROUGE_L, Metric.STR_EM, Metric.LENGTH, *READER_METRICS, "n_pairs", "missing"
     )
 
 
 def _reader_scores(preds: pl.DataFrame, by_qid: dict, reader: Reader | None) -> pl.DataFrame:
-    schema = {"qid": pl.String, "d_f1": pl.Float64, "qa_em": pl.Float64, "qa_hit": pl.Float64}
+    schema = {"qid": pl.String, **dict.fromkeys(READER_METRICS, pl.Float64)}
     if reader is None:
         return pl.DataFrame({"qid": preds["qid"]}).with_columns(
-            pl.lit(None, pl.Float64).alias(c) for c in ("d_f1", "qa_em", "qa_hit")
+            pl.lit(None, pl.Float64).alias(c) for c in READER_METRICS
         )
     # One reader call for every (question, pair): convert_to_roberta_format.py::qa_format.
     qs, ctxs, owners = [], [], []
@@ -140,7 +142,7 @@ def _reader_scores(preds: pl.DataFrame, by_qid: dict, reader: Reader | None) -> 
     rows = []
     for qid in preds["qid"]:
         f1, em, hit = qa_scores(grouped[qid], by_qid[qid]["short_answers"])
-        rows.append({"qid": qid, "d_f1": f1, "qa_em": em, "qa_hit": hit})
+        rows.append({"qid": qid, **dict(zip(READER_METRICS, (f1, em, hit)))})
     return pl.DataFrame(rows, schema=schema)
 
 
@@ -206,7 +208,7 @@ def answer_f1(nodes: pl.DataFrame, gold: pl.DataFrame, *, statuses: Sequence[str
     rows = []
     for (qid,), grp in kept.group_by("qid", maintain_order=True):
         pred = [a or [] for a in grp.filter(pl.col("_kept"))["answers"].to_list()]
-        rows.append({"qid": qid, "answer_f1": 100.0 * ambigqa_answer_f1(gold_by[qid], pred),
+        rows.append({"qid": qid, Metric.ANSWER_F1: 100.0 * ambigqa_answer_f1(gold_by[qid], pred),
                      "n_predicted": len(pred), "n_gold": len(gold_by[qid])})
-    return pl.DataFrame(rows, schema={"qid": pl.String, "answer_f1": pl.Float64,
+    return pl.DataFrame(rows, schema={"qid": pl.String, Metric.ANSWER_F1: pl.Float64,
                                       "n_predicted": pl.Int32, "n_gold": pl.Int32})

@@ -35,7 +35,7 @@ def register(sub) -> None:
                    help="official prediction file (ASQA JSON {id: answer}; QuoteSum JSONL qid + prediction/"
                         "answer/summary) or a clarify run directory")
     p.add_argument("--gold", type=Path, help="gold file (default: the shipped dev set)")
-    p.add_argument("--split", default="dev", help="ASQA split inside the gold file (default dev)")
+    p.add_argument("--split", default=datasets.DEV, help=f"ASQA split inside the gold file (default {datasets.DEV})")
     p.add_argument("--reader", type=Path, help="SQuAD 2.0 QA model directory for ASQA Disambig-F1 / DR")
     p.add_argument("--limit", type=int, help="score only the first N predicted questions (0: all, as for run)")
     p.add_argument("--only-predicted", action="store_true",

@@ -34,6 +34,7 @@ import polars as pl
 from clarify import schemas
 from clarify.errors import InputError
 from clarify.eval.io import check_prediction_ids
+from clarify.eval.metrics import Metric
 from clarify.eval.rouge import quotesum_scorer
 from clarify.jsonl import iter_jsonl
 from clarify.normalize import normalize_answer_quotesum, prf_tokens
@@ -94,8 +95,8 @@ def rouge_scores(prediction: str, references: Sequence[str]) -> dict[str, float]
     pred = strip_markers(prediction)
     best = max((scorer.score(strip_markers(ref), pred) for ref in references),
                key=lambda s: s["rougeLsum"].fmeasure)
-    return {"rouge_l": 100 * best["rougeLsum"].fmeasure, "rouge1": 100 * best["rouge1"].fmeasure,
-            "rouge2": 100 * best["rouge2"].fmeasure}
+    return {Metric.ROUGE_L: 100 * best["rougeLsum"].fmeasure, Metric.ROUGE1: 100 * best["rouge1"].fmeasure,
+            Metric.ROUGE2: 100 * best["rouge2"].fmeasure}
 
 
 def sem_f1(prediction: str, references: Sequence[str], sources_present: Sequence[int]) -> float:
@@ -202,8 +203,8 @@ def load_quotesum(path: str | Path) -> tuple[pl.DataFrame, pl.DataFrame]:
 # ---------------------------------------------------------------- tables
 
 SCORE_SCHEMA = {
-    "qid": pl.String, "rouge_l": pl.Float64, "rouge1": pl.Float64, "rouge2": pl.Float64,
-    "sem_f1": pl.Float64, "sem_rec": pl.Float64, "n_refs": pl.Int32, "missing": pl.Boolean,
+    "qid": pl.String, **dict.fromkeys((Metric.ROUGE_L, Metric.ROUGE1, Metric.ROUGE2, Metric.SEM_F1, Metric.SEM_REC),
+                                      pl.Float64), "n_refs": pl.Int32, "missing": pl.Boolean,
 }
 
 
@@ -213,8 +214,8 @@ def _score_one(qid: str, prediction: str, refs: Sequence[dict], missing: bool) -
         "qid": qid,
         **rouge_scores(prediction, summaries),
         # scorers.py::score_semqa_f1 reads the sources of the qid's first row.
-        "sem_f1": sem_f1(prediction, summaries, refs[0]["sources_present"]),
-        "sem_rec": sem_rec(prediction, [r["covered_short_answers"] for r in refs]),
+        Metric.SEM_F1: sem_f1(prediction, summaries, refs[0]["sources_present"]),
+        Metric.SEM_REC: sem_rec(prediction, [r["covered_short_answers"] for r in refs]),
         "n_refs": len(refs),
         "missing": missing,
     }
@@ -280,8 +281,8 @@ def empty_answer_floor(qids: Sequence[str], gold: pl.DataFrame) -> pl.DataFrame:
     refs_by = _refs_by_qid(gold)
     refs = [refs_by[q] for q in qids if q in refs_by]
     values = {  # as _score_one scores the prediction "" (no ROUGE needed)
-        "sem_f1": [sem_f1("", [r["summary"] for r in rs], rs[0]["sources_present"]) for rs in refs],
-        "sem_rec": [sem_rec("", [r["covered_short_answers"] for r in rs]) for rs in refs],
+        Metric.SEM_F1: [sem_f1("", [r["summary"] for r in rs], rs[0]["sources_present"]) for rs in refs],
+        Metric.SEM_REC: [sem_rec("", [r["covered_short_answers"] for r in rs]) for rs in refs],
     }
     rows = []
     for metric, raw in values.items():

@@ -20,15 +20,16 @@ from typing import Any
 import polars as pl
 
 from clarify import schemas
-from clarify.eval.asqa import NO_READER
+from clarify.eval.asqa import NO_READER, READER_METRICS
+from clarify.eval.metrics import Metric
 from clarify.eval.rouge import bootstrap_mid
 
-ROUGE_COLUMNS = ("rouge_l", "rouge1", "rouge2")
+ROUGE_COLUMNS = (Metric.ROUGE_L, Metric.ROUGE1, Metric.ROUGE2)
 # Columns that are bookkeeping, not metrics.
 NON_METRICS = {"qid", "ref_id", "n_pairs", "n_refs", "n_predicted", "n_gold", "missing"}
 # Why a metric column can be entirely null.
-DEFAULT_NOTES = {"d_f1": NO_READER, "qa_em": NO_READER, "qa_hit": NO_READER}
-DERIVED = {"dr": ("d_f1", "rouge_l"), "semqa": ("sem_f1", "rouge_l")}
+DEFAULT_NOTES = dict.fromkeys(READER_METRICS, NO_READER)
+DERIVED = {Metric.DR: (Metric.D_F1, Metric.ROUGE_L), Metric.SEMQA: (Metric.SEM_F1, Metric.ROUGE_L)}
 
 
 def metric_columns(per_question: pl.DataFrame) -> list[str]:
@@ -72,7 +73,7 @@ def summarize(per_question: pl.DataFrame, notes: dict[str, str] | None = None) -
                          "n": min(r["n"] for r in rows if r["metric"] in (a, b)),
                          "note": f"sqrt({a} x {b}) of the corpus values"})
     if "missing" in per_question.columns:
-        rows.append({"metric": "missing_predictions", "value": float(per_question["missing"].sum()),
+        rows.append({"metric": Metric.MISSING_PREDICTIONS, "value": float(per_question["missing"].sum()),
                      "n": per_question.height, "note": "ids without a prediction, scored as empty answers"})
     return pl.DataFrame(rows, schema=schemas.METRICS)
 

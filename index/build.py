@@ -44,6 +44,7 @@ from clarify.index.manifest import (
     read_manifest,
 )
 from clarify.index.textstore import IDS_FILE, ROWS_FILE, TEXT_FILE, PassageStore
+from clarify.options import setting
 
 ENCODERS = "encoders"  # a custom encoder is copied into <index>/encoders/<name> (the default is packaged)
 
@@ -53,24 +54,36 @@ ENCODERS = "encoders"  # a custom encoder is copied into <index>/encoders/<name>
 class BuildOptions:
     """What to build. `threads` and `batch_size` affect speed only and are not part of the identity."""
 
-    bm25: bool = True
-    dense: bool = True
-    encoder: str = "default"  # packaged all-MiniLM-L6-v2, or a local sentence-transformers directory
-    # flat | ivf | hnsw, or any faiss.index_factory string ("IVF4096,PQ64", "SQ8", "HNSW32", "IVF{nlist},PQ48")
-    faiss: str = "flat"
-    nlist: int | None = None  # ivf lists (default ≈ 4·sqrt(n))
-    nprobe: int | None = None  # ivf lists searched per query (default min(nlist, max(16, 2·sqrt(nlist))))
-    hnsw_m: int = 32
-    ef_search: int | None = None  # HNSW efSearch stored in the index (default 128)
-    train_size: int | None = None  # rows the index is trained on (default: 256 per IVF list, ≥ 16,384 for PQ/SQ)
-    skip_bad: bool = False
-    # encoder batch (batches cut by token count, bench/results/encode.json); None: the CPU/CUDA settings
-    # table's "encode batch_size" row for `device` (local_llm/settings.py)
-    batch_size: int | None = None
-    threads: int | None = None  # Lucene indexing threads (default: this machine's CPUs)
-    jvm_heap: str | None = None  # the Lucene build's JVM -Xmx (default: a quarter of RAM, 1-16g; index/jvm.py)
-    device: str = "cpu"  # encoding: cpu | cuda (every visible GPU, one worker each) | cuda:N
-    processes: int = 1  # encoding worker processes on CPU (each gets its share of the cores)
+    # `clarify index build`'s flags are generated from these (index/cli.py); each default is the build's
+    bm25: bool = setting(True, help="the Lucene index; the flag skips it", flag="--no-bm25", switch=False)
+    dense: bool = setting(True, help="embeddings and FAISS; the flag skips them", flag="--no-dense", switch=False)
+    encoder: str = setting("default", help="a local sentence-transformers dir, or \"default\": the packaged all-MiniLM-L6-v2",
+                           flag="--encoder")
+    faiss: str = setting("flat", help="FAISS index: flat | ivf | hnsw, or a faiss.index_factory string such as "
+                                      "'IVF{nlist},PQ48', 'IVF{nlist},SQ8', 'SQ8', 'HNSW32' ({nlist}: the default "
+                                      "list count); compressed types are what fits a full-Wikipedia index in RAM "
+                                      "(docs/retrieval.md#full-english-wikipedia-with-pyserinis-prebuilt-indexes)",
+                         flag="--faiss", metavar="KIND")
+    nlist: int | None = setting(None, help="IVF lists; unset: ≈ 4·sqrt(n)", flag="--nlist")
+    nprobe: int | None = setting(None, help="IVF lists searched per query; unset: min(nlist, max(16, 2·sqrt(nlist)))",
+                                 flag="--nprobe")
+    hnsw_m: int = setting(32, help="HNSW graph links per vector (faiss IndexHNSWFlat's M) of --faiss hnsw; a factory "
+                                   "string names its own, e.g. 'HNSW32'", flag="--hnsw-m", metavar="M")
+    ef_search: int | None = setting(None, help="HNSW efSearch stored in the index; unset: 128", flag="--ef-search")
+    train_size: int | None = setting(None, help="vectors the index is trained on; unset: 256 per IVF list, at least "
+                                                "16,384 for PQ/SQ", flag="--train-size")
+    skip_bad: bool = setting(False, help="skip bad rows (and count them) instead of failing", flag="--skip-bad",
+                             switch=True)
+    # batches are cut by token count (bench/results/encode.json); unset: the CPU/CUDA settings table's
+    # "encode batch_size" row for `device` (local_llm/settings.py)
+    batch_size: int | None = setting(None, help="encoder batch size (batches are cut by token count); unset: CPU 16, "
+                                                "CUDA 256, from the CPU/CUDA settings table", flag="--batch-size")
+    threads: int | None = setting(None, help="Lucene indexing threads; unset: every CPU", flag="--threads")
+    jvm_heap: str | None = setting(None, help="JVM heap (-Xmx) of the Lucene build, e.g. 16g; unset: a quarter of "
+                                              "RAM, 1g-16g (index/jvm.py)", flag="--jvm-heap", metavar="SIZE")
+    device: str = setting("cpu", help="encode on cpu | cuda (one worker per visible GPU) | cuda:N", flag="--device")
+    processes: int = setting(1, help="encoding worker processes on CPU, each with its share of the cores",
+                             flag="--processes")
 
     def __post_init__(self):
         if not (self.bm25 or self.dense):

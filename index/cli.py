@@ -8,6 +8,7 @@ without it (docs/architecture.md#omp_wait_policypassive-outside-vllm).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -16,7 +17,8 @@ from clarify.console import home_logs
 from clarify.errors import InputError, need_file
 from clarify.files import write_atomic, write_parquet
 from clarify.index.build import BuildOptions
-from clarify.index.search import SEARCHER_KINDS
+from clarify.index.search import CANDIDATES, SEARCHER_KINDS
+from clarify.options import add_flag, flag_value
 
 
 def _passive_omp() -> None:
@@ -88,34 +90,11 @@ def register(sub) -> None:
     b.add_argument("--corpus", nargs="+", type=Path, help="JSONL {id,title,text} or {id,contents}, Parquet, TSV")
     b.add_argument("--out", type=Path, help="index directory to create")
     b.add_argument("--default", action="store_true", help="build the embedded default index into $CLARIFY_HOME")
-    b.add_argument("--no-bm25", action="store_true", help="skip the Lucene index")
-    b.add_argument("--no-dense", action="store_true", help="skip embeddings and FAISS")
-    b.add_argument("--encoder", default="default", help="local sentence-transformers dir (default: packaged MiniLM)")
-    b.add_argument("--faiss", default="flat", metavar="KIND",
-                   help="FAISS index: flat | ivf | hnsw, or a faiss.index_factory string such as 'IVF{nlist},PQ48', "
-                        "'IVF{nlist},SQ8', 'SQ8', 'HNSW32' ({nlist}: the default list count); compressed types "
-                        "are what fits a full-Wikipedia index in RAM (docs/retrieval.md#full-english-wikipedia-with-pyserinis-prebuilt-indexes)")
-    b.add_argument("--train-size", type=int, default=None,
-                   help="vectors the index is trained on (default: 256 per IVF list, at least 16,384 for PQ/SQ)")
-    b.add_argument("--ef-search", type=int, default=None, help="HNSW efSearch stored in the index (default 128)")
-    b.add_argument("--nlist", type=int, default=None, help="IVF lists (default ≈ 4·sqrt(n))")
-    b.add_argument("--nprobe", type=int, default=None, help="IVF lists searched per query")
-    b.add_argument("--hnsw-m", type=int, default=BuildOptions.hnsw_m, metavar="M",
-                   help="HNSW graph links per vector (faiss IndexHNSWFlat's M) of --faiss hnsw; a factory "
-                        "string names its own, e.g. 'HNSW32'")
-    b.add_argument("--batch-size", type=int, default=None,
-                   help="encoder batch size (batches are cut by token count; default: CPU 16, CUDA 256, from the "
-                        "CPU/CUDA settings table)")
-    b.add_argument("--device", default="cpu", help="encode on cpu | cuda (one worker per visible GPU) | cuda:N")
-    b.add_argument("--processes", type=int, default=1,
-                   help="encoding worker processes on CPU, each with its share of the cores (default 1)")
+    for f in dataclasses.fields(BuildOptions):  # what to build: the options' declared flags and defaults
+        add_flag(b, f, default=f.default)
     b.add_argument("--shard", default=None, metavar="I/N",
                    help="encode only shard I of N (0-based) into the encoding folder beside --out and stop; "
                         "then `clarify index merge-shards` and build without --shard")
-    b.add_argument("--threads", type=int, default=None, help="Lucene indexing threads (default: every CPU)")
-    b.add_argument("--jvm-heap", default=None, metavar="SIZE",
-                   help="JVM heap of the Lucene build, e.g. 16g (default: a quarter of RAM, 1g-16g)")
-    b.add_argument("--skip-bad", action="store_true", help="skip bad rows (and count them) instead of failing")
     b.add_argument("--force", action="store_true", help="rebuild when the corpus or settings changed")
     b.add_argument("--verify-corpus", action="store_true",
                    help="checksum every corpus file even when its size and mtime are those the index recorded "
@@ -140,7 +119,7 @@ def register(sub) -> None:
                    help="bm25 (Lucene), dense (FAISS), hybrid (their top --candidates fused by reciprocal rank) "
                         "or rerank (that union rescored by --cross-encoder, else the dense encoder's cosine); "
                         "docs/retrieval.md#searchers-and-the-reranker")
-    s.add_argument("--candidates", type=int, default=100, help="per-retriever candidates for hybrid/rerank")
+    s.add_argument("--candidates", type=int, default=CANDIDATES, help="per-retriever candidates for hybrid/rerank")
     s.add_argument("--cross-encoder", default=None, help="local CrossEncoder dir for rerank")
     s.add_argument("--out", type=Path, help="write hits here (.parquet); else print them")
     s.set_defaults(func=cmd_search, **logs)
@@ -157,10 +136,16 @@ def register(sub) -> None:
     c.add_argument("--retrievers", default="bm25,dense,hybrid,rerank",
                    help=f"comma-separated searchers to measure, each one of {', '.join(SEARCHER_KINDS)} "
                         "(as `clarify index search --retriever`)")
-    c.add_argument("--candidates", type=int, default=100, help="per-retriever candidates for hybrid/rerank")
+    c.add_argument("--candidates", type=int, default=CANDIDATES, help="per-retriever candidates for hybrid/rerank")
     c.add_argument("--cross-encoder", default=None, help="local CrossEncoder dir for rerank")
     c.add_argument("--out", type=Path, help="also write the table (.parquet, .csv or .json)")
     c.set_defaults(func=cmd_coverage, **logs)
+
+
+def build_options(args: argparse.Namespace) -> dict:
+    """BuildOptions' values from the parsed flags, the declared default where a switch is off."""
+    return {f.name: f.default if (value := flag_value(args, f)) is None else value
+            for f in dataclasses.fields(BuildOptions)}
 
 
 def cmd_build(args) -> int:
@@ -174,11 +159,7 @@ def cmd_build(args) -> int:
     else:
         if not args.corpus or not args.out:
             raise InputError("index build needs --corpus FILE... and --out DIR (or --default)")
-        opts = BuildOptions(bm25=not args.no_bm25, dense=not args.no_dense, encoder=args.encoder, faiss=args.faiss,
-                            nlist=args.nlist, nprobe=args.nprobe, hnsw_m=args.hnsw_m, skip_bad=args.skip_bad,
-                            train_size=args.train_size, ef_search=args.ef_search,
-                            batch_size=args.batch_size, threads=args.threads,
-                            jvm_heap=args.jvm_heap, device=args.device, processes=args.processes)
+        opts = BuildOptions(**build_options(args))
         from clarify.index.encode import parse_shard
 
         shard = parse_shard(args.shard)

@@ -23,7 +23,7 @@ from clarify.files import sha256 as sha256_file
 from clarify.index.faiss_check import check_dense, check_faiss_dir, docid_sample
 from clarify.index.lock import read_lock
 from clarify.index.manifest import MANIFEST, IndexManifest, read_manifest
-from clarify.index.search import SEARCHER_KINDS, SearcherKind
+from clarify.index.search import CANDIDATES, SEARCHER_KINDS, SearcherKind
 from clarify.index.textstore import PassageStore
 
 
@@ -46,7 +46,7 @@ class LocalIndex:
     passages            pl.DataFrame [passage_id, title, text] (a full copy: small indexes and tools)
     passage_lookup(ids) rows for these ids, in the given order (InputError for unknown ids); reads only
                         those passages (memory-mapped text store, or Lucene's stored documents)
-    searcher(kind, candidates=100, cross_encoder=None) -> Searcher; kind: bm25 | dense | hybrid | rerank
+    searcher(kind, candidates=CANDIDATES, cross_encoder=None) -> Searcher; kind: bm25 | dense | hybrid | rerank
     encoder             the query encoder (`encode(texts) -> float32 [n, dim]`; dense.load_encoder)
     """
 
@@ -151,7 +151,7 @@ class LocalIndex:
             self._encoder = load_encoder(self._encoder_spec)
         return self._encoder
 
-    def searcher(self, kind: SearcherKind | str = SearcherKind.HYBRID, candidates: int = 100, *,
+    def searcher(self, kind: SearcherKind | str = SearcherKind.HYBRID, candidates: int = CANDIDATES, *,
                  cross_encoder: str | None = None, threads: int | None = None):
         """A Searcher: search(queries [qid, query], k) -> hits [qid, passage_id, score, rank, retriever].
 

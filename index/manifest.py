@@ -14,7 +14,6 @@ A current manifest with a missing or mistyped field is one InputError naming the
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import typing
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from typing import Any
 from clarify import console
 from clarify.errors import InputError
 from clarify.files import write_json
+from clarify.jsonl import read_json
 from clarify.options import TYPE_WORDS, base_type, declared, json_type_ok, spec
 
 MANIFEST = "manifest.json"
@@ -182,9 +182,9 @@ class IndexManifest:
         """The manifest file at `path`, checked: InputError naming the file (and field) when it is not one."""
         source = str(path)
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
-            raise InputError(f"broken index manifest: {exc}", path=source) from None
+            data = read_json(path)
+        except InputError as exc:
+            raise InputError(f"broken index manifest: {exc.reason}", path=source, line=exc.line) from None
         return cls.from_json(data, source)
 
     @classmethod

@@ -30,6 +30,11 @@ class SearcherKind(StrEnum):
 
 
 SEARCHER_KINDS = tuple(k.value for k in SearcherKind)  # `clarify index search --retriever`
+
+# Passages each retriever hands to fusion and reranking (run_toc.py --top_k_docs 100): the default of
+# `Index.searcher`, `clarify index search|coverage --candidates` and a run's `[retrieval] candidates`.
+CANDIDATES = 100
+
 RRF_K = 60  # Cormack, Clarke & Buettcher (SIGIR 2009), "Reciprocal Rank Fusion outperforms Condorcet ...": k = 60
 
 
@@ -131,7 +136,7 @@ class HybridSearcher:
 
     retriever = "fused"
 
-    def __init__(self, bm25: Searcher, dense: Searcher, *, candidates: int = 100, rrf_k: int = RRF_K):
+    def __init__(self, bm25: Searcher, dense: Searcher, *, candidates: int = CANDIDATES, rrf_k: int = RRF_K):
         self.bm25, self.dense, self.candidates, self.rrf_k = bm25, dense, int(candidates), rrf_k
         self.name = f"hybrid:rrf{rrf_k}({bm25.name}+{dense.name})@{self.candidates}"
 
@@ -167,7 +172,7 @@ class RerankSearcher:
         # `hybrid`: the fused first stage; or any one searcher (BM25 alone, on an index without a dense
         # part), whose top-`candidates` are rescored
         self.hybrid, self.scorer = hybrid, scorer
-        self.candidates = candidates or getattr(hybrid, "candidates", 100)
+        self.candidates = candidates or getattr(hybrid, "candidates", CANDIDATES)
         self.name = f"rerank:{scorer.name}" + ("" if hasattr(hybrid, "fused") else f"({hybrid.name})")
 
     def search(self, queries: pl.DataFrame, k: int) -> pl.DataFrame:

@@ -25,6 +25,7 @@ from clarify.files import write_parquet
 from clarify.jsonl import iter_jsonl
 from clarify.local_llm import backends
 from clarify.local_llm.backends import Options
+from clarify.local_llm.engine import GenParams
 from clarify.local_llm.models import (
     EMBEDDED,
     embedded_name_of,
@@ -32,7 +33,7 @@ from clarify.local_llm.models import (
     prepare_model,
     resolve_model,
 )
-from clarify.options import add_flag
+from clarify.options import add_flag, spec
 
 OPTION = {f.name: f for f in dataclasses.fields(Options)}  # the declared settings `generate` has flags for
 
@@ -87,7 +88,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
     import polars as pl
 
     from clarify.console import progress
-    from clarify.local_llm.engine import GenParams
 
     lines = read_prompt_lines(args.prompts)  # all input checked before the model is loaded
     rows = [(rid, prompt) for _, rid, prompt in lines]
@@ -111,9 +111,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     # [model]'s engine and client options at their declared defaults (local_llm/settings.py EngineOptions,
     # local_llm/openai_http.py ClientOptions), then the command's flags
     if args.base_url:  # deadlines, retries and the reply cap as declared; the server checks its own context
-        spec = Options(base_url=args.base_url, model="" if args.model == Options.model else args.model,
-                       api_key_env=args.api_key_env, max_concurrency=args.batch_size)
-        engine = backends.get("openai").open(spec)
+        served = Options(base_url=args.base_url, model="" if args.model == Options.model else args.model,
+                         api_key_env=args.api_key_env, max_concurrency=args.batch_size)
+        engine = backends.get("openai").open(served)
     else:
         engine = backends.get("vllm").open(Options(model=str(model_dir)))
     runner = engine
@@ -205,11 +205,9 @@ def register(sub) -> None:
     add_flag(g, OPTION["model"], default=Options.model)
     g.add_argument("--prompts", required=True, help='JSONL, one {"id": ..., "prompt": ...} per line')
     g.add_argument("--out", required=True, help="output Parquet file")
-    g.add_argument("--max-tokens", type=int, default=128, help="most tokens generated per prompt (>= 1)")
-    g.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (>= 0); 0: greedy")
-    g.add_argument("--top-p", type=float, default=1.0,
-                   help="nucleus sampling: the smallest set of tokens holding this probability mass, in (0, 1]")
-    g.add_argument("--seed", type=int, default=None, help="sampling seed of every request (reproducible sampling)")
+    for f in dataclasses.fields(GenParams):  # sampling: the request's declared settings, at their defaults
+        if spec(f).flag:
+            add_flag(g, f, default=f.default)
     g.add_argument("--stop", action="append", help="stop string (repeatable); base models default to a blank line")
     g.add_argument("--cache", default=None, help="completion cache (SQLite file or directory); re-runs make no model calls")
     g.add_argument("--batch-size", type=int, default=256, help="prompts per engine call")

@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from clarify.options import setting
+
 
 @dataclass(frozen=True)
 class GenParams:
@@ -21,11 +23,14 @@ class GenParams:
     server's dialect, or refuses what it cannot honour (local_llm/backends.py). Both are part of the request,
     hence of its cache key (`request_key`)."""
 
-    temperature: float = 0.0
-    top_p: float = 1.0
-    max_tokens: int = 256
+    # `clarify generate`'s flags are generated from these (local_llm/cli.py), so its defaults are a run's
+    temperature: float = setting(0.0, help="sampling temperature (>= 0); 0: greedy", flag="--temperature")
+    top_p: float = setting(1.0, help="nucleus sampling: the smallest set of tokens holding this probability mass, "
+                                     "in (0, 1]", flag="--top-p")
+    max_tokens: int = setting(256, help="most tokens generated per prompt (>= 1)", flag="--max-tokens")
     stop: tuple[str, ...] = ()
-    seed: int | None = None
+    seed: int | None = setting(None, help="sampling seed of every request (reproducible sampling); unset: unseeded",
+                               flag="--seed")
     n: int = 1
     choices: tuple[str, ...] | None = None
     grammar: str | None = None

@@ -53,6 +53,7 @@ from clarify.local_llm.openai_auth import Server
 from clarify.local_llm.openai_http import (
     SMALL_REPLY_BYTES,
     ClientOptions,
+    Endpoint,
     exchange,
     redirect,
     resolve_served_model,
@@ -74,8 +75,8 @@ class OpenAIEngine:
                  reply_bytes_per_token: int = ClientOptions.reply_bytes_per_token,
                  constrained: Sequence[str] = ()):
         """Every default is the option's declaration (ClientOptions)."""
-        if endpoint not in ("chat", "completions"):
-            raise InputError(f"unknown endpoint {endpoint!r}; choose chat or completions", field="model.endpoint")
+        if endpoint not in tuple(Endpoint):
+            raise InputError(f"unknown endpoint {endpoint!r}; choose {' or '.join(Endpoint)}", field="model.endpoint")
         self._server = Server(base_url, api_key_env)
         self.base_url = self._server.url  # never the credentials
         # `constrained`: the settings that will send grammars; refused here, before any request, by a
@@ -115,7 +116,7 @@ class OpenAIEngine:
             body["structured_outputs"] = {"choice": list(params.choices)}
         elif self.constrains and params.grammar is not None:  # EBNF, as vLLM's xgrammar backend reads it
             body["structured_outputs"] = {"grammar": params.grammar}
-        if self.endpoint == "chat":
+        if self.endpoint == Endpoint.CHAT:
             body["messages"] = [{"role": "user", "content": prompt}]
             return "/chat/completions", body
         body["prompt"] = prompt
@@ -133,7 +134,7 @@ class OpenAIEngine:
         try:
             async with self._sem:
                 raw = await self._post(path, body, params)
-            comp = parse_reply(raw, params, chat=self.endpoint == "chat", served=self.served,
+            comp = parse_reply(raw, params, chat=self.endpoint == Endpoint.CHAT, served=self.served,
                                bytes_per_token=self.bytes_per_token)
             self._done.put((rid, serial, comp))
             return
@@ -287,7 +288,7 @@ class OpenAIEngine:
         no such endpoint or does not answer in time. The scheduler asks only for prompts near
         `max_model_len` (batch/scheduler.py `fits`)."""
         body: dict[str, Any] = {"model": self.served}
-        if self.endpoint == "chat":
+        if self.endpoint == Endpoint.CHAT:
             body |= {"messages": [{"role": "user", "content": prompt}], "add_generation_prompt": True}
         else:
             body["prompt"] = prompt

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from clarify.errors import InputError, printable
@@ -25,6 +26,14 @@ from clarify.local_llm.openai_reply import BadReply, json_body
 from clarify.options import setting
 
 SMALL_REPLY_BYTES = 4 << 20  # a model list or a token count (vLLM's /tokenize lists the token ids)
+
+
+class Endpoint(StrEnum):
+    """Where a prompt goes: "chat" sends it as one user message (/v1/chat/completions: the server applies the
+    chat template), "completions" as raw text (/v1/completions: base models)."""
+
+    CHAT = "chat"
+    COMPLETIONS = "completions"
 
 
 @dataclass(frozen=True)
@@ -36,8 +45,8 @@ class ClientOptions:
     base_url: str = setting("", help="openai: the server's address, e.g. http://127.0.0.1:8000/v1")
     api_key_env: str = setting("", help="openai: the NAME of an environment variable holding the server's API "
                                         "key (never the key)")
-    endpoint: str = setting("chat", help="openai: \"chat\" (the server applies the chat template) or "
-                                         "\"completions\" (raw text)", choices=("chat", "completions"))
+    endpoint: Endpoint = setting(Endpoint.CHAT, help="openai: \"chat\" (the server applies the chat template) or "
+                                                     "\"completions\" (raw text)")
     max_concurrency: int = setting(64, help="openai: requests in flight at once", lo=1, result_free=True)
     request_timeout_s: float = setting(600.0, help="openai: one request's TOTAL time limit in seconds: "
                                                    "connecting, waiting and the whole reply (a server that trickles "

@@ -113,8 +113,8 @@ class Need:
         return self.weights + self.kv + OVERHEAD_BYTES
 
     def why(self, max_model_len: int, dtype: str) -> str:
-        return (f"weights {_gib(self.weights)} ({dtype}), KV cache for max_model_len {max_model_len} "
-                f"{_gib(self.kv)}, ~{_gib(OVERHEAD_BYTES)} overhead")
+        return (f"weights {gib(self.weights)} ({dtype}), KV cache for max_model_len {max_model_len} "
+                f"{gib(self.kv)}, ~{gib(OVERHEAD_BYTES)} overhead")
 
 
 def need_per_gpu(model: ModelShape, ask: Ask, dtype: str, tp: int) -> Need:
@@ -135,7 +135,8 @@ def _version(v: str | None) -> tuple[int, ...]:
         return ()
 
 
-def _gib(n: float) -> str:
+def gib(n: float) -> str:
+    """Bytes as GiB in words, e.g. "1.5 GiB" (the preflight's and the GPU plan's messages)."""
     return f"{n / 2**30:.1f} GiB"
 
 
@@ -167,7 +168,7 @@ def checks(facts: GpuFacts, model: ModelShape, ask: Ask) -> list[Check]:
                          "check CUDA_VISIBLE_DEVICES and nvidia-smi, or lower [model] tensor_parallel_size"))
         return out
     out.append(Check("GPUs", True, "; ".join(f"{i}: {g.name} (sm_{g.capability[0]}{g.capability[1]}), "
-                                            f"{_gib(g.free_bytes)} free of {_gib(g.total_bytes)}"
+                                            f"{gib(g.free_bytes)} free of {gib(g.total_bytes)}"
                                             for i, g in enumerate(facts.gpus))))
     if tp > 1:
         out.append(Check("NCCL", facts.nccl is not None,
@@ -202,8 +203,8 @@ def _memory(gpus: tuple[Gpu, ...], model: ModelShape, ask: Ask, dtype: str) -> C
     for i, g in enumerate(gpus):
         budget = budget_of(g, ask.gpu_memory_utilization)
         if need.total > budget:
-            short.append(f"GPU {i}: needs {_gib(need.total)} ({need.why(ask.max_model_len, dtype)}), has "
-                         f"{_gib(budget)} (free, at gpu_memory_utilization {ask.gpu_memory_utilization})")
+            short.append(f"GPU {i}: needs {gib(need.total)} ({need.why(ask.max_model_len, dtype)}), has "
+                         f"{gib(budget)} (free, at gpu_memory_utilization {ask.gpu_memory_utilization})")
         else:
             spare.append(budget - weights - OVERHEAD_BYTES)
     if short:
@@ -211,7 +212,7 @@ def _memory(gpus: tuple[Gpu, ...], model: ModelShape, ask: Ask, dtype: str) -> C
                      "free the GPU (nvidia-smi names the processes), raise gpu_memory_utilization, lower "
                      "max_model_len, or add GPUs (tensor_parallel_size)")
     requests = int(min(spare) // max(per_token * TOC_REQUEST_TOKENS, 1))
-    return Check("memory", True, f"weights {_gib(weights)} per GPU, KV cache room for ~{requests} ToC requests "
+    return Check("memory", True, f"weights {gib(weights)} per GPU, KV cache room for ~{requests} ToC requests "
                  f"of {TOC_REQUEST_TOKENS} tokens (max_num_seqs caps it)")
 
 

@@ -203,8 +203,7 @@ def test_asqa_demos_are_the_official_demo_strings_and_a_slice_counts_every_insta
     asqa = datasets.get("asqa")
     demos = asqa.demos(path=path)
     assert [d.demo_id for d in demos] == ["a", "c"]
-    assert [(p.question, p.answers, p.da) for p in demos[0].pairs] == [
-        ("Who won in 1990?", ("A",), "A"), ("Who won in 1994?", ("B",), "B")]
+    assert [(p.question, p.answers) for p in demos[0].pairs] == [("Who won in 1990?", ("A",)), ("Who won in 1994?", ("B",))]
     assert (demos[0].question, demos[0].answer) == ("Who won?", "A won in 1990; B in 1994.")
     assert [d.demo_id for d in asqa.demos(path=path, start=1)] == ["c"]  # "b" is instance 1, though no demo
     assert asqa.demos(path=path, start=1, stop=2) == []

@@ -173,7 +173,7 @@ def _old_removed_by(pairs, shown, pool, removal, match):
     """program.removed_by before AnswerIndex: every demo DA of the pool scored against every DA found."""
     if removal == program.Removal.OFFICIAL:
         found = [p.da for p in pairs]
-        return [d.demo_id for d in pool if any(match.f1(dp.da, b) > 0.8 for dp in d.pairs for b in found)]
+        return [d.demo_id for d in pool if any(match.f1(program.shown_da(dp), b) > 0.8 for dp in d.pairs for b in found)]
     return _NEW_REMOVED_BY(pairs, shown, pool, removal, match)
 
 

@@ -86,3 +86,21 @@ def test_a_json_document_over_the_cap_is_refused_before_it_is_read(tmp_path, mon
         jsonl.read_text(p, max_bytes=2**20)
     monkeypatch.undo()
     assert jsonl.read_text(p).startswith('{"a": "x"}')  # under the default cap
+
+
+def test_every_json_file_is_read_by_one_rule(tmp_path):
+    """A dataset's JSON file, a run directory's records and an index manifest are read alike
+    (jsonl.read_json): a byte-order mark is dropped, and bad JSON is named by file and line."""
+    from clarify.batch.records import read_json as run_record
+    from clarify.index.manifest import IndexManifest
+    from clarify.jsonl import read_json
+
+    p = tmp_path / "summary.json"
+    p.write_bytes("\ufeff".encode() + b'{"name": "r"}')
+    assert read_json(p) == run_record(p, "delete it") == {"name": "r"}
+    p.write_text('{"name": "r",\n oops}')
+    for read, words in ((read_json, "bad JSON"), (lambda f: run_record(f, "delete it"), "damaged (bad JSON"),
+                        (IndexManifest.read, "broken index manifest: bad JSON")):
+        with pytest.raises(InputError) as err:
+            read(p)
+        assert (err.value.path, err.value.line) == (str(p), 2) and err.value.reason.startswith(words)

@@ -314,10 +314,10 @@ def test_damaged_summary_and_config_are_one_line(tmp_path):
     out = tmp_path / "r"
     _run(_cfg(q), out)
     (out / "summary.json").write_text('{"name": ')
-    with pytest.raises(InputError, match=r"summary.json: damaged .*delete it"):
+    with pytest.raises(InputError, match=r"summary.json:1: damaged \(bad JSON: .*delete it"):
         _run(_cfg(q), out)
     (out / "config.json").write_text("{")
-    with pytest.raises(InputError, match=r"config.json: damaged .*--restart"):
+    with pytest.raises(InputError, match=r"config.json:1: damaged \(bad JSON: .*--restart"):
         _run(_cfg(q), out)
 
 
@@ -475,7 +475,7 @@ def test_demo_with_a_damaged_frozen_config_is_one_line(tmp_path, capsys):
     (tmp_path / "demo" / "config.json").write_text('{"limit": ')
     assert main(["demo", "--out", str(tmp_path / "demo")]) == 2
     err = capsys.readouterr().err
-    assert "config.json: damaged" in err and "Traceback" not in err
+    assert "config.json:1: damaged" in err and "Traceback" not in err
 
 
 def test_out_under_a_file_is_one_line(tmp_path):

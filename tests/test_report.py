@@ -621,7 +621,7 @@ def test_bad_run_directories_name_the_file(report_runs, tmp_path):
         Run.open(tmp_path / "empty")
     copy_run(report_runs[0], tmp_path / "r")
     (tmp_path / "r" / "summary.json").write_text('{"metrics": {"a": 1},\n oops}')
-    with pytest.raises(InputError, match=r"summary.json: damaged .*line 2"):
+    with pytest.raises(InputError, match=r"summary.json:2: damaged \(bad JSON"):
         Run.open(tmp_path / "r")
     (tmp_path / "r" / "summary.json").write_text("{}")
     (tmp_path / "r" / "spans.parquet").write_bytes(b"not parquet")

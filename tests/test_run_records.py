@@ -133,6 +133,15 @@ def test_inputs_json_of_a_newer_clarify_is_refused_by_name(tmp_path):
         _run(cfg, out)
 
 
+def test_the_demo_text_is_fingerprinted_as_the_prompt_renders_it(monkeypatch):
+    """A clarification demo's pairs are the datasets' QAPairs, whose DA lines the prompt renders from their
+    short answers: an edit of that rendering changes the prompt templates' digest (a resume is refused)."""
+    before = fingerprint.prompts_fingerprint()
+    monkeypatch.setattr(fmt, "da_text", lambda answers: " / ".join(answers))
+    assert fingerprint.changed(before, fingerprint.prompts_fingerprint()) == [
+        "the prompt templates (batch/toc/prompts.py, batch/toc/format.py)"]
+
+
 def test_the_parser_is_fingerprinted_by_the_code_it_reaches(tmp_path, monkeypatch):
     """The DQ/DA parser shares batch/toc/format.py with the templates and the grammar: its digest covers
     what its entry points reach (a helper, a label they read), not an edit of the module's other parts."""

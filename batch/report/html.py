@@ -54,6 +54,7 @@ from clarify.batch.rundir import Run, RunDir, check_distinct, enclosing_run, run
 from clarify.batch.toc import quotes
 from clarify.batch.toc.tree import Status
 from clarify.errors import InputError
+from clarify.eval import metrics
 from clarify.files import write_text
 
 # ---------------------------------------------------------------- rendering
@@ -69,13 +70,7 @@ SPAN_LABELS = {
     "empty": "empty marker, no quote",
     "unverified": "not verbatim",
 }
-# The headline metrics in words (eval/asqa.py, eval/quotesum.py, eval/reader.py name them); others keep their key.
-METRIC_WORDS = {  # in the order the headline shows them
-    "rouge_l": "ROUGE-L", "str_em": "STR-EM", "answer_f1": "Answer-F1", "d_f1": "Disambig-F1",
-    "dr": "DR (sqrt Disambig-F1 x ROUGE-L)", "sem_f1": "Sem-F1", "sem_rec": "Sem-Rec",
-    "semqa": "SEMQA (sqrt Sem-F1 x ROUGE-L)", "rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "qa_em": "QA exact match",
-    "qa_hit": "QA hit", "length": "answer length (words)", "missing_predictions": "questions without an answer",
-}
+METRIC_WORDS = metrics.WORDS  # the headline's metrics in words, in its order; others keep their key
 READER_NOTE = ("needs a reader: a SQuAD 2.0 extractive QA model, given to `clarify eval --reader DIR` "
                "(eval/reader.py)")
 # summary.json grouped for the folded run summary: (group title, its keys' prefixes); the rest go last.

@@ -34,6 +34,7 @@ import clarify.batch.toc.prompts as prompts
 import clarify.batch.toc.quotes as quotes
 from clarify.batch.toc.format import Disambiguation
 from clarify.batch.toc.prompts import Demo, QuotedDemo
+from clarify.fewshot import QAPair
 from clarify.schemas import Passage
 
 # component -> the files a reader opens to see what changed
@@ -47,7 +48,9 @@ PARSER = ("parse_disambiguations", "official_pairs", "parse_verdict", "clean_lon
 # Fixed inputs the templates and grammars are rendered on: every part of a prompt appears at least once.
 _PASSAGES = (Passage("p1", "Title one", "First passage, with words."), Passage("p2", "Title two", "Second one."))
 _PAIRS = (Disambiguation("Which reading?", ("one", "two"), "one; two"), Disambiguation("Other reading?", ("three",)))
-_DEMO = Demo("d1", "An ambiguous question?", _PAIRS, "A long answer.")
+# a demo's pairs as the datasets give them (fewshot.QAPair), so the demo text is hashed as a prompt renders it
+_DEMO = Demo("d1", "An ambiguous question?", (QAPair("Which reading?", ("one", "two")), QAPair("Other reading?", ("three",))),
+             "A long answer.")
 _QUOTED = QuotedDemo("q1", "A question?", _PASSAGES, "[1 First passage] and [2 Second one].")
 
 

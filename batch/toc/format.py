@@ -86,13 +86,20 @@ ${{numbered sources}}
 {ANSWER} ${{an answer whose factual spans are copied verbatim from the sources and marked [k span]}}"""
 
 
-def format_pairs(pairs: Sequence[Disambiguation]) -> str:
+def shown_da(pair) -> str:
+    """The DA string a prompt shows for a pair: a tree's pair as written (`Disambiguation.da`), a demo's pair
+    (clarify.fewshot.QAPair: question and short answers, not imported here, so that the parser's fingerprint
+    keeps its imports) its short answers joined (toc/utils.py:18 make_str_disambig)."""
+    return pair.da if isinstance(pair, Disambiguation) else da_text(pair.answers)
+
+
+def format_pairs(pairs: Sequence) -> str:
     """`DQ i:` / `DA i:` lines; each DA is the whole string as written (toc/utils.py:12-22 make_str_disambig:
     a demo's first short answer, a tree node's `disambig['answer']`)."""
     lines = []
     for i, p in enumerate(pairs, 1):
         lines.append(f"{label(DQ, i)} {p.question}")
-        lines.append(f"{label(DA, i)} {p.da}")
+        lines.append(f"{label(DA, i)} {shown_da(p)}")
     return "\n".join(lines)
 
 

@@ -44,11 +44,13 @@ from clarify.batch.toc.demos import KnnPool
 from clarify.batch.toc.format import (
     ANSWER_STOP,
     CLARIFY_STOP,
+    DA_SEPARATOR,
     VERDICTS,
     Disambiguation,
     clean_long_answer,
     parse_disambiguations,
     parse_verdict,
+    shown_da,
 )
 from clarify.batch.toc.match import MATCHING, AnswerIndex, Matching
 from clarify.batch.toc.prompts import (
@@ -232,7 +234,7 @@ def _pool_answers(pool: Sequence[Demo], match: Matching) -> tuple[AnswerIndex, l
     if got is None or got[0] is not pool:
         if len(_POOL_ANSWERS) >= 8:
             _POOL_ANSWERS.clear()
-        das = [(j, dp.da) for j, d in enumerate(pool) for dp in d.pairs]
+        das = [(j, shown_da(dp)) for j, d in enumerate(pool) for dp in d.pairs]
         got = (pool, AnswerIndex([a for _, a in das], match), [j for j, _ in das])
         _POOL_ANSWERS[(id(pool), match)] = got
     return got[1], got[2]
@@ -401,7 +403,7 @@ def _evidence(t: Tree, pending: list[Node], res: Resources, mode: Evidence,
     text = (lambda p: store[p].text) if mode == Evidence.FILTER_EMBED else (lambda p: passage_string(store[p]))
     pools = []
     for c in pending:
-        answers = list(c.pair.da) if mode == Evidence.OFFICIAL else c.pair.da.split(";")
+        answers = list(c.pair.da) if mode == Evidence.OFFICIAL else c.pair.da.split(DA_SEPARATOR)
         pools.append([p for p in shown if match.has_answer(text(p), answers)] or shown)
     if mode == Evidence.FILTER_EMBED:
         texts = tuple(dict.fromkeys([c.question for c in pending] + [store[p].text for pool in pools for p in pool]))

@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from clarify.fewshot import Demo, QuotedDemo
     from clarify.schemas import Passage
 
+DEV = "dev"  # the split of a file with one split, and the split `load` and `clarify eval --split` read by default
+
 
 class Dataset:
     """One question set. Subclasses set the class attributes and override what differs."""
@@ -62,7 +64,7 @@ class Dataset:
 
         return data_dir().joinpath(*self.default_file) if self.default_file else None
 
-    def load(self, path: str | Path, *, split: str = "dev") -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    def load(self, path: str | Path, *, split: str = DEV) -> tuple[pl.DataFrame, pl.DataFrame | None]:
         """(questions, gold or None) from `path`, in file order."""
         raise NotImplementedError
 
@@ -79,9 +81,9 @@ class Dataset:
 
     def splits(self, path: str | Path) -> tuple[str, ...]:
         """The splits `path` holds, as `load` and `demos` name them; one file per split: ("dev",)."""
-        return ("dev",)
+        return (DEV,)
 
-    def demos(self, split: str = "dev", *, path: str | Path | None = None, start: int = 0,
+    def demos(self, split: str = DEV, *, path: str | Path | None = None, start: int = 0,
               stop: int | None = None) -> list[Demo] | list[QuotedDemo]:
         """Few-shot demos from instances start..stop-1 of `split` of `path` (default: the shipped file), in file
         order, read by the same reader as `load`; a slice counts every instance, demo or not."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from clarify.asqa_file import SHIPPED
 from clarify.errors import InputError
-from clarify.eval.datasets import Dataset, register
+from clarify.eval.datasets import DEV, Dataset, register
 from clarify.fewshot import Demo, QAPair
 
 # `demo_pool` specs (batch/toc/demos.py resolves one into the run's concrete pool;
@@ -60,7 +60,7 @@ class ASQA(Dataset):
     # quoted answers keep their `[k span]` markers in `answer`; ASQA's metrics read the marker-free text
     answer_column = "answer_plain"
 
-    def load(self, path, *, split: str = "dev"):
+    def load(self, path, *, split: str = DEV):
         from clarify.asqa_file import load_asqa
 
         return load_asqa(Path(path), split=split)
@@ -73,7 +73,7 @@ class ASQA(Dataset):
 
         return asqa_splits(path)
 
-    def demos(self, split: str = "dev", *, path=None, start: int = 0, stop: int | None = None) -> list[Demo]:
+    def demos(self, split: str = DEV, *, path=None, start: int = 0, stop: int | None = None) -> list[Demo]:
         """Instances start..stop-1 of `split` (`read_asqa`, the reader of `load`) as clarification demos, as the
         official code makes them (toc/utils.py:12-23 make_str_disambig, ambigQA=True): each qa_pair with a
         question and a short answer → a DQ with its first short answer, and the first annotation's long answer;

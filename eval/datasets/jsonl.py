@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from clarify.errors import InputError
-from clarify.eval.datasets import Dataset, register
+from clarify.eval.datasets import DEV, Dataset, register
 
 MAX_QUESTION_CHARS = 2000  # a "question" longer than this is almost surely a broken input line
 
@@ -50,7 +50,7 @@ def read_questions_jsonl(path: str | Path):
 class QuestionsJSONL(Dataset):
     name = "jsonl"
 
-    def load(self, path, *, split: str = "dev"):
+    def load(self, path, *, split: str = DEV):
         return read_questions_jsonl(path), None
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from clarify.eval.datasets import Dataset, register
+from clarify.eval.datasets import DEV, Dataset, register
 from clarify.fewshot import QuotedDemo
 from clarify.schemas import Passage
 
@@ -28,13 +28,13 @@ class QuoteSum(Dataset):
     builds_trees = False
     quoted_gold = True
 
-    def load(self, path, *, split: str = "dev"):
+    def load(self, path, *, split: str = DEV):
         """(questions with `sources`/`titles`, gold); one file per split, so `split` is not used."""
         from clarify.eval.quotesum import load_quotesum
 
         return load_quotesum(Path(path))
 
-    def demos(self, split: str = "dev", *, path=None, start: int = 0, stop: int | None = None) -> list[QuotedDemo]:
+    def demos(self, split: str = DEV, *, path=None, start: int = 0, stop: int | None = None) -> list[QuotedDemo]:
         """Questions start..stop-1 of the file (`read_quotesum`, the reader of `load`; one file per split, so
         `split` is not used) as SEMQA demos: each question's first line with at least two sources, its sources
         numbered as a run's given sources (`numbered_sources`) so that the reference's `[ k span ]` markers
