@@ -43,12 +43,12 @@ CONSTRAINED_TOKENS_PER_QUESTION = 15_000
 # SmolLM2 made 8.4 and 18.6 calls per question (bench/results/constrained.json), of which the engine computed
 # ~86 % in the demo's runs (16.0 and 16.1 of 18.6 for 3 and 20 questions: bench/results/estimate.json).
 CALLS_PER_QUESTION, CONSTRAINED_CALLS_PER_QUESTION = 7, 16
-PART_TREES = 64  # finished trees per checkpoint part (batch/rundir.py), unless a minute passes first
+PART_TREES = 64  # finished trees per checkpoint part (batch/run/rundir.py), unless a minute passes first
 
 
 
 class Scheduler(StrEnum):
-    """How trees are driven (batch/scheduler.py DRIVERS: one driver each). It never changes results: tables
+    """How trees are driven (batch/run/scheduler.py DRIVERS: one driver each). It never changes results: tables
     are identical under each, so it is a setting a run may change when resumed (declared `result_free`:
     RunDir.freeze leaves RESULT_FREE out of the comparison)."""
 
@@ -246,7 +246,7 @@ class ModelConfig(backends.Options):
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    """Ray scale-out (batch/cluster.py, docs/scale.md#running-on-a-cluster); never changes results: where the
+    """Ray scale-out (batch/run/cluster.py, docs/scale.md#running-on-a-cluster); never changes results: where the
     trees run, every setting here is `result_free`."""
 
     workers: int = setting(0, help="run the trees on N Ray workers, one engine each (a GPU, a tensor-parallel "
@@ -366,12 +366,12 @@ def choices_of(key: str) -> tuple[str, ...] | None:
 
 
 # The settings that never change results (declared `result_free`): where the trees run (one process, or Ray
-# workers: batch/cluster.py), how they are driven, and how the openai backend talks to its server (a
+# workers: batch/run/cluster.py), how they are driven, and how the openai backend talks to its server (a
 # completion it accepts is the same whatever its deadlines, retries or size cap): a resumed run may change
 # them (RunDir.freeze leaves them out of the comparison), so a run stopped by a deadline resumes with a
 # longer one.
 RESULT_FREE = tuple(key for key, f, _ in settings() if spec(f).result_free)
-# The decoding constraints, by config key (`clarify demo` decodes under all of them: batch/commands.py).
+# The decoding constraints, by config key (`clarify demo` decodes under all of them: batch/cli/commands.py).
 CONSTRAINTS = {key: spec(f).constraint for key, f, _ in settings() if spec(f).constraint}
 
 

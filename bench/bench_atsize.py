@@ -47,7 +47,7 @@ from bench_report import measure  # noqa: E402
 sys.path.insert(0, str(REPO.parent))
 from provenance import cpu_model, provenance  # noqa: E402
 
-from clarify.batch.records import RunSummary  # noqa: E402
+from clarify.batch.run.records import RunSummary  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "atsize.json"
 # the clarify of this checkout, by the interpreter running the bench (PYTHONPATH may point at another checkout)

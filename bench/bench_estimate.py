@@ -1,4 +1,4 @@
-"""The demo's time estimate against the ToC time it estimates (batch/commands.py `probe_speed`,
+"""The demo's time estimate against the ToC time it estimates (batch/cli/commands.py `probe_speed`,
 `Probe.toc_s`; console.RunProgress re-estimates once the first tree is done).
 
 On the demo's own settings (embedded model and index, ASQA dev, quoted answers, both decoding constraints),
@@ -31,7 +31,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "estimate.json"
 def old_probe(engine) -> float:
     """The probe the demo used before: tokens/s of 4 prompts of ~700 tokens, 24 output tokens, after a
     one-prompt warm-up."""
-    from clarify.batch.commands import probe_speed
+    from clarify.batch.cli.commands import probe_speed
 
     return probe_speed(engine, prompt_tokens=720, output_tokens=24, batch=4, warmup=1, rounds=1).tokens_per_s
 
@@ -55,10 +55,11 @@ def measure(args: argparse.Namespace, work: Path, cpu: str) -> int:
     import polars as pl
 
     from clarify import console
-    from clarify.batch import commands, config
-    from clarify.batch.pipeline import run
-    from clarify.batch.records import EngineUsage
-    from clarify.batch.resources import engine_for
+    from clarify.batch import config
+    from clarify.batch.cli import commands
+    from clarify.batch.run.pipeline import run
+    from clarify.batch.run.records import EngineUsage
+    from clarify.batch.run.resources import engine_for
     from clarify.index import ensure_default_index
 
     cfg = config.load(None, {"dataset": "asqa", "limit": args.questions, "answer_style": "quoted",

@@ -11,8 +11,8 @@ import polars as pl
 import pytest
 
 from clarify.batch import config
-from clarify.batch.pipeline import score
-from clarify.batch.resources import load_questions
+from clarify.batch.run.pipeline import score
+from clarify.batch.run.resources import load_questions
 from clarify.errors import InputError
 from clarify.eval import datasets
 from clarify.eval.datasets import Dataset
@@ -117,7 +117,7 @@ def test_quotesum_given_sources_are_numbered_once_for_runs_and_demos():
 
 
 def _select(ds, overrides: dict, questions):
-    """`Dataset.select` as a run calls it: with the config's resolved demo pool (batch/resources.py)."""
+    """`Dataset.select` as a run calls it: with the config's resolved demo pool (batch/run/resources.py)."""
     from clarify.batch.toc.demos import resolve_pool
 
     cfg = config.load(None, overrides)

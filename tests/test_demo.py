@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from clarify.batch.commands import (
+from clarify.batch.cli.commands import (
     DEMO_BUDGET_S,
     DEMO_CONSTRAINTS,
     DEMO_MAX_QUESTIONS,
@@ -93,7 +93,7 @@ class _Timed:
 def test_probe_times_toc_shaped_calls_after_a_warm_up_of_their_shape(monkeypatch):
     import types
 
-    from clarify.batch import commands
+    from clarify.batch.cli import commands
 
     clock = [0.0]
     monkeypatch.setattr(commands, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))

@@ -107,7 +107,7 @@ def test_each_part_imports_only_what_the_map_allows():
         if mod.startswith("batch.toc"):
             assert not deps & run_machinery and not any(d.startswith("batch.report") for d in deps), (mod, deps)
         if mod.startswith("eval"):
-            allowed = {"batch.rundir"} if mod == "eval.cli" else set()  # `clarify eval` on a run: Run.open
+            allowed = {"batch.run.rundir"} if mod == "eval.cli" else set()  # `clarify eval` on a run: Run.open
             assert {d for d in deps if d.startswith("batch")} <= allowed, (mod, deps)
         if mod.startswith(("local_llm", "index")):
             assert not any(d.startswith("batch") for d in deps), (mod, deps)

@@ -24,7 +24,7 @@ import pytest
 from clarify.batch.report import html as report
 from clarify.batch.report import plots
 from clarify.batch.report.comparison import comparison_table, fmt, plotted_metrics
-from clarify.batch.rundir import Run
+from clarify.batch.run.rundir import Run
 from clarify.batch.toc import quotes
 from clarify.errors import InputError
 from tests.fixtures_report import HOSTILE, copy_run
@@ -543,7 +543,7 @@ def test_several_runs_get_sections_and_a_comparison(report_runs, tmp_path):
 
 def test_report_of_two_runs_plots_wall_time_per_question(report_runs, tmp_path):
     """The wall seconds per question of each run, from summary.json as finalize writes it (`wall_s_total`,
-    batch/pipeline.py), in the cost table and as a panel of the metrics-against-model-size plot."""
+    batch/run/pipeline.py), in the cost table and as a panel of the metrics-against-model-size plot."""
     runs = [Run.open(d) for d in report_runs]
     walls = [r.summary.wall_s_total / r.questions.height for r in runs]
     assert all(w > 0 for w in walls)
@@ -688,11 +688,11 @@ def test_out_that_is_a_folder_is_refused_in_one_line(report_runs, tmp_path, caps
 
 def test_the_summary_groups_and_words_name_the_records_fields():
     """The folded run summary groups and names summary.json's keys (html.py SUMMARY_GROUPS, SUMMARY_WORDS): each
-    is a field of its record (batch/records.py RunSummary, or a declared key of one of its parts), so a renamed
+    is a field of its record (batch/run/records.py RunSummary, or a declared key of one of its parts), so a renamed
     field fails here, not when a page renders."""
     import dataclasses
 
-    from clarify.batch.records import RunSummary, _part_fields
+    from clarify.batch.run.records import RunSummary, _part_fields
 
     fields, parts = {f.name for f in dataclasses.fields(RunSummary)}, _part_fields(RunSummary)
     assert {p for _, prefixes in report.SUMMARY_GROUPS for p in prefixes} <= fields

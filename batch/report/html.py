@@ -16,7 +16,7 @@ The HTML comes from Jinja2 templates in `batch/report/templates/` (`report.html.
 from a run file is HTML-escaped, since model output is untrusted; the only markup built here is the
 passage highlighting (`_highlight`, which escapes every text segment).
 
-Runs are read by the one run reader (`batch/rundir.py` Run.open: config.json, summary.json and every
+Runs are read by the one run reader (`batch/run/rundir.py` Run.open: config.json, summary.json and every
 table, checked against its schema in `schemas.py`; a table not written yet is shown empty and named).
 Every marker of answer_raw (the model's text) is shown with its check, placed by its span's
 marker_start/marker_end (`quotes.check_answers`); spans' `field` ("text" | "title") says which
@@ -40,7 +40,6 @@ import polars as pl
 from markupsafe import Markup, escape
 from tqdm import tqdm
 
-from clarify.batch.records import RunSummary
 from clarify.batch.report import plots
 from clarify.batch.report.comparison import (
     compare_stats,
@@ -50,7 +49,8 @@ from clarify.batch.report.comparison import (
     plotted_metrics,
     split_summary,
 )
-from clarify.batch.rundir import Run, RunDir, check_distinct, enclosing_run, run_labels
+from clarify.batch.run.records import RunSummary
+from clarify.batch.run.rundir import Run, RunDir, check_distinct, enclosing_run, run_labels
 from clarify.batch.toc import quotes
 from clarify.batch.toc.tree import Status
 from clarify.errors import InputError

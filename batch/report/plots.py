@@ -206,7 +206,7 @@ def human_count(n: float) -> str:
 
 
 # The x axis of the comparison plot when a model's parameter count is unknown (a served model: its run
-# reads no weights; a models file may give it, batch/models_file.py `params`): the first cost every row has
+# reads no weights; a models file may give it, batch/compare/models_file.py `params`): the first cost every row has
 # (batch/report/comparison.py cost_row), else the order of the runs.
 SIZE_FALLBACKS = ("device_s_per_question", "wall_s_per_question")
 

@@ -1,6 +1,6 @@
 """The fingerprint of everything that turns a tree into model requests and the completions back into a tree.
 
-A run pins it in inputs.json (batch/rundir.py `RunInputs`), so a resume by a clarify whose prompts, parser,
+A run pins it in inputs.json (batch/run/rundir.py `RunInputs`), so a resume by a clarify whose prompts, parser,
 grammars, stop strings or quote checker differ is refused instead of finishing the run's other trees under
 the new ones (its finished parts keep the old). One digest per component, so the refusal names what changed:
 

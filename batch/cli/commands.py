@@ -19,7 +19,7 @@ from clarify.batch.config import (
     TOKENS_PER_QUESTION,
     RunConfig,
 )
-from clarify.batch.records import RunSummary, Tokens
+from clarify.batch.run.records import RunSummary, Tokens
 from clarify.options import add_flag, spec, toml_value
 
 RUN_EPILOG = f"""\
@@ -128,7 +128,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                 "resumed); one run directory per model inside")
     p.add_argument("--parallel", action="store_true",
                    help="on CPU: run the models at the same time, each on its own share of the cores (on GPUs "
-                        "models are always packed by memory need, as many at once as fit: batch/gpu_plan.py), or "
+                        "models are always packed by memory need, as many at once as fit: batch/compare/gpu_plan.py), or "
                         "placed by Ray with --ray-address; each run's output goes to <out>/<model>.log")
     p.set_defaults(func=cmd_compare, log_dir=_run_logs)
 
@@ -141,7 +141,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _run_logs(args: argparse.Namespace) -> Path | None:
     """A run's library logs go into its own directory (console.session); --print-config logs nothing."""
-    from clarify.batch.rundir import RunDir
+    from clarify.batch.run.rundir import RunDir
 
     if getattr(args, "print_config", False):
         return None
@@ -220,7 +220,7 @@ def print_summary(summary: RunSummary, out=None) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from clarify.batch.pipeline import run
+    from clarify.batch.run.pipeline import run
 
     cfg = config.load(args.config, _overrides(args))
     if args.print_config:
@@ -349,10 +349,10 @@ def probe_speed(engine, *, grammar: str | None = None, prompt_tokens: int = TOC_
 def cmd_demo(args: argparse.Namespace) -> int:
     """Build the embedded index if absent, run ToC over ASQA dev questions, score, show one answer."""
     from clarify import console
-    from clarify.batch.pipeline import run
-    from clarify.batch.resources import engine_for
-    from clarify.batch.rundir import RunDir
-    from clarify.batch.show import show
+    from clarify.batch.cli.show import show
+    from clarify.batch.run.pipeline import run
+    from clarify.batch.run.resources import engine_for
+    from clarify.batch.run.rundir import RunDir
     from clarify.index import ensure_default_index
 
     t_start = time.perf_counter()
@@ -362,7 +362,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     frozen = rd.config_file
     constraints = dict(DEMO_CONSTRAINTS)
     if frozen.exists():  # a resumed (or finished) demo keeps the size and the decoding it was started with
-        from clarify.batch.rundir import Run
+        from clarify.batch.run.rundir import Run
 
         started = Run.open(args.out).config
         limit = started.limit if limit is None else limit
@@ -415,8 +415,8 @@ def estimate_words(expected_s: float | None, toc_s: float | None) -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from clarify.batch import models_file
-    from clarify.batch.compare import compare
+    from clarify.batch.compare import models_file
+    from clarify.batch.compare.compare import compare
 
     cfg = config.load(args.config, _overrides(args))  # the TOML and the flags, resolved once for every model
     spec = args.models

@@ -43,7 +43,7 @@ from clarify.batch.config import ModelConfig, RunConfig
 from clarify.errors import InputError
 
 # What `clarify compare` writes at the top of its --out besides the models' run directories and their
-# `<name>.log` (batch/compare.py): a model's run directory must never take one of these names, or the
+# `<name>.log` (batch/compare/compare.py): a model's run directory must never take one of these names, or the
 # comparison would write into that run's folder (or its table onto the run directory) after the runs.
 COMPARE_FILES = ("config.json", "logs", "models", "search_cache", "comparison.parquet", "paired.parquet",
                  "comparison.md", "comparison.png")

@@ -5,8 +5,8 @@ config.json records it, never `auto`), the dataset adapter (eval/datasets/), the
 their gold, the index (opened lazily, its paths and dimensions checked) and `inputs`, what pins each input
 in inputs.json (the questions file's sha256, the demo pool's, the index's fingerprint, the model's — one
 resolution and one fingerprint of the model folder, or the server's address and the model it reports,
-local_llm/backends.py). The pipeline (batch/pipeline.py), the demo (batch/commands.py) and the Ray workers
-(batch/cluster.py, `for_worker`: the driver's pins, not a second resolution) all start from one;
+local_llm/backends.py). The pipeline (batch/run/pipeline.py), the demo (batch/cli/commands.py) and the Ray workers
+(batch/run/cluster.py, `for_worker`: the driver's pins, not a second resolution) all start from one;
 `open_resources` then opens the heavy parts a tree needs (encoder, demo pools, the cached engine, the
 searcher) only when there is work left.
 """
@@ -97,7 +97,7 @@ def prepare(cfg: RunConfig, *, index=None, engine_factory: EngineFactory | None 
 
 def for_worker(cfg: RunConfig, questions: pl.DataFrame, pins: dict,
                engine_factory: EngineFactory | None = None) -> PreparedRun:
-    """A Ray worker's run (batch/cluster.py): the driver's config (its pool already concrete), the questions
+    """A Ray worker's run (batch/run/cluster.py): the driver's config (its pool already concrete), the questions
     it was handed and the driver's pins (inputs.json) — exactly the index, FAISS folder, encoder and model
     folder the driver resolved, refused when this node's copies differ (`open_run_index`)."""
     index = open_run_index(cfg, pins)
@@ -120,7 +120,7 @@ def _load(cfg: RunConfig, ds: datasets.Dataset, pool: Pool) -> tuple[pl.DataFram
 
 
 def searcher_identity(cfg: RunConfig, index) -> dict:
-    """What a searcher's hits depend on (the shared search cache's key, batch/search_cache.py): its kind,
+    """What a searcher's hits depend on (the shared search cache's key, batch/run/search_cache.py): its kind,
     candidates and reranker (the frozen config's `[retrieval]`), and the index's manifest checksum."""
     from clarify.index.fingerprint import index_pins
 
@@ -219,7 +219,7 @@ def open_resources(run: PreparedRun, cache_dir: Path, *, search_cache: Path | No
         # rerank searcher's own scorer, else the index's (run_toc.py:164 dsp's cross-encoder)
         rerank = (getattr(searcher, "scorer", None) or index.scorer(cross)).score
     if searcher is not None and search_cache is not None:
-        from clarify.batch.search_cache import CachingSearcher
+        from clarify.batch.run.search_cache import CachingSearcher
 
         searcher = CachingSearcher(searcher, search_cache, searcher_identity(cfg, index))
     return Resources(engine=engine, searcher=searcher, passages=passages, embed=embed, demos=demos,
@@ -252,14 +252,14 @@ def engine_for(cfg: RunConfig, *, model: dict | None = None, **placement):
     """The engine of this config's `[model]` table, from its backend (local_llm/backends.py): vLLM's
     process-wide engine (built once, then shared), or a client of a running server. `model`: the run's pin of
     it (inputs.json: the folder resolved and fingerprinted once). `placement`: where a cluster worker's
-    engine runs its shards (batch/cluster.py), no result changes."""
+    engine runs its shards (batch/run/cluster.py), no result changes."""
     from clarify.local_llm import backends
 
     return backends.get(cfg.model.backend).open(cfg.model, pin=model, constrained=requested(TreeSettings.of(cfg)), **placement)
 
 
 def tables(rows: list[TreeRows]) -> dict[str, pl.DataFrame]:
-    """Finished trees' rows as one part's tables (batch/rundir.py `write_part`)."""
+    """Finished trees' rows as one part's tables (batch/run/rundir.py `write_part`)."""
     return {"llm_calls": schemas.frame((r for t in rows for r in t.llm_calls), schemas.LlmCall),
             "hits": schemas.frame((r for t in rows for r in t.hits), schemas.RunHit),
             "answers": schemas.frame((r for t in rows for r in t.answers), schemas.TreeAnswer)}
