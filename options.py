@@ -20,9 +20,9 @@ its metadata (`Spec`), what the rest of the code derives from it:
                         batch/run/records.py)
 
 The type is the annotation, checked by `type_problem` / `json_type_ok`; `problem` checks the rest. From
-these the code derives the config's validation (batch/config.py), the configuration page
+these the code derives the config's validation (batch/config/schema.py), the configuration page
 (batch/cli/config_doc.py), the flags and their help (`add_flag`; batch/cli/commands.py, local_llm/cli.py), the
-resume comparison (batch/config.py RESULT_FREE), the tables' schemas and the records' readers and writers.
+resume comparison (batch/config/schema.py RESULT_FREE), the tables' schemas and the records' readers and writers.
 
 Plain dataclasses, not pydantic: this module is imported by every command, and importing pydantic 2 and
 defining one model takes 0.14-0.23 s on a 2-core machine, more than a `--help` should pay; pydantic coerces

@@ -29,7 +29,7 @@ from clarify.local_llm.settings import EngineOptions
 @dataclass(frozen=True)
 class Options(ClientOptions, EngineOptions):
     """What a backend opens: the model, the engine's options and the server client's, each with its declared
-    default (batch/config.py ModelConfig adds the run's own; `clarify generate` opens one of these)."""
+    default (batch/config/schema.py ModelConfig adds the run's own; `clarify generate` opens one of these)."""
 
 
 @dataclass(frozen=True)

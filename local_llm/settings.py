@@ -58,7 +58,7 @@ CHAT_TEMPLATES = {"auto": "auto", "on": True, "off": False}
 @dataclass(frozen=True)
 class EngineOptions:
     """The engine's options, each declared here once with its default: a run's `[model]` table
-    (batch/config.py ModelConfig is made of these and the server client's, local_llm/openai_engine.py
+    (batch/config/schema.py ModelConfig is made of these and the server client's, local_llm/openai_engine.py
     ClientOptions), the settings table's `Ask` and `VLLMEngine`'s keywords take their defaults from them."""
 
     # the embedded SmolLM2-135M-Instruct (local_llm/models.py EMBEDDED)

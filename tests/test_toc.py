@@ -432,7 +432,7 @@ def test_official_duplicates_check_unique():
 
 
 def test_previous_preset_restores_every_switch():
-    """batch/previous.toml: every fidelity switch set to clarify's earlier choice (docs/fidelity.md)."""
+    """batch/config/previous.toml: every fidelity switch set to clarify's earlier choice (docs/fidelity.md)."""
     from pathlib import Path
 
     prev, default = config.load(Path(config.__file__).with_name("previous.toml")), config.load(None)

@@ -29,11 +29,11 @@ examples:
   clarify run --dataset asqa --questions ASQA.json --limit 0 --out runs/asqa-dev   all dev, train demos
   clarify run --dataset quotesum --out runs/qs                  answer from QuoteSum's own sources
   clarify run --dataset jsonl --questions my.jsonl --out runs/mine   JSONL lines {{"qid": ..., "question": ...}}
-  clarify run --config batch/previous.toml --dataset asqa --limit 20 --out runs/prev
+  clarify run --config batch/config/previous.toml --dataset asqa --limit 20 --out runs/prev
   clarify run --dataset asqa --limit 0 --workers 8 --out runs/asqa-all     8 engines on Ray (8 GPUs)
   clarify run --dataset asqa --limit 0 --ray-address auto --out runs/asqa-all   every GPU of a Ray cluster
 
-defaults: the paper's settings (batch/config.py; docs/fidelity.md), the
+defaults: the paper's settings (batch/config/schema.py; docs/fidelity.md), the
 embedded model {RunConfig().model.model} and the embedded Wikipedia index in $CLARIFY_HOME.
 
 scheduler (default {toml_value(RunConfig().scheduler)}): continuous (vLLM's step loop, every tree advances the moment its
@@ -152,7 +152,7 @@ CLUSTER_GROUP = "cluster (Ray; docs/scale.md#running-on-a-cluster; never changes
 
 
 def _run_args(p: argparse.ArgumentParser, *, with_model: bool = True) -> None:
-    """The flags that set run settings, generated from the settings' declarations (batch/config.py `flagged`:
+    """The flags that set run settings, generated from the settings' declarations (batch/config/schema.py `flagged`:
     name, help, metavar; the default in the help is the field's), and the two that set none."""
     p.add_argument("--config", help="TOML config file, or a run's frozen config.json (flags override it); default: the "
                                     "paper's settings")
@@ -234,7 +234,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 # The demo is sized to the machine (docs/getting-started.md#what-make-demo-does): a newcomer on an AVX2-only CPU
-# (~250 tok/s) waits minutes, not hours, at TOKENS_PER_QUESTION (batch/config.py).
+# (~250 tok/s) waits minutes, not hours, at TOKENS_PER_QUESTION (batch/config/costs.py).
 DEMO_TOKENS_PER_QUESTION = TOKENS_PER_QUESTION
 DEMO_BUDGET_S = 210
 DEMO_MIN_QUESTIONS, DEMO_MAX_QUESTIONS = 3, 20
@@ -245,7 +245,7 @@ DEMO_MIN_QUESTIONS, DEMO_MAX_QUESTIONS = 3, 20
 # 204 to all, Answer-F1 from 0 to 1.1, while ROUGE-L (21.9 -> 19.6) and STR-EM (16.7 -> 12.7) moved by less
 # than the 50 questions can show (paired 95 % bootstrap intervals hold 0). `clarify run` keeps the official
 # free decoding. A resumed demo keeps the settings it was started with. Every declared decoding constraint
-# (batch/config.py CONSTRAINTS) is on.
+# (batch/config/schema.py CONSTRAINTS) is on.
 DEMO_CONSTRAINTS = dict.fromkeys(config.CONSTRAINTS, True)
 DEMO_CONSTRAINED_TOKENS_PER_QUESTION = CONSTRAINED_TOKENS_PER_QUESTION
 

@@ -24,7 +24,7 @@ RAISED = {"InputError", "EngineUnavailable", "EngineBusy", "BadReply"}  # BadRep
 
 # cause -> the modules whose messages it groups (the first matching prefix wins)
 CAUSES = [
-    ("Configuration", ("batch/config.py",)),
+    ("Configuration", ("batch/config/",)),
     ("Questions, gold and prediction files", ("eval/datasets/", "eval/io.py", "asqa_file.py", "jsonl.py", "batch/toc/demos.py",
                                               "batch/run/resources.py")),
     ("Run directories, files and permissions", ("batch/run/rundir.py", "files.py", "console.py", "errors.py")),

@@ -16,7 +16,7 @@
     base_url = "http://gpu-box:8000/v1"
     params = "8B"                        # its parameter count, for the table and the plot (optional)
 
-Each entry's keys are checked against the one declaration of `[model]` (batch/config.py ModelConfig: each
+Each entry's keys are checked against the one declaration of `[model]` (batch/config/schema.py ModelConfig: each
 field's type and declared range or choices) before anything runs, every bad entry named on its own line
 (file, entry, field). An entry's settings replace those of the run's `[model]` table (from --config or the
 defaults) for that model only, and each model's run freezes its own (`<run>/config.json`).

@@ -99,7 +99,7 @@ SUMMARY_WORDS = {
     "wall_s_total": "wall seconds, all sessions", "toc_s_last_session": "ToC seconds, last session",
     "engine_tokens_per_s": "engine tokens/s (prompt + output)", "parts": "checkpoint parts",
 }
-# config.json's sections in words (batch/config.py); top-level settings are the run's own.
+# config.json's sections in words (batch/config/schema.py); top-level settings are the run's own.
 CONFIG_SECTIONS = {"": "Run", "model": "Model and engine", "retrieval": "Retrieval", "toc": "Tree of clarifications",
                    "answer": "Answer", "cluster": "Cluster"}
 TEMPLATES = Path(__file__).parent / "templates"  # package data (pyproject `[tool.setuptools.package-data]`)

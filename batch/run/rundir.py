@@ -103,7 +103,7 @@ def input_changes(old: dict, new: dict) -> list[str]:
 def config_changes(old: dict, new: dict, ignore: tuple[str, ...] = (), source: str = "config.json") -> list[str]:
     """What differs between a run directory's config.json (`old`, as any clarify wrote it) and this run's
     (`new`), setting by setting ("toc.max_depth: 3 → 2"); `ignore`: settings that never change results.
-    Both are read as a RunConfig first (batch/config.py from_dict), so a setting an older config.json lacks
+    Both are read as a RunConfig first (batch/config/load.py from_dict), so a setting an older config.json lacks
     reads as its declared default: what clarify did before the setting existed (tests/test_run_records.py
     holds that to a config.json written by an older clarify). A key this clarify does not know (a setting
     since removed) or a value it refuses is an InputError in one line, naming it."""

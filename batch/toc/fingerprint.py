@@ -40,7 +40,7 @@ from clarify.schemas import Passage
 COMPONENTS = {"prompt templates": "batch/toc/prompts.py, batch/toc/format.py", "DQ/DA parser": "batch/toc/format.py",
               "grammars": "batch/toc/format.py, batch/toc/constraints.py", "stop strings": "batch/toc/format.py",
               "quote checker": "batch/toc/quotes.py"}
-# The parser's entry points in batch/toc/format.py: what batch/toc/program.py and batch/config.py use of it.
+# The parser's entry points in batch/toc/format.py: what batch/toc/program.py and batch/config/schema.py use of it.
 PARSER = ("parse_disambiguations", "official_pairs", "parse_verdict", "clean_long_answer", "split_answers",
           "da_text", "Disambiguation", "Parsed", "Parsing")
 
