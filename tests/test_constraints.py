@@ -401,7 +401,7 @@ def test_demo_decodes_constrained_and_says_so_and_an_unconstrained_demo_resumes_
     demo started without them resumes without them."""
     import types
 
-    from clarify.batch.cli import build_parser, commands
+    from clarify.batch.cli import build_parser, commands, demo_sizing
     from clarify.batch.run import pipeline, resources
 
     got = []
@@ -416,7 +416,7 @@ def test_demo_decodes_constrained_and_says_so_and_an_unconstrained_demo_resumes_
     monkeypatch.setattr(pipeline, "run", fake_run)
     monkeypatch.setattr(resources, "engine_for", lambda cfg: types.SimpleNamespace(cpu=None, device="cpu",
                                                                                    dtype="float32"))
-    monkeypatch.setattr(commands, "probe_speed", lambda engine, **kw: commands.Probe(1.0, 2.0, 6, 1000.0))
+    monkeypatch.setattr(demo_sizing, "probe_speed", lambda engine, **kw: demo_sizing.Probe(1.0, 2.0, 6, 1000.0))
     monkeypatch.setattr("clarify.index.ensure_default_index", lambda: tmp_path / "index")
     with pytest.raises(Ran):
         commands.cmd_demo(build_parser().parse_args(["demo", "--limit", "3", "--out", str(tmp_path / "d")]))

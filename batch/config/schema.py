@@ -357,7 +357,7 @@ def choices_of(key: str) -> tuple[str, ...] | None:
 # them (RunDir.freeze leaves them out of the comparison), so a run stopped by a deadline resumes with a
 # longer one.
 RESULT_FREE = tuple(key for key, f, _ in settings() if spec(f).result_free)
-# The decoding constraints, by config key (`clarify demo` decodes under all of them: batch/cli/commands.py).
+# The decoding constraints, by config key (`clarify demo` decodes under all of them: batch/cli/demo_sizing.py).
 CONSTRAINTS = {key: spec(f).constraint for key, f, _ in settings() if spec(f).constraint}
 
 
