@@ -243,7 +243,7 @@ def metric_intervals(run: Path) -> dict:
     import numpy as np
     import polars as pl
 
-    from clarify.batch.report.html import per_question_metrics
+    from clarify.batch.report.shape import per_question_metrics
     from clarify.eval.paired import paired_bootstrap
 
     scores = per_question_metrics(pl.read_parquet(run / "scores.parquet"))

@@ -1,4 +1,4 @@
-"""CLI commands of `batch/`: run, demo, compare (and report, from batch/report/html.py); the demo's size and
+"""CLI commands of `batch/`: run, demo, compare (and report, from batch/report/cli.py); the demo's size and
 time estimate from a probe of the engine are batch/cli/demo_sizing.py's."""
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_compare, log_dir=_run_logs)
 
     try:
-        from clarify.batch.report.html import register as register_report
+        from clarify.batch.report.cli import register as register_report
     except ModuleNotFoundError:
         return
     register_report(sub)

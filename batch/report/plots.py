@@ -174,7 +174,7 @@ def tree_png(nodes: pl.DataFrame) -> bytes | None:
 
 def scores_png(scores: pl.DataFrame) -> bytes | None:
     """Distribution of each per-question metric (a histogram from HIST_FROM questions, else one point per
-    question). In: scores[qid, metric, value], metrics only (html.per_question_metrics)."""
+    question). In: scores[qid, metric, value], metrics only (shape.per_question_metrics)."""
     scores = scores.drop_nulls("value").filter(pl.col("value").is_finite())
     if scores.height == 0:
         return None
