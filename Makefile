@@ -119,9 +119,9 @@ clean-venv:
 # The generated pages of docs/ (tests/test_config_doc.py, test_results_doc.py and test_docs.py compare them
 # with what these write): the configuration reference, the measured results, the error index.
 docs: $(DEPS_STAMP)
-	$(PY) -m clarify.batch.config_doc --write
+	$(PY) -m clarify.batch.cli.config_doc --write
 	$(PY) bench/results_doc.py --write
-	$(PY) -m clarify.batch.errors_doc --write
+	$(PY) -m clarify.batch.cli.errors_doc --write
 
 # -- locks and the air-gapped install (docs/getting-started.md#installing-on-an-air-gapped-server) --
 # `make lock` (a connected machine): requirements/*.in -> requirements/*.txt with every transitive version

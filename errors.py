@@ -58,13 +58,13 @@ def write_failure(exc: OSError) -> str:
 
 class EngineBusy(RuntimeError):
     """The cores or GPU memory an engine needs are taken by another process (local_llm/hardware.py, with
-    CLARIFY_ENGINE_BUSY=refuse or a full GPU): one line saying by whom, and nothing started (batch/cli.py)."""
+    CLARIFY_ENGINE_BUSY=refuse or a full GPU): one line saying by whom, and nothing started (batch/cli/__init__.py)."""
 
 
 class EngineUnavailable(RuntimeError):
     """An engine stopped answering, or answered with something that is not a completion (a server after
     every retry, a malformed reply: local_llm/openai_engine.py): the run stops with one line, keeps what
-    finished, and the same command resumes (batch/cli.py). `completed`: the completions of the same
+    finished, and the same command resumes (batch/cli/__init__.py). `completed`: the completions of the same
     `generate` call that did come back, by position (a completion cache stores them before re-raising)."""
 
     completed: dict = {}

@@ -208,7 +208,7 @@ def write_text(text: str, path: str | Path) -> Path:
 
 def page_main(argv: list[str] | None, page: Path, render: Callable[[], str], description: str,
               shown: Callable[[], str] | None = None) -> int:
-    """The command line of a generated docs page (batch/config_doc.py, batch/errors_doc.py,
+    """The command line of a generated docs page (batch/cli/config_doc.py, batch/cli/errors_doc.py,
     bench/results_doc.py): `--write` writes `render()` to `page`, else `shown()` (default: the page) is printed."""
     import argparse
 

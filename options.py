@@ -12,17 +12,17 @@ its metadata (`Spec`), what the rest of the code derives from it:
     lo_open, nonempty   type declares its own), an inclusive range (lo exclusive when lo_open), not empty
     unit                what a number counts ("s", "tokens"), shown on the configuration page
     result_free         whether a run may change it when resumed: it never changes results (the scheduler,
-                        a client's timeouts), so the resume comparison leaves it out (batch/rundir.py)
+                        a client's timeouts), so the resume comparison leaves it out (batch/run/rundir.py)
     constraint          a decoding constraint the setting switches on (batch/toc/constraints.py)
     dtype               a table row's field: the Polars type of its column (schemas.py `table_schema`)
     want, required,     a JSON record's field: how an error names what it must hold, whether a current
     omit_none           file must hold it, whether it is written only when set (index/manifest.py,
-                        batch/records.py)
+                        batch/run/records.py)
 
 The type is the annotation, checked by `type_problem` / `json_type_ok`; `problem` checks the rest. From
-these the code derives the config's validation (batch/config.py), the configuration page
-(batch/config_doc.py), the flags and their help (`add_flag`; batch/commands.py, local_llm/cli.py), the
-resume comparison (batch/config.py RESULT_FREE), the tables' schemas and the records' readers and writers.
+these the code derives the config's validation (batch/config/schema.py), the configuration page
+(batch/cli/config_doc.py), the flags and their help (`add_flag`; batch/cli/commands.py, local_llm/cli.py), the
+resume comparison (batch/config/schema.py RESULT_FREE), the tables' schemas and the records' readers and writers.
 
 Plain dataclasses, not pydantic: this module is imported by every command, and importing pydantic 2 and
 defining one model takes 0.14-0.23 s on a 2-core machine, more than a `--help` should pay; pydantic coerces

@@ -72,7 +72,7 @@ class RunHit:
 
 RUN_HITS = table_schema(RunHit)
 
-# The shared search cache (batch/search_cache.py): one searcher's hits per (query, k), in a folder named
+# The shared search cache (batch/run/search_cache.py): one searcher's hits per (query, k), in a folder named
 # by the searcher's identity (kind, candidates, reranker, the index's manifest checksum).
 SEARCH_CACHE = {"query": pl.String, "k": pl.Int32, **HIT}
 

@@ -6,7 +6,7 @@ runs signal handlers (https://docs.python.org/3/library/signal.html#signals-and-
 code is inside a `deferred()` block (one vLLM step, one cache commit, one part being written): then it is
 raised when the block ends, so a step, a commit or a part is never cut in half. Whatever is on its way
 out then cleans up in `except`/`finally`: in-flight requests are cancelled, finished trees are written as
-a part, the completion cache is committed (batch/pipeline.py). The command line prints one line — what
+a part, the completion cache is committed (batch/run/pipeline.py). The command line prints one line — what
 stopped it, how far it got, the command that resumes — and exits 128 + the signal's number (130, 143,
 129), as a shell reports a process killed by it.
 

@@ -47,7 +47,7 @@ from bench_report import measure  # noqa: E402
 sys.path.insert(0, str(REPO.parent))
 from provenance import cpu_model, provenance  # noqa: E402
 
-from clarify.batch.records import RunSummary  # noqa: E402
+from clarify.batch.run.records import RunSummary  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "atsize.json"
 # the clarify of this checkout, by the interpreter running the bench (PYTHONPATH may point at another checkout)
@@ -243,7 +243,7 @@ def metric_intervals(run: Path) -> dict:
     import numpy as np
     import polars as pl
 
-    from clarify.batch.report.html import per_question_metrics
+    from clarify.batch.report.shape import per_question_metrics
     from clarify.eval.paired import paired_bootstrap
 
     scores = per_question_metrics(pl.read_parquet(run / "scores.parquet"))

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from clarify.batch import config
-    from clarify.batch.pipeline import run
+    from clarify.batch.run.pipeline import run
     from clarify.index import ensure_default_index, open_index
     from clarify.local_llm.hardware import describe
     from clarify.local_llm.models import DEFAULT_MODEL, prepare_model

@@ -48,8 +48,8 @@ def arm(model: str, dataset: str, setting: str, limit: int, out: Path) -> dict:
     import polars as pl
 
     from clarify.batch import config
-    from clarify.batch.pipeline import run
-    from clarify.batch.records import QuoteFidelity
+    from clarify.batch.run.pipeline import run
+    from clarify.batch.run.records import QuoteFidelity
 
     cfg = config.load(None, {"dataset": dataset, "limit": limit, "answer_style": "quoted", "model.model": model,
                              **SETTINGS[setting]})

@@ -28,7 +28,7 @@ from bench_report import CLARIFY, checkout  # noqa: E402
 from provenance import provenance, write_results  # noqa: E402
 
 sys.path.insert(0, str(REPO.parent))
-from clarify.batch.records import RunSummary  # noqa: E402
+from clarify.batch.run.records import RunSummary  # noqa: E402
 
 
 def one(out: Path, questions: int, env: dict | None) -> dict:

@@ -1,4 +1,4 @@
-"""The demo's time estimate against the ToC time it estimates (batch/commands.py `probe_speed`,
+"""The demo's time estimate against the ToC time it estimates (batch/cli/demo_sizing.py `probe_speed`,
 `Probe.toc_s`; console.RunProgress re-estimates once the first tree is done).
 
 On the demo's own settings (embedded model and index, ASQA dev, quoted answers, both decoding constraints),
@@ -31,7 +31,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "estimate.json"
 def old_probe(engine) -> float:
     """The probe the demo used before: tokens/s of 4 prompts of ~700 tokens, 24 output tokens, after a
     one-prompt warm-up."""
-    from clarify.batch.commands import probe_speed
+    from clarify.batch.cli.demo_sizing import probe_speed
 
     return probe_speed(engine, prompt_tokens=720, output_tokens=24, batch=4, warmup=1, rounds=1).tokens_per_s
 
@@ -55,14 +55,15 @@ def measure(args: argparse.Namespace, work: Path, cpu: str) -> int:
     import polars as pl
 
     from clarify import console
-    from clarify.batch import commands, config
-    from clarify.batch.pipeline import run
-    from clarify.batch.records import EngineUsage
-    from clarify.batch.resources import engine_for
+    from clarify.batch import config
+    from clarify.batch.cli import demo_sizing
+    from clarify.batch.run.pipeline import run
+    from clarify.batch.run.records import EngineUsage
+    from clarify.batch.run.resources import engine_for
     from clarify.index import ensure_default_index
 
     cfg = config.load(None, {"dataset": "asqa", "limit": args.questions, "answer_style": "quoted",
-                             "index": str(ensure_default_index()), **commands.DEMO_CONSTRAINTS})
+                             "index": str(ensure_default_index()), **demo_sizing.DEMO_CONSTRAINTS})
     from clarify.batch.toc.constraints import clarify_grammar
     from clarify.batch.toc.settings import TreeSettings
 
@@ -71,7 +72,7 @@ def measure(args: argparse.Namespace, work: Path, cpu: str) -> int:
     engine = engine_for(cfg.model, tree)
     start_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    probe = commands.probe_speed(engine, grammar=clarify_grammar(tree))
+    probe = demo_sizing.probe_speed(engine, grammar=clarify_grammar(tree))
     probe_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     probed_old = old_probe(engine)
@@ -101,9 +102,9 @@ def measure(args: argparse.Namespace, work: Path, cpu: str) -> int:
         "cpu": cpu, "engine": summary.engine and summary.engine.to_json(), "questions": args.questions, "engine_start_s": round(start_s, 1),
         "probe": {"single_s": round(probe.single_s, 3), "batch_s": round(probe.batch_s, 3),
                   "tokens_per_s": round(probe.tokens_per_s, 1), "seconds": round(probe_s, 1),
-                  "shape": {"prompt_tokens": commands.TOC_PROMPT_TOKENS, "output_tokens": commands.TOC_OUTPUT_TOKENS,
-                            "batch": commands.PROBE_BATCH, "warmup": commands.PROBE_WARMUP},
-                  "toc_concurrency": round(commands.toc_concurrency(args.questions), 2)},
+                  "shape": {"prompt_tokens": demo_sizing.TOC_PROMPT_TOKENS, "output_tokens": demo_sizing.TOC_OUTPUT_TOKENS,
+                            "batch": demo_sizing.PROBE_BATCH, "warmup": demo_sizing.PROBE_WARMUP},
+                  "toc_concurrency": round(demo_sizing.toc_concurrency(args.questions), 2)},
         "old_probe": {"tokens_per_s": round(probed_old, 1), "seconds": round(old_probe_s, 1)},
         "estimate_s": round(estimate, 1), "estimate_old_probe_s": round(estimate_old, 1),
         "reestimate_s": round(reestimate, 1) if reestimate else None,
@@ -129,7 +130,7 @@ def measure(args: argparse.Namespace, work: Path, cpu: str) -> int:
     print(f"ToC {tokens / toc_s:,.0f} tok/s, {calls.height / args.questions:.1f} computed calls and "
           f"{tokens / args.questions:,.0f} tokens/question (assumed {per_q:,}); per computed call "
           f"{row['mix']['prompt_tokens_per_call']} prompt + {row['mix']['output_tokens_per_call']} output tokens; "
-          f"running batch mean {use.running_mean} (toc_concurrency: {commands.toc_concurrency(args.questions):.2f})")
+          f"running batch mean {use.running_mean} (toc_concurrency: {demo_sizing.toc_concurrency(args.questions):.2f})")
     old = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"runs": []}
     old["provenance"] = provenance()  # the latest run's; each row keeps its own cpu and command
     old["runs"].append(row)

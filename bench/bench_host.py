@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_host.py --run RUN [--run RUN2 ...] [--profile] [--write host]
 
 Each run directory is copied, its cache left out, and run again (`--restart`) with its own frozen config
-through `clarify.batch.pipeline.run`, the real scheduler and tree program, with the engine replaced by
+through `clarify.batch.run.pipeline.run`, the real scheduler and tree program, with the engine replaced by
 local_llm/replay.py ReplayEngine: every request is answered at once with the completion the run stored
 for it, and a request the run never made fails the replay (so nothing is computed, and nothing is
 guessed). What is left is clarify's own work, split by component with exclusive timers (a component's
@@ -112,7 +112,7 @@ def _replace_everywhere(original, replacement) -> int:
 
 def components() -> dict[str, list]:
     """Component name -> the functions and methods whose own time it is."""
-    from clarify.batch import pipeline, rundir
+    from clarify.batch.run import pipeline, rundir
     from clarify.batch.toc import constraints, demos, format, prompts, quotes
     from clarify.eval import asqa, quotesum
     from clarify.index import bm25, dense, rerank, search
@@ -152,7 +152,7 @@ def install(timers: Timers, replay) -> None:
 def replay_engine(run_dir: Path, cfg, **simulate):
     """The ReplayEngine of a finished run: its caches, its engine model id, its context check (`simulate`:
     ReplayEngine's gpu, overlap and prefix_cached_share, for bench/bench_simulate.py)."""
-    from clarify.batch.records import RunSummary
+    from clarify.batch.run.records import RunSummary
     from clarify.local_llm.models import resolve_model
     from clarify.local_llm.replay import ReplayEngine, read_caches, run_caches
 
@@ -189,7 +189,8 @@ def same_tables(a: Path, b: Path) -> list[str]:
 
 
 def replay(run_dir: Path, work: Path, *, profile: bool) -> dict:
-    from clarify.batch import config, pipeline
+    from clarify.batch import config
+    from clarify.batch.run import pipeline
 
     copy = work / run_dir.name
     work.mkdir(parents=True, exist_ok=True)
@@ -278,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-import clarify.batch.pipeline  # noqa: E402,F401  (the import cost, reported apart)
+import clarify.batch.run.pipeline  # noqa: E402,F401  (the import cost, reported apart)
 
 T_READY = time.perf_counter()
 

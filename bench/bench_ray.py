@@ -1,4 +1,4 @@
-"""One engine vs Ray workers (batch/cluster.py) on the same questions, in ONE driver process:
+"""One engine vs Ray workers (batch/run/cluster.py) on the same questions, in ONE driver process:
 speed as ratios measured in this one run.
 
     .venv/bin/python bench/bench_ray.py --questions 12 [--arms inproc,ray1,ray2,ray1-chunks]
@@ -10,7 +10,7 @@ Arms, each a fresh run directory with its own empty completion caches (every arm
     ray2         two Ray workers, one core each, one chunk of half the questions each (each engine on
                  its own core: local_llm/hardware.py CoreLock)
     ray1-chunks  ray1 with chunks of a quarter of the questions: the worker admits the next chunk's
-                 trees while the last one's finish (batch/cluster.py), so small chunks should cost little
+                 trees while the last one's finish (batch/run/cluster.py), so small chunks should cost little
 Per arm: wall time (engine starts included), engine tokens computed (prompt + output, cache hits
 excluded) and tokens/s over the wall, each worker's chunks and tokens, and whether the tables equal the
 first arm's (they need not where the dtype is bfloat16: its results depend on the batch's composition;
@@ -41,8 +41,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from clarify.batch import config
-    from clarify.batch.pipeline import run
-    from clarify.batch.records import ClusterWork
+    from clarify.batch.run.pipeline import run
+    from clarify.batch.run.records import ClusterWork
     from clarify.index import ensure_default_index, open_index
     from clarify.local_llm.hardware import cpu_facts, describe
 

@@ -252,7 +252,7 @@ def phase_lookup(work: Path, n: int) -> dict:
 def phase_cache(work: Path, n: int) -> dict:
     import polars as pl
 
-    from clarify.batch.search_cache import CachingSearcher
+    from clarify.batch.run.search_cache import CachingSearcher
     from clarify.index.search import hits_frame
 
     class Inner:

@@ -1,4 +1,4 @@
-"""The three schedulers (batch/scheduler.py) and the engine's ceiling on the same questions, engine and
+"""The three schedulers (batch/run/scheduler.py) and the engine's ceiling on the same questions, engine and
 index, in ONE process: speed as ratios measured in this one run (timings on shared cores are noisy).
 
     .venv/bin/python bench/bench_sched.py --questions 12,48 [--arms continuous,waves,sequential,ceiling]
@@ -58,9 +58,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
 
     from clarify.batch import config
-    from clarify.batch.pipeline import nodes_table
-    from clarify.batch.resources import open_resources, prepare
-    from clarify.batch.scheduler import drive
+    from clarify.batch.run.pipeline import nodes_table
+    from clarify.batch.run.resources import open_resources, prepare
+    from clarify.batch.run.scheduler import drive
     from clarify.batch.toc.settings import TreeSettings
     from clarify.batch.toc.tree import Tree
     from clarify.index import ensure_default_index, open_index

@@ -47,8 +47,8 @@ def drive(run_dir: Path, cfg, copies: int, gpu, *, overlap: bool, prefix_share: 
     """The run's trees (`copies` times) through the continuous scheduler against the simulator."""
     import polars as pl
 
-    from clarify.batch.resources import open_resources, prepare
-    from clarify.batch.scheduler import run_continuous
+    from clarify.batch.run.resources import open_resources, prepare
+    from clarify.batch.run.scheduler import run_continuous
     from clarify.batch.toc.settings import TreeSettings
     from clarify.batch.toc.tree import Tree
 
@@ -86,7 +86,7 @@ def drive(run_dir: Path, cfg, copies: int, gpu, *, overlap: bool, prefix_share: 
 
 def main(argv: list[str] | None = None) -> int:
     from clarify.batch import config
-    from clarify.batch.records import RunSummary
+    from clarify.batch.run.records import RunSummary
     from clarify.local_llm.replay import GPU_MODELS
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

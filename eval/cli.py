@@ -64,7 +64,7 @@ def evaluate(args: argparse.Namespace, *, before_scoring: Callable[[], object] |
     pred_path: Path = args.predictions
     run = None
     if pred_path.is_dir():
-        from clarify.batch.rundir import Run
+        from clarify.batch.run.rundir import Run
 
         run = Run.open(pred_path)
         if run.config.dataset != args.dataset:
@@ -102,7 +102,7 @@ def evaluate(args: argparse.Namespace, *, before_scoring: Callable[[], object] |
         before_scoring()
     preds = ds.canonical_markers(al.predictions) if args.canonical_markers else al.predictions
     if run is not None and not al.missing:
-        # a run answered each question it was asked: scored exactly as `clarify run` scored it (batch/pipeline.py
+        # a run answered each question it was asked: scored exactly as `clarify run` scored it (batch/run/pipeline.py
         # score), with no missing-predictions count
         preds = preds.drop("missing")
     nodes = run.nodes if run is not None and "nodes.parquet" not in run.missing else None
@@ -123,13 +123,13 @@ def _out_path(args: argparse.Namespace) -> Path:
 
 def _out_dir(args: argparse.Namespace) -> Path:
     """--out (`_out_path`), made and checked
-    writable: a write failure (read-only, full, not ours) is the OSError batch/cli.py reports as every
+    writable: a write failure (read-only, full, not ours) is the OSError batch/cli/__init__.py reports as every
     write failure (errors.write_failure, exit 1); --out under a file is an InputError naming --out."""
     out = _out_path(args)
     try:
         make_dirs(out)
     except OSError as exc:
-        if exc.errno in WRITE_ERRNOS:  # a read-only or full disk: batch/cli.py says so in one line (exit 1)
+        if exc.errno in WRITE_ERRNOS:  # a read-only or full disk: batch/cli/__init__.py says so in one line (exit 1)
             raise
         raise InputError(f"cannot make the output folder {out}: {exc.strerror or exc}", field="--out") from None
     if not os.access(out, os.W_OK | os.X_OK):  # an existing folder that is not ours to write

@@ -6,7 +6,7 @@ Accepted prediction inputs:
 - QuoteSum: JSONL lines with `qid` and the quoted answer in `prediction` (the field the official notebook
   evals/semqa_metrics.ipynb reads), `answer`, or `summary` (the dataset's own field); or a JSON object
   `{qid: answer}`;
-- a clarify run directory, read by its one reader (`batch/rundir.py` Run.open): its answers, the questions
+- a clarify run directory, read by its one reader (`batch/run/rundir.py` Run.open): its answers, the questions
   it was asked, and its nodes (for Answer-F1).
 """
 

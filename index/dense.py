@@ -114,7 +114,7 @@ class QueryMemo:
     """`encode_queries(texts)`: `encode` with the vectors of texts met before remembered (LRU, MEMO_QUERIES).
 
     Within a ToC step one node question is encoded three times (its demo kNN, its dense search, its rerank:
-    batch/scheduler.py Resolver), and the trees of a run ask for many of the same questions: a 12-question
+    batch/run/scheduler.py Resolver), and the trees of a run ask for many of the same questions: a 12-question
     run encoded 354 texts, 104 distinct ones (bench/bench_host.py, docs/results.md). Only the texts not
     remembered are encoded, in one call. A vector then comes from the batch that first met its text
     rather than from each caller's batch; batch composition moves a vector in its last bits only, and
@@ -328,7 +328,7 @@ def set_search_parameters(index, *, nprobe: int | None = None, ef_search: int | 
 
 def set_threads(threads: int | None) -> int:
     """FAISS's OpenMP threads for this process (faiss.omp_set_num_threads), set explicitly: default the
-    $CLARIFY_FAISS_THREADS (a Ray worker sets it to its own cores: batch/cluster.py), else the CPUs this
+    $CLARIFY_FAISS_THREADS (a Ray worker sets it to its own cores: batch/run/cluster.py), else the CPUs this
     process may run on (os.sched_getaffinity). Returns the count set."""
     import faiss
 

@@ -137,7 +137,7 @@ class DensePart(_Part):
 def _part_json(part) -> dict:
     """A part's JSON object: its fields in order, those it does not hold (None) left out, as a build writes
     them; so a manifest read and written again keeps the same keys (the index's identity,
-    batch/resources.py `index_identity`, hashes the passages part)."""
+    batch/run/resources.py `index_identity`, hashes the passages part)."""
     return {k: v for k, v in dataclasses.asdict(part).items() if v is not None}
 
 

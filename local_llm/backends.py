@@ -7,7 +7,7 @@ OpenAI-compatible API (local_llm/openai_engine.py). Each backend answers three q
   resolved and fingerprinted once per run) (Engine + EngineInfo + StepEngine, local_llm/engine.py);
 - `identity(model_cfg, constrained=)`: what a run pins in inputs.json, checked before anything is written (a
   model folder's fingerprint; a server's address and the model id it reports, refused in one line when down);
-- `uses_gpus`: whether a Ray worker of this backend needs a GPU of its own (batch/cluster.py).
+- `uses_gpus`: whether a Ray worker of this backend needs a GPU of its own (batch/run/cluster.py).
 Constraints: the engine translates a request's `choices` and `grammar` (GenParams, an EBNF grammar in the
 GBNF syntax) into its server's dialect: vLLM's structured outputs, in process (vllm_engine.py) or in a vLLM
 server's `structured_outputs` (openai_engine.py). `constrained` names the settings that will send grammars
@@ -29,7 +29,7 @@ from clarify.local_llm.settings import EngineOptions
 @dataclass(frozen=True)
 class Options(ClientOptions, EngineOptions):
     """What a backend opens: the model, the engine's options and the server client's, each with its declared
-    default (batch/config.py ModelConfig adds the run's own; `clarify generate` opens one of these)."""
+    default (batch/config/schema.py ModelConfig adds the run's own; `clarify generate` opens one of these)."""
 
 
 @dataclass(frozen=True)

@@ -106,7 +106,7 @@ class CacheStats:
 
 def union_of(folder: Path, own: Path) -> list[Path]:
     """The other completion caches of a run directory's cache folder (`own` excluded): the workers of a
-    Ray run each write their own file (SQLite is never written from two hosts: batch/cluster.py), and a
+    Ray run each write their own file (SQLite is never written from two hosts: batch/run/cluster.py), and a
     later run reads all of them."""
     return sorted(p for p in Path(folder).glob("*.sqlite") if p.resolve() != Path(own).resolve())
 
@@ -208,7 +208,7 @@ def _create_private(p: Path) -> None:
         raise InputError(f"cannot make a completion cache here: {exc.strerror or exc}", path=str(p)) from None
 
 
-DEFAULT_FILE = "completions.sqlite"  # a run's own cache in its cache/ folder (batch/rundir.py)
+DEFAULT_FILE = "completions.sqlite"  # a run's own cache in its cache/ folder (batch/run/rundir.py)
 
 
 class CachedEngine:

@@ -286,7 +286,7 @@ class OpenAIEngine:
         """Tokens of `prompt` as the server will see it (template included), from vLLM's `POST /tokenize`
         (vllm/entrypoints/serve/tokenize/protocol.py), within `check_timeout_s`; None where the server has
         no such endpoint or does not answer in time. The scheduler asks only for prompts near
-        `max_model_len` (batch/scheduler.py `fits`)."""
+        `max_model_len` (batch/run/scheduler.py `fits`)."""
         body: dict[str, Any] = {"model": self.served}
         if self.endpoint == Endpoint.CHAT:
             body |= {"messages": [{"role": "user", "content": prompt}], "add_generation_prompt": True}

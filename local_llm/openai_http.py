@@ -39,7 +39,7 @@ class Endpoint(StrEnum):
 @dataclass(frozen=True)
 class ClientOptions:
     """How the openai backend talks to its server, each option declared here once with its default (a run's
-    `[model]` table, batch/config.py ModelConfig, is made of these and local_llm/settings.py EngineOptions).
+    `[model]` table, batch/config/schema.py ModelConfig, is made of these and local_llm/settings.py EngineOptions).
     None of them changes a completion the client accepts (declared `result_free`), but the address."""
 
     base_url: str = setting("", help="openai: the server's address, e.g. http://127.0.0.1:8000/v1")

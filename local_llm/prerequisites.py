@@ -73,7 +73,7 @@ SETUPS: tuple[Setup, ...] = (
     Setup("one 70B model (Llama-3.1-70B-Instruct, bfloat16)", 142, 192,
           f"4 x 80 GB GPUs (tensor_parallel_size 4), {_gpu_need(LLAMA_70B, 4)} each; on 2 GPUs "
           f"{_gpu_need(LLAMA_70B, 2)} each exceeds 0.85 x 80 GB",
-          "disk: its safetensors, 141.1 GB; GPU: the preflight's estimate (batch/gpu_plan.py plans the same); "
+          "disk: its safetensors, 141.1 GB; GPU: the preflight's estimate (batch/compare/gpu_plan.py plans the same); "
           "RAM: the weights through the page cache (141 GB) + the run process; an estimate, not measured on a GPU"),
 )
 

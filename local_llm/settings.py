@@ -58,7 +58,7 @@ CHAT_TEMPLATES = {"auto": "auto", "on": True, "off": False}
 @dataclass(frozen=True)
 class EngineOptions:
     """The engine's options, each declared here once with its default: a run's `[model]` table
-    (batch/config.py ModelConfig is made of these and the server client's, local_llm/openai_engine.py
+    (batch/config/schema.py ModelConfig is made of these and the server client's, local_llm/openai_engine.py
     ClientOptions), the settings table's `Ask` and `VLLMEngine`'s keywords take their defaults from them."""
 
     # the embedded SmolLM2-135M-Instruct (local_llm/models.py EMBEDDED)
@@ -66,7 +66,7 @@ class EngineOptions:
                          help="model directory or embedded model name; with backend \"openai\", the name the server "
                               "serves (empty: its only model)")
     # Below the embedded SmolLM2's own context (max_position_embeddings 8192 in its config.json); a prompt
-    # longer than it is recorded and not sent (batch/scheduler.py `fits`).
+    # longer than it is recorded and not sent (batch/run/scheduler.py `fits`).
     max_model_len: int = setting(6144, help="the engine's context in tokens (prompt and output)", lo=1, unit="tokens")
     gpu_memory_utilization: float = setting(0.85, help="CUDA: the fraction of each GPU's memory the engine may "
                                                        "use, in (0, 1] (vLLM EngineArgs)", lo=0, hi=1, lo_open=True)
@@ -125,7 +125,7 @@ class Ask(EngineOptions):
     kv_cache_gib: int = 2
     seed: int = 0
     enable_prefix_caching: bool = True
-    ray_worker: bool = False  # the engine of a Ray worker (batch/cluster.py)
+    ray_worker: bool = False  # the engine of a Ray worker (batch/run/cluster.py)
 
 
 def ask_of(options: EngineOptions, **beyond: Any) -> Ask:

@@ -1,6 +1,6 @@
 """Two real run directories for the tests of `clarify report` and of runs compared (batch/report/).
 
-`report_runs` (SESSION-scoped) runs `clarify.batch.pipeline.run` twice over the first three ASQA dev
+`report_runs` (SESSION-scoped) runs `clarify.batch.run.pipeline.run` twice over the first three ASQA dev
 questions (`paired_runs`: the first ten, for the paired tests) (data/asqa/dev.json), each with a scripted model (local_llm/scripted.py) standing in for one
 of two model folders of known size (`write_fake_model`): the same pipeline, tables and summary.json a
 real run writes, wall times included. The index is the stand-in of the pipeline's other scripted tests
@@ -136,7 +136,7 @@ def rekey(run: Path, to: Path, copies: int) -> Path:
 def _two_runs(root: Path, n_questions: int) -> list[Path]:
     """[smol, gemma] over the first `n_questions` ASQA dev questions, in `root` (module docstring)."""
     from clarify.batch import config
-    from clarify.batch.pipeline import run
+    from clarify.batch.run.pipeline import run
     from clarify.local_llm.scripted import ScriptedEngine
 
     out = []

@@ -1,5 +1,5 @@
 """A run directory written by hand for tests of its readers: the frozen config of `config.load` and
-tables in the run's schemas (batch/rundir.py TABLE_SCHEMAS), the columns a test leaves out as nulls.
+tables in the run's schemas (batch/run/rundir.py TABLE_SCHEMAS), the columns a test leaves out as nulls.
 Also what the real-engine runs (test_toc_real, test_cluster) share: their small settings, as overrides
 and as a --config TOML, and the comparison of two run directories' tables."""
 
@@ -11,7 +11,7 @@ import polars as pl
 
 from clarify import schemas
 from clarify.batch import config
-from clarify.batch.rundir import TABLE_SCHEMAS, RunDir
+from clarify.batch.run.rundir import TABLE_SCHEMAS, RunDir
 
 # Small trees and short outputs: the real engine on CPU stays quick.
 SMALL = {"toc.max_expansions": 3, "toc.clarify_max_tokens": 96, "toc.answer_max_tokens": 96,

@@ -29,8 +29,8 @@ SCHEDULERS = """
 import json, sys
 from pathlib import Path
 from clarify.batch import config
-from clarify.batch.pipeline import run
-from clarify.batch.resources import engine_for
+from clarify.batch.run.pipeline import run
+from clarify.batch.run.resources import engine_for
 from clarify.batch.toc.settings import TreeSettings
 settings, out = json.loads(sys.argv[1]), Path(sys.argv[2])
 engines = []
@@ -58,7 +58,7 @@ def test_batch_invariant_runs_are_identical_fresh_under_every_scheduler_and_two_
     settings = {**SETTINGS, "index": str(default_index)}
     runs = _child(SCHEDULERS, json.dumps(settings), str(tmp_path))
     ray_out = tmp_path / "ray"
-    runs["ray"] = _child("import json, sys\nfrom clarify.batch import config\nfrom clarify.batch.pipeline import run\n"
+    runs["ray"] = _child("import json, sys\nfrom clarify.batch import config\nfrom clarify.batch.run.pipeline import run\n"
                          "cfg = config.load(None, json.loads(sys.argv[1]))\n"
                          "print(json.dumps(run(cfg, sys.argv[2], progress=False).to_json()))",
                          json.dumps({**settings, "cluster.workers": 2, "cluster.chunk_questions": 1}), str(ray_out))

@@ -11,7 +11,7 @@ import pytest
 
 from clarify.batch import config
 from clarify.batch.cli import build_parser, main
-from clarify.batch.config_doc import leaves as _leaves
+from clarify.batch.cli.config_doc import leaves as _leaves
 from clarify.options import spec, toml_value
 
 

@@ -1,4 +1,4 @@
-"""Ray scale-out (batch/cluster.py, docs/scale.md) on this machine: a local Ray cluster, the real engine (vLLM
+"""Ray scale-out (batch/run/cluster.py, docs/scale.md) on this machine: a local Ray cluster, the real engine (vLLM
 on CPU, the embedded model) in each worker, bound to its own core, and the real embedded index.
 
 - 2 workers on 4 questions build the same tables as one process replaying their union cache (with both
@@ -22,9 +22,9 @@ import polars as pl
 import pytest
 
 from clarify.batch import config
-from clarify.batch.cluster import chunks_of
-from clarify.batch.pipeline import run
-from clarify.batch.rundir import Run
+from clarify.batch.run.cluster import chunks_of
+from clarify.batch.run.pipeline import run
+from clarify.batch.run.rundir import Run
 from tests.run_fixtures import SMALL, same_tables, small_toml
 
 pytestmark = pytest.mark.integration
@@ -42,11 +42,11 @@ def test_chunks_keep_question_order():
 # Every test that connects to Ray does it in a child process: Ray puts its own fatal-signal handlers into
 # the process it connects (faulthandler, absl's, an alternate signal stack), and this pytest process runs a
 # JVM (the index tests) that needs its own — it segfaulted in the index tests after in-process cluster
-# tests, even with the handlers put back (batch/cluster.py _fatal_signal_handlers_kept).
+# tests, even with the handlers put back (batch/run/cluster.py _fatal_signal_handlers_kept).
 DRIVER = """
 import json, sys
 from clarify.batch import config
-from clarify.batch.pipeline import run
+from clarify.batch.run.pipeline import run
 cfg = config.load(None, json.loads(sys.argv[1]))
 {hook}
 summary = run(cfg, sys.argv[2], progress=False{on_part})
@@ -190,7 +190,7 @@ def test_plan_gives_each_worker_a_gpu_or_a_tensor_parallel_group(monkeypatch):
 
     pg_mod = sys.modules["ray.util.placement_group"]
 
-    from clarify.batch.cluster import _plan
+    from clarify.batch.run.cluster import _plan
     from clarify.errors import InputError
 
     def _parts(cfg):  # what the plan reads of a run config
@@ -221,7 +221,7 @@ def test_ray_leaves_the_jvms_signal_handlers_alone():
     code = """
 import ctypes, faulthandler, json, signal
 import ray
-from clarify.batch.cluster import _start_ray
+from clarify.batch.run.cluster import _start_ray
 from clarify.batch.config import ClusterConfig
 from clarify.index.jvm import start_jvm
 libc = ctypes.CDLL(None)

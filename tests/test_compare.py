@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from clarify.batch.search_cache import CachingSearcher
+from clarify.batch.run.search_cache import CachingSearcher
 from tests.toc_fakes import FakeIndex
 
 IDENTITY = {"searcher": "rerank", "candidates": 100, "cross_encoder": "", "index": "a" * 64}
@@ -50,7 +50,7 @@ def test_compare_two_models_real_runs(tmp_path, llm_model_dir, default_index):
     its own CPU core: one run directory each, a comparison table with parameter counts, a plot, and
     retrieval for identical queries shared."""
     from clarify.batch import config
-    from clarify.batch.compare import compare
+    from clarify.batch.compare.compare import compare
     from clarify.batch.toc.tree import ROOT
 
     twin = tmp_path / "twin-model"
@@ -90,7 +90,7 @@ def test_compare_two_models_real_runs(tmp_path, llm_model_dir, default_index):
 def test_parallel_runs_get_disjoint_devices(monkeypatch):
     """`compare --parallel`: the visible GPUs split between the models, else this process's CPU cores;
     fewer devices than models is refused before anything starts."""
-    from clarify.batch.compare import device_groups
+    from clarify.batch.compare.compare import device_groups
     from clarify.errors import InputError
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4")
@@ -109,9 +109,9 @@ def test_every_model_runs_on_one_resolved_config(tmp_path, monkeypatch):
     with that model's [model] settings (a models file's entry) in place of the TOML's."""
     from types import SimpleNamespace
 
-    from clarify.batch import compare as cmp
     from clarify.batch import config
-    from clarify.batch.models_file import Entry
+    from clarify.batch.compare import compare as cmp
+    from clarify.batch.compare.models_file import Entry
 
     toml = tmp_path / "qs.toml"
     toml.write_text('dataset = "quotesum"\nlimit = 3\n[toc]\nmax_depth = 2\n[model]\nmax_model_len = 4096\n')
@@ -133,7 +133,7 @@ def test_every_model_runs_on_one_resolved_config(tmp_path, monkeypatch):
 
 def _three_bad_entries(tmp_path, text: str) -> tuple:
     """A models file of `text`, refused in one message: (its path, the message's lines: a head, one per bad entry)."""
-    from clarify.batch import models_file
+    from clarify.batch.compare import models_file
     from clarify.errors import InputError
 
     bad = tmp_path / "bad.toml"
@@ -146,7 +146,7 @@ def _three_bad_entries(tmp_path, text: str) -> tuple:
 
 
 def test_models_file_entries_and_one_line_per_bad_entry(tmp_path):
-    from clarify.batch import models_file
+    from clarify.batch.compare import models_file
     from clarify.errors import InputError
 
     good = tmp_path / "models.toml"
@@ -173,9 +173,9 @@ def test_compare_checks_every_model_on_this_machine_and_plans_before_starting(tm
     import json as _json
     import struct
 
-    from clarify.batch import compare as cmp
     from clarify.batch import config
-    from clarify.batch.models_file import Entry
+    from clarify.batch.compare import compare as cmp
+    from clarify.batch.compare.models_file import Entry
     from clarify.errors import InputError
     from clarify.local_llm.preflight import Gpu
 
@@ -202,7 +202,7 @@ def test_compare_checks_every_model_on_this_machine_and_plans_before_starting(tm
     plan = capsys.readouterr().out
     assert "1. big    GPUs 0,1" in plan and "2. small  GPU 2" in plan and "idle at the start: GPU 3" in plan
     assert not (tmp_path / "out").exists()
-    # on a Ray cluster the same needs are each run's resource request (batch/cluster.py), Ray queues them
+    # on a Ray cluster the same needs are each run's resource request (batch/run/cluster.py), Ray queues them
     ray = config.load(None, {"limit": 2, "cluster.ray_address": "auto"})
     cmp.compare(entries, ray, tmp_path / "out", plan_only=True, gpus=[(str(i), h100) for i in range(4)])
     lines = capsys.readouterr().out.splitlines()
@@ -218,7 +218,7 @@ def test_a_stopped_compare_passes_the_signal_once_to_each_run(tmp_path):
     import threading
 
     from clarify import stops
-    from clarify.batch import compare as cmp
+    from clarify.batch.compare import compare as cmp
 
     child = ("import signal, sys, time\nseen = []\nsignal.signal(signal.SIGINT, lambda s, f: seen.append(s))\n"
              "print('ready', flush=True)\nwhile not seen: time.sleep(0.05)\ntime.sleep(0.5)\n"
@@ -239,8 +239,9 @@ def test_a_planned_run_sees_only_its_own_gpus(tmp_path, monkeypatch):
     GPUs are 4..7), the tensor_parallel_size the planner chose in its frozen config, its output in its log."""
     from types import SimpleNamespace
 
-    from clarify.batch import compare as cmp
-    from clarify.batch import config, gpu_plan
+    from clarify.batch import config
+    from clarify.batch.compare import compare as cmp
+    from clarify.batch.compare import gpu_plan
     from clarify.local_llm.preflight import Gpu, ModelShape
     from clarify.local_llm.settings import Ask
 
@@ -265,7 +266,7 @@ def test_a_planned_run_sees_only_its_own_gpus(tmp_path, monkeypatch):
 def test_gpus_read_from_nvidia_smi_lines():
     """nvidia-smi's CSV (GPU_QUERY: index, name, MiB total, MiB free, compute capability), filtered and
     ordered by CUDA_VISIBLE_DEVICES; a line it cannot read is left out."""
-    from clarify.batch.compare import parse_gpus
+    from clarify.batch.compare.compare import parse_gpus
 
     text = ("0, NVIDIA H100 80GB HBM3, 81559, 81080, 9.0\n1, NVIDIA H100 80GB HBM3, 81559, 1024, 9.0\n"
             "2, NVIDIA H100 80GB HBM3, [N/A], [N/A], 9.0\n")
@@ -282,7 +283,7 @@ def _finished_runs(monkeypatch, report_runs, params=(135_000_000, 268_000_000)):
     """compare's `_launch` made to write each model's config (as it does) and, for a model not yet run, copy
     a finished run into `<out>/<name>` whose summary.json `params` is the given one (None: a served model's
     run, which reads no weights). Returns the names launched, call after call."""
-    from clarify.batch import compare as cmp
+    from clarify.batch.compare import compare as cmp
     from clarify.files import write_json
     from tests.fixtures_report import copy_run
 
@@ -309,7 +310,7 @@ def test_compare_out_onto_a_run_directory_is_refused_and_its_config_untouched(tm
     replace the run's frozen config (and a stopped compare would leave a run claiming another model and
     limit). Refused in one line by the command line, before anything is written there."""
     from clarify.batch import cli
-    from clarify.batch import compare as cmp
+    from clarify.batch.compare import compare as cmp
     from tests.fixtures_report import copy_run
 
     run = copy_run(report_runs[0], tmp_path / "run")
@@ -329,9 +330,9 @@ def test_compare_out_holding_foreign_files_is_refused_and_its_own_out_resumes(tm
     """--out is new, empty, or compare's own: a folder with files compare did not write is refused before
     anything is written; the --out of an earlier compare (its config.json, logs/, models/, run directories,
     a temp file of a killed write) is accepted, its finished runs resumed, not redone."""
-    from clarify.batch import compare as cmp
     from clarify.batch import config
-    from clarify.batch.models_file import Entry
+    from clarify.batch.compare import compare as cmp
+    from clarify.batch.compare.models_file import Entry
     from clarify.errors import InputError
 
     launched = _finished_runs(monkeypatch, report_runs)
@@ -364,8 +365,9 @@ def test_model_names_that_collide_with_compare_files_are_refused_before_any_run(
     """A model's run directory named like one of compare's own files (`models`, `config.json`,
     `comparison.parquet`, another model's `<name>.log`) would end in a clash after every run had finished:
     refused up front, in one line naming the entry."""
-    from clarify.batch import compare as cmp
-    from clarify.batch import config, models_file
+    from clarify.batch import config
+    from clarify.batch.compare import compare as cmp
+    from clarify.batch.compare import models_file
     from clarify.errors import InputError
 
     monkeypatch.setattr(cmp, "_launch", lambda *a, **k: pytest.fail("no run may start"))
@@ -393,7 +395,7 @@ def test_model_names_that_collide_with_compare_files_are_refused_before_any_run(
 
 
 def test_models_file_params_parsed_and_bad_ones_refused_by_entry(tmp_path):
-    from clarify.batch import models_file
+    from clarify.batch.compare import models_file
 
     good = tmp_path / "models.toml"
     good.write_text('[[model]]\nmodel = "a"\nparams = "8B"\n\n[[model]]\nmodel = "b"\nparams = 135000000\n\n'
@@ -413,9 +415,9 @@ def test_compare_of_models_without_a_parameter_count_plots_against_cost(tmp_path
     """Served models (an `openai` backend) have no parameter count: the comparison still writes its table
     and a plot, against cost per question (the axis says so); a models file's `params` supplies the count
     for the table and the plot."""
-    from clarify.batch import compare as cmp
     from clarify.batch import config
-    from clarify.batch.models_file import Entry
+    from clarify.batch.compare import compare as cmp
+    from clarify.batch.compare.models_file import Entry
     from clarify.batch.report import plots
 
     _finished_runs(monkeypatch, report_runs, params=(None, None))

@@ -13,7 +13,7 @@ import pytest
 
 from clarify.batch.report import html as report
 from clarify.batch.report.comparison import cost_row, fmt, paired_markdown, paired_notes, paired_table
-from clarify.batch.rundir import Run
+from clarify.batch.run.rundir import Run
 from clarify.errors import InputError
 from clarify.eval.paired import MIN_N, holm, mde, paired_bootstrap
 from tests.fixtures_report import copy_run

@@ -1,4 +1,4 @@
-"""docs/configuration.md is generated from the code (batch/config_doc.py): the test regenerates it and
+"""docs/configuration.md is generated from the code (batch/cli/config_doc.py): the test regenerates it and
 fails when a config default, an allowed value or a flag changed without the page. `clarify run
 --print-config` prints TOML that `--config` reads back to the same config. Fast: nothing runs."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from clarify.batch import commands, config, config_doc
-from clarify.batch.cli import Parser, build_parser, main
+from clarify.batch import config
+from clarify.batch.cli import Parser, build_parser, commands, config_doc, main
 
-REGENERATE = "python -m clarify.batch.config_doc --write"
+REGENERATE = "python -m clarify.batch.cli.config_doc --write"
 
 
 def test_the_page_is_what_the_code_generates():

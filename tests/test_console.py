@@ -89,8 +89,8 @@ def test_run_progress_reports_calls_tokens_and_an_eta():
 
 def test_run_notes_in_words():
     from clarify.batch.config import RunConfig
-    from clarify.batch.pipeline import note_run
-    from clarify.batch.records import RunSummary
+    from clarify.batch.run.pipeline import note_run
+    from clarify.batch.run.records import RunSummary
 
     console._notes.clear()
     note_run(RunSummary(llm_calls=100, parse_errors=40, prompts_too_long=2), RunConfig().model)
@@ -117,7 +117,7 @@ def test_old_logs_are_pruned(tmp_path):
 def test_run_shows_one_display_fed_by_the_engine(tmp_path, capsys):
     """`clarify run`'s display: the engine reports to it while batches run (VLLMEngine.on_progress);
     the report hook is unset afterwards (the engine is shared in the process)."""
-    from clarify.batch.pipeline import run
+    from clarify.batch.run.pipeline import run
     from clarify.local_llm.scripted import ScriptedEngine
     from tests.test_toc import _run_cfg, make_responder
     from tests.toc_fakes import FakeIndex
@@ -268,7 +268,7 @@ def test_a_redirected_run_logs_at_most_one_progress_line_per_10_s(tmp_path, monk
     """`clarify run` with stderr not a terminal (capsys): the scripted engine takes 3 s of a fake clock per
     request, so ToC runs for minutes of that clock; its log holds plain progress lines, at most one per 10 s
     of the run (and the last), and no bar redraw."""
-    from clarify.batch.pipeline import run
+    from clarify.batch.run.pipeline import run
     from clarify.local_llm.scripted import ScriptedEngine
     from tests.test_toc import _run_cfg, make_responder
     from tests.toc_fakes import FakeIndex

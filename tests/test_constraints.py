@@ -295,8 +295,8 @@ CONSTRAINED = {"toc.constrain_format": True, "answer.constrain_quotes": True, "a
 @pytest.fixture(scope="module")
 def constrained_run(tmp_path_factory, default_local_index, llm_engine):
     """1 ASQA question, both constraints on, driven by the continuous scheduler on vLLM's step loop."""
-    from clarify.batch.resources import open_resources, prepare
-    from clarify.batch.scheduler import drive
+    from clarify.batch.run.resources import open_resources, prepare
+    from clarify.batch.run.scheduler import drive
     from clarify.batch.toc.tree import Tree
 
     tmp = tmp_path_factory.mktemp("constrained")
@@ -335,7 +335,7 @@ def test_real_constrained_clarifications_all_parse(constrained_run):
 @pytest.mark.integration
 def test_real_constrained_quotes_are_verbatim_at_their_offsets(constrained_run, default_local_index, tmp_path,
                                                                llm_engine):
-    from clarify.batch.pipeline import run
+    from clarify.batch.run.pipeline import run
 
     _, rec, _, resources, _ = constrained_run
     res = resources()
@@ -368,8 +368,8 @@ def test_real_constrained_quotes_are_verbatim_at_their_offsets(constrained_run, 
 
 @pytest.mark.integration
 def test_real_constrained_run_replays_identically_under_every_scheduler(constrained_run, llm_engine):
-    from clarify.batch.pipeline import nodes_table
-    from clarify.batch.scheduler import drive
+    from clarify.batch.run.pipeline import nodes_table
+    from clarify.batch.run.scheduler import drive
 
     cfg, rec, cont_trees, resources, trees = constrained_run
     calls = pl.DataFrame(rec.llm_calls)
@@ -386,7 +386,7 @@ def test_real_constrained_run_replays_identically_under_every_scheduler(constrai
 
 def test_command_line_flags_set_the_switches():
     from clarify.batch.cli import build_parser
-    from clarify.batch.commands import _overrides
+    from clarify.batch.cli.commands import _overrides
 
     args = build_parser().parse_args(["run", "--out", "x", "--constrain-format", "--constrain-quotes"])
     cfg = config.load(None, _overrides(args))
@@ -401,8 +401,8 @@ def test_demo_decodes_constrained_and_says_so_and_an_unconstrained_demo_resumes_
     demo started without them resumes without them."""
     import types
 
-    from clarify.batch import commands, pipeline, resources
-    from clarify.batch.cli import build_parser
+    from clarify.batch.cli import build_parser, commands, demo_sizing
+    from clarify.batch.run import pipeline, resources
 
     got = []
 
@@ -416,7 +416,7 @@ def test_demo_decodes_constrained_and_says_so_and_an_unconstrained_demo_resumes_
     monkeypatch.setattr(pipeline, "run", fake_run)
     monkeypatch.setattr(resources, "engine_for", lambda model, tree: types.SimpleNamespace(cpu=None, device="cpu",
                                                                                            dtype="float32"))
-    monkeypatch.setattr(commands, "probe_speed", lambda engine, **kw: commands.Probe(1.0, 2.0, 6, 1000.0))
+    monkeypatch.setattr(demo_sizing, "probe_speed", lambda engine, **kw: demo_sizing.Probe(1.0, 2.0, 6, 1000.0))
     monkeypatch.setattr("clarify.index.ensure_default_index", lambda: tmp_path / "index")
     with pytest.raises(Ran):
         commands.cmd_demo(build_parser().parse_args(["demo", "--limit", "3", "--out", str(tmp_path / "d")]))
@@ -439,9 +439,9 @@ def test_demo_decodes_constrained_and_says_so_and_an_unconstrained_demo_resumes_
 def test_compare_table_shows_the_switches_of_each_run(tmp_path, monkeypatch):
     """`clarify compare`'s table (and so comparison.md) has a row for each switch, read from each run's
     frozen config; a report's run section shows them with the rest of the config."""
-    from clarify.batch import compare as cmp
+    from clarify.batch.compare import compare as cmp
     from clarify.batch.report.comparison import flatten
-    from clarify.batch.rundir import Run
+    from clarify.batch.run.rundir import Run
     from tests.run_fixtures import write_run
 
     summary = {"params": 1, "n_questions": 1, "wall_s_total": 1.0, "llm_calls_per_question": 1.0,
@@ -462,7 +462,7 @@ def test_compare_table_shows_the_switches_of_each_run(tmp_path, monkeypatch):
 def test_a_run_started_before_the_switches_existed_resumes(tmp_path):
     """A checkpointed run whose config.json predates the switches (no `answer` section, no
     toc.constrain_format) resumes under the defaults (off: what it ran); switching one on is refused."""
-    from clarify.batch.rundir import RunDir
+    from clarify.batch.run.rundir import RunDir
     from clarify.errors import InputError
 
     rd = RunDir(tmp_path / "old")

@@ -11,8 +11,8 @@ import polars as pl
 import pytest
 
 from clarify.batch import config
-from clarify.batch.pipeline import score
-from clarify.batch.resources import load_questions
+from clarify.batch.run.pipeline import score
+from clarify.batch.run.resources import load_questions
 from clarify.errors import InputError
 from clarify.eval import datasets
 from clarify.eval.datasets import Dataset
@@ -117,8 +117,8 @@ def test_quotesum_given_sources_are_numbered_once_for_runs_and_demos():
 
 
 def _select(ds, overrides: dict, questions):
-    """`Dataset.select` as a run calls it: with the config's resolved demo pool (batch/resources.py)."""
-    from clarify.batch.resources import pool_of
+    """`Dataset.select` as a run calls it: with the config's resolved demo pool (batch/run/resources.py)."""
+    from clarify.batch.run.resources import pool_of
 
     cfg = config.load(None, overrides)
     return ds.select(questions, pool_of(cfg), offset=cfg.offset, limit=cfg.limit)
@@ -183,7 +183,7 @@ def test_a_bad_asqa_file_is_one_error_for_gold_and_for_demos(tmp_path, content, 
     import re
 
     from clarify.asqa_file import load_asqa
-    from clarify.batch.resources import pool_of
+    from clarify.batch.run.resources import pool_of
 
     path = tmp_path / "bad.json"
     path.write_text(content if isinstance(content, str) else json.dumps(content), encoding="utf-8")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from clarify.batch.commands import (
+from clarify.batch.cli.demo_sizing import (
     DEMO_BUDGET_S,
     DEMO_CONSTRAINTS,
     DEMO_MAX_QUESTIONS,
@@ -93,10 +93,10 @@ class _Timed:
 def test_probe_times_toc_shaped_calls_after_a_warm_up_of_their_shape(monkeypatch):
     import types
 
-    from clarify.batch import commands
+    from clarify.batch.cli import demo_sizing
 
     clock = [0.0]
-    monkeypatch.setattr(commands, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(demo_sizing, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     engine = _Timed(clock)
     probe = probe_speed(engine, grammar="root ::= \"x\"")
     assert [n for n, _, _ in engine.batches] == [PROBE_WARMUP, 1, PROBE_BATCH, 1, PROBE_BATCH]

@@ -17,9 +17,9 @@ import pytest
 
 from clarify.batch import config
 from clarify.batch.cli import build_parser
-from clarify.batch.commands import _overrides
-from clarify.batch.pipeline import run
-from clarify.batch.resources import load_questions, open_resources, pool_of, prepare
+from clarify.batch.cli.commands import _overrides
+from clarify.batch.run.pipeline import run
+from clarify.batch.run.resources import load_questions, open_resources, pool_of, prepare
 from clarify.batch.toc.demos import KnnPool
 from clarify.batch.toc.tree import normalize
 from clarify.errors import InputError
@@ -47,7 +47,7 @@ def asqa_file(tmp_path) -> Path:
 
 
 def _cli_cfg(*argv: str) -> config.RunConfig:
-    """The config `clarify run ARGV` builds (batch/commands.py cmd_run)."""
+    """The config `clarify run ARGV` builds (batch/cli/commands.py cmd_run)."""
     args = build_parser().parse_args(["run", *argv])
     return config.load(args.config, _overrides(args))
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from clarify.batch import errors_doc
+from clarify.batch.cli import errors_doc
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -108,7 +108,7 @@ def test_the_code_cites_docs_pages_that_exist():
 def test_the_error_index_is_what_the_code_raises():
     page = errors_doc.PAGE.read_text(encoding="utf-8")
     assert page == errors_doc.render(page), (
-        "docs/troubleshooting.md's message index is out of date: run `python -m clarify.batch.errors_doc --write`")
+        "docs/troubleshooting.md's message index is out of date: run `python -m clarify.batch.cli.errors_doc --write`")
     assert "config file not found" in page and "this run directory is in use by …" in page
 
 

@@ -79,8 +79,9 @@ HELP = _help_commands()
 
 
 def _validate(line: str) -> None:
-    from clarify.batch import commands, config
-    from clarify.batch.resources import load_questions
+    from clarify.batch import config
+    from clarify.batch.cli import commands
+    from clarify.batch.run.resources import load_questions
 
     argv = shlex.split(line)[1:]
     try:

@@ -14,7 +14,7 @@ import pytest
 
 from clarify.batch import config
 from clarify.batch.cli import build_parser
-from clarify.batch.gpu_plan import Model, plan
+from clarify.batch.compare.gpu_plan import Model, plan
 from clarify.local_llm.preflight import Gpu, ModelShape
 from clarify.local_llm.settings import Ask
 from tests.fixtures_llm import write_fake_model
@@ -73,7 +73,7 @@ def test_a_shipped_run_config_prints_and_plans_on_eight_h100s(tmp_path, capsys, 
 
 
 def test_the_shipped_models_file_plans_on_eight_h100s(tmp_path, capsys, monkeypatch):
-    from clarify.batch import compare
+    from clarify.batch.compare import compare
 
     monkeypatch.setattr(compare, "gpu_facts", lambda: [(str(i), H100) for i in range(8)])
     models = _local(EXAMPLES / "models-8gpu.toml", tmp_path)

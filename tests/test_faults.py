@@ -41,7 +41,7 @@ def test_kill_point_is_exact(spec, printed, killed):
 RUN = """
 import sys
 from clarify.batch import config
-from clarify.batch.pipeline import run
+from clarify.batch.run.pipeline import run
 from clarify.local_llm.engine import request_key
 from clarify.local_llm.scripted import ScriptedEngine
 from tests.test_toc import make_responder
@@ -141,7 +141,8 @@ def test_restart_killed_midway_then_plain_rerun(tmp_path, clean_run):
 
 CLI = """
 import sys
-from clarify.batch import cli, resources
+from clarify.batch import cli
+from clarify.batch.run import resources
 from clarify.local_llm.engine import request_key
 from clarify.local_llm.scripted import ScriptedEngine
 from tests.test_toc import make_responder

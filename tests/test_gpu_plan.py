@@ -1,4 +1,4 @@
-"""`clarify compare` on GPUs: models packed by memory need (batch/gpu_plan.py), with faked devices and
+"""`clarify compare` on GPUs: models packed by memory need (batch/compare/gpu_plan.py), with faked devices and
 model shapes as their config.json files state them (Llama 3.x: layers, KV heads, head size; weights as
 the safetensors files weigh)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from clarify.batch.gpu_plan import Model, group_sizes, plan, run_queue
+from clarify.batch.compare.gpu_plan import Model, group_sizes, plan, run_queue
 from clarify.errors import InputError
 from clarify.local_llm.preflight import Gpu, ModelShape
 from clarify.local_llm.settings import Ask

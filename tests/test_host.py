@@ -187,7 +187,7 @@ def test_a_run_made_before_the_host_cuts_replays_into_identical_tables(tmp_path,
     with the memo and the indexed removal, every request answered by a ReplayEngine from the first run's
     cache (a request it never made fails): the same tables, and every call answered by the replay."""
     from clarify.batch import config
-    from clarify.batch.pipeline import run
+    from clarify.batch.run.pipeline import run
 
     cfg = config.load(None, {"dataset": "asqa", "limit": 3, "answer_style": "quoted", "toc.max_expansions": 4})
     engine = ScriptedEngine("scripted-before", scripted_model(prunes=True))

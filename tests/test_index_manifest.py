@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from clarify import console
-from clarify.batch.resources import index_identity
+from clarify.batch.run.resources import index_identity
 from clarify.errors import InputError
 from clarify.files import sha256
 from clarify.index.local import open_index

@@ -89,7 +89,7 @@ def test_bm25_only_index_reranks_its_bm25_candidates(layouts):
 
 
 def test_run_refuses_a_bad_faiss_index_before_it_writes_anything(layouts, tmp_path):
-    from clarify.batch.pipeline import run
+    from clarify.batch.run.pipeline import run
 
     cfg = config.load(None, {"limit": 1, "index": str(layouts["lucene"]),
                              "retrieval.faiss_index": str(tmp_path / "missing"),
@@ -100,11 +100,11 @@ def test_run_refuses_a_bad_faiss_index_before_it_writes_anything(layouts, tmp_pa
 
 
 def test_a_worker_opens_exactly_what_the_driver_pinned(layouts, tmp_path):
-    """What a Ray worker does (batch/cluster.py Worker): open the index, FAISS folder and encoder from the
+    """What a Ray worker does (batch/run/cluster.py Worker): open the index, FAISS folder and encoder from the
     driver's inputs.json, refused when this node's copy has another fingerprint."""
     import shutil
 
-    from clarify.batch.resources import open_run_index, prepare
+    from clarify.batch.run.resources import open_run_index, prepare
 
     cfg = config.load(None, {"limit": 1, "index": str(layouts["lucene"]),
                              "retrieval.faiss_index": str(layouts["faiss"]),

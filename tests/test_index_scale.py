@@ -155,7 +155,7 @@ def test_fingerprint_is_cheap_and_sees_changes(tmp_path):
 def test_search_cache_answers_from_memory_and_sees_other_processes(tmp_path, monkeypatch):
     from pathlib import Path
 
-    from clarify.batch.search_cache import CachingSearcher
+    from clarify.batch.run.search_cache import CachingSearcher
     from clarify.index.search import hits_frame
 
     class Inner:

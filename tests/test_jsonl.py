@@ -91,7 +91,7 @@ def test_a_json_document_over_the_cap_is_refused_before_it_is_read(tmp_path, mon
 def test_every_json_file_is_read_by_one_rule(tmp_path):
     """A dataset's JSON file, a run directory's records and an index manifest are read alike
     (jsonl.read_json): a byte-order mark is dropped, and bad JSON is named by file and line."""
-    from clarify.batch.records import read_json as run_record
+    from clarify.batch.run.records import read_json as run_record
     from clarify.index.manifest import IndexManifest
     from clarify.jsonl import read_json
 

@@ -1,7 +1,8 @@
 """The code's map holds (docs/architecture.md): clarify's modules import each other without a
-cycle, `batch/toc/` (the algorithm) uses nothing of the run machinery but the settings, `eval/` uses nothing
-of `batch/` but the run reader, `index/` and `local_llm/` know nothing of `batch/`, nor `local_llm/` of
-retrieval or evaluation, nor `index/` of evaluation; the shared modules at the top import none of the four.
+cycle, `batch/`'s wings are layered (the command doors over the comparison, the report, the run machinery,
+the algorithm and the settings, each importing only the wings below it), `eval/` uses nothing of `batch/`
+but the run reader, `index/` and `local_llm/` know nothing of `batch/`, nor `local_llm/` of retrieval or
+evaluation, nor `index/` of evaluation; the shared modules at the top import none of the four.
 
 Read from the source with `ast` (every `import`, function-level ones included: a lazy import is still a
 dependency), so the check costs milliseconds and needs no heavy library."""
@@ -102,12 +103,9 @@ def test_no_import_cycle():
 
 def test_each_part_imports_only_what_the_map_allows():
     graph = _graph()
-    run_machinery = {m for m in graph if m.startswith("batch.") and m.count(".") == 1} - {"batch.config"}
     for mod, deps in graph.items():
-        if mod.startswith("batch.toc"):
-            assert not deps & run_machinery and not any(d.startswith("batch.report") for d in deps), (mod, deps)
         if mod.startswith("eval"):
-            allowed = {"batch.rundir"} if mod == "eval.cli" else set()  # `clarify eval` on a run: Run.open
+            allowed = {"batch.run.rundir"} if mod == "eval.cli" else set()  # `clarify eval` on a run: Run.open
             assert {d for d in deps if d.startswith("batch")} <= allowed, (mod, deps)
         if mod.startswith(("local_llm", "index")):
             assert not any(d.startswith("batch") for d in deps), (mod, deps)
@@ -117,6 +115,64 @@ def test_each_part_imports_only_what_the_map_allows():
             assert not any(d.split(".")[0] in FOLDERS for d in deps), (mod, deps)
         if mod.startswith("local_llm"):
             assert not any(d.startswith(("eval", "index")) for d in deps), (mod, deps)
+
+
+# batch/'s wings, each with the wings it may import (docs/architecture.md#batch-in-wings): the doors (the
+# `clarify` parser and the commands) over everything; the comparison over the report and the run; the report
+# over the run it reads; the run machinery over the algorithm it drives; the algorithm over its settings.
+# The settings' schema imports two enums of the algorithm's leaves (toc.parsing's and toc.matching's values,
+# beside the parser and the matcher they choose), which import nothing of batch/: TOC_LEAVES.
+WINGS = {
+    "cli": {"compare", "config", "report", "run", "toc"},
+    "compare": {"config", "report", "run"},
+    "report": {"config", "run", "toc"},
+    "run": {"config", "toc"},
+    "toc": {"config"},
+    "config": set(),
+}
+TOC_LEAVES = {"batch.toc.format", "batch.toc.match"}
+
+
+def _wing(mod: str) -> str | None:
+    parts = mod.split(".")
+    return parts[1] if parts[0] == "batch" and len(parts) > 1 else None
+
+
+def _wing_problems(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(module, import) for every import across batch/'s wings that WINGS does not allow."""
+    out = []
+    for mod, deps in graph.items():
+        if (wing := _wing(mod)) is None:
+            continue
+        for dep in sorted(deps):
+            to = _wing(dep)
+            if dep == "batch" or (to is not None and to not in WINGS):
+                out.append((mod, dep))  # a module back in the flat hall, or a wing the map does not name
+            elif to is not None and to != wing and to not in WINGS[wing]:
+                if not (wing == "config" and dep in TOC_LEAVES):
+                    out.append((mod, dep))
+        if mod in TOC_LEAVES:
+            out += [(mod, d) for d in sorted(deps) if _wing(d) not in (None, "toc")]
+    return out
+
+
+def test_the_wing_check_finds_a_forbidden_import():
+    ok = {"batch.cli.x": {"batch.run.y"}, "batch.run.y": {"batch.toc.z"}, "batch.toc.z": set(),
+          "batch.config.schema": {"batch.toc.format"}, "batch.toc.format": set()}
+    assert _wing_problems(ok) == []
+    assert _wing_problems({**ok, "batch.run.y": {"batch.cli.x"}}) == [("batch.run.y", "batch.cli.x")]
+    assert _wing_problems({**ok, "batch.config.schema": {"batch.toc.tree"}}) == [("batch.config.schema", "batch.toc.tree")]
+    assert _wing_problems({**ok, "batch.toc.format": {"batch.config.schema"}}) == [("batch.toc.format", "batch.config.schema")]
+    assert _wing_problems({**ok, "batch.thing": set(), "batch.run.y": {"batch.thing"}}) == [("batch.run.y", "batch.thing")]
+
+
+def test_batch_is_in_wings_each_importing_only_the_wings_below_it():
+    graph = _graph()
+    assert {_wing(m) for m in graph if m.startswith("batch.")} == set(WINGS)  # nothing left in the flat hall
+    assert _wing_problems(graph) == []
+    wings = {w: {_wing(d) for m, deps in graph.items() if _wing(m) == w for d in deps} - {w, None} for w in WINGS}
+    wings["config"] -= {"toc"}  # through TOC_LEAVES only, checked above
+    assert _cycles(wings) == []
 
 
 def test_the_tree_reads_only_its_part_of_the_settings():

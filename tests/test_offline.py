@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from clarify.batch.cli import main
-from clarify.batch.offline import check_bundle, lock_pins, write_manifest
+from clarify.batch.cli.offline import check_bundle, lock_pins, write_manifest
 from clarify.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -287,7 +287,7 @@ def test_the_air_gap_walk_runs_the_docs_own_commands():
     argv = shlex.split(bundle.split("#")[0])[1:]
     import argparse
 
-    from clarify.batch import offline
+    from clarify.batch.cli import offline
 
     parser = argparse.ArgumentParser()
     offline.register(parser.add_subparsers())

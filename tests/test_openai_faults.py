@@ -156,7 +156,7 @@ def test_a_stop_signal_ends_a_step_waiting_on_a_trickling_server_within_a_second
         with stops.deferred():
             eng.step()
     assert time.monotonic() - t0 < 1.5
-    eng.cancel()  # what a stopped run does (batch/scheduler.py _StepLoop.close)
+    eng.cancel()  # what a stopped run does (batch/run/scheduler.py _StepLoop.close)
     assert s.hung_up.wait(3) and eng.pending() == 0
     eng.close()
 
@@ -513,7 +513,7 @@ def test_a_run_stopped_by_a_deadline_resumes_with_a_longer_one_but_not_with_anot
     not change."""
     from clarify.batch import config
     from clarify.batch.config import RESULT_FREE
-    from clarify.batch.rundir import RunDir
+    from clarify.batch.run.rundir import RunDir
 
     rd = RunDir(tmp_path / "run")
     base = {"model.backend": "openai", "model.base_url": "http://127.0.0.1:9/v1", "model.model": "m"}

@@ -94,7 +94,7 @@ def server(llm_model_dir, tmp_path_factory):
 def remote_run(server, default_local_index, tmp_path_factory):
     """ToC on one question through the server: (its run directory, its summary)."""
     from clarify.batch import config
-    from clarify.batch.pipeline import run
+    from clarify.batch.run.pipeline import run
 
     out = tmp_path_factory.mktemp("remote") / "run"
     return out, run(_remote(config, server.url), out, index=default_local_index, progress=False)
@@ -108,7 +108,7 @@ def _remote(config, url: str, **more):
 def test_the_server_backend_gives_the_in_process_engines_tables(server, remote_run, default_local_index,
                                                                 llm_model_dir, tmp_path):
     from clarify.batch import config
-    from clarify.batch.pipeline import run
+    from clarify.batch.run.pipeline import run
     from clarify.local_llm.vllm_engine import get_engine
 
     remote_dir, a = remote_run
@@ -134,8 +134,8 @@ def test_a_server_killed_mid_run_stops_the_run_in_one_line_and_it_resumes(server
     server, and the completions that came back are in the run's cache. With the server back (same port), the
     same run resumes: those requests come from the cache and the tables equal the uninterrupted run's."""
     from clarify.batch import config
-    from clarify.batch.pipeline import run
-    from clarify.batch.resources import engine_for
+    from clarify.batch.run.pipeline import run
+    from clarify.batch.run.resources import engine_for
     from clarify.batch.toc.settings import TreeSettings
     from clarify.errors import EngineUnavailable
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from clarify.batch.pipeline import _add_quote_notes
+from clarify.batch.run.pipeline import _add_quote_notes
 from clarify.batch.toc import format as fmt
 from clarify.batch.toc import quotes
 from clarify.errors import InputError

@@ -69,7 +69,7 @@ def test_the_driver_version_is_read_from_the_kernel_module(tmp_path):
 
 
 def test_the_preflight_and_the_planner_refuse_a_v100():
-    from clarify.batch.gpu_plan import Model, plan
+    from clarify.batch.compare.gpu_plan import Model, plan
     from clarify.local_llm.preflight import Gpu, GpuFacts, ModelShape
     from clarify.local_llm.preflight import checks as preflight
     from clarify.local_llm.settings import Ask

@@ -17,7 +17,7 @@ import pytest
 
 from clarify.batch import config
 from clarify.batch.cli import main
-from clarify.batch.pipeline import run
+from clarify.batch.run.pipeline import run
 from clarify.errors import InputError
 from clarify.index.manifest import IndexManifest, Passages
 from clarify.local_llm.scripted import ScriptedEngine
@@ -237,7 +237,7 @@ def test_restart_flag_on_the_command_line():
 
 HOLD = """
 import sys, time
-from clarify.batch.rundir import RunDir
+from clarify.batch.run.rundir import RunDir
 with RunDir(sys.argv[1]).lock():
     print("held", flush=True)
     time.sleep(600)
@@ -301,7 +301,7 @@ def test_following_the_damage_advice_resumes_from_the_cache(tmp_path):
 
 
 def test_parts_are_appended_never_replaced(tmp_path):
-    from clarify.batch.rundir import RunDir
+    from clarify.batch.run.rundir import RunDir
 
     _, out = _stopped_run(tmp_path)
     before = (out / "parts" / "0002" / "state.json").read_bytes()
@@ -327,8 +327,8 @@ def test_recomputed_cache_rows_are_reported_in_summary_and_terminal(tmp_path):
     import io
     import sqlite3
 
-    from clarify.batch.commands import print_summary
-    from clarify.batch.records import CacheRecomputed
+    from clarify.batch.cli.commands import print_summary
+    from clarify.batch.run.records import CacheRecomputed
 
     q = _questions(tmp_path, *QS)
     out = tmp_path / "r"
@@ -409,7 +409,7 @@ def test_a_directory_given_as_a_file_is_named_so(tmp_path):
 
 
 def test_offset_past_the_end_is_named_so():
-    from clarify.batch.resources import load_questions
+    from clarify.batch.run.resources import load_questions
 
     with pytest.raises(InputError, match=r"offset 5000 is past the end: .*dev.json has 948 question"):
         load_questions(config.load(None, {"offset": 5000, "limit": 3}))
@@ -419,7 +419,7 @@ def test_offset_past_the_end_is_named_so():
 
 @pytest.mark.parametrize("dataset", ["jsonl", "quotesum"])  # searched passages; a question's own sources
 def test_answered_but_unfinalized_run_writes_its_tables_without_a_model(tmp_path, dataset):
-    from clarify.batch.rundir import FINAL_TABLES
+    from clarify.batch.run.rundir import FINAL_TABLES
 
     q = _questions(tmp_path, *QS)
     cfg = _cfg(q) if dataset == "jsonl" else config.load(None, {"dataset": "quotesum", "limit": 2})
@@ -537,7 +537,8 @@ def small_disk(tmp_path):
 
 FILL_AFTER_PART = """
 import sys
-from clarify.batch import cli, resources, rundir
+from clarify.batch import cli
+from clarify.batch.run import resources, rundir
 from clarify.local_llm.engine import request_key
 from clarify.local_llm.scripted import ScriptedEngine
 from clarify.local_llm.settings import EngineOptions

@@ -21,10 +21,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from clarify.batch.report import cli as report_cli
 from clarify.batch.report import html as report
-from clarify.batch.report import plots
+from clarify.batch.report import labels, plots, render, shape
 from clarify.batch.report.comparison import comparison_table, fmt, plotted_metrics
-from clarify.batch.rundir import Run
+from clarify.batch.run.rundir import Run
 from clarify.batch.toc import quotes
 from clarify.errors import InputError
 from tests.fixtures_report import HOSTILE, copy_run
@@ -104,7 +105,7 @@ PACKED_BODY = re.compile(r'<script type="application/octet-stream" class="qz">([
 
 
 def unpack(b64: str) -> str:
-    """What report.js inflates: base64 of raw DEFLATE (batch/report/html.py `pack`)."""
+    """What report.js inflates: base64 of raw DEFLATE (batch/report/render.py `pack`)."""
     return zlib.decompress(base64.b64decode(b64), -15).decode("utf-8")
 
 
@@ -171,7 +172,7 @@ def test_every_node_present_with_its_status(one_run):
         assert f"status-{r['status']}" in el.classes  # colour comes from this class
         summary = el.children[0]
         badge = next(c for c in summary.children if isinstance(c, Node) and "badge" in c.classes)
-        assert badge.text() == report.STATUS_LABELS[r["status"]]
+        assert badge.text() == labels.STATUS_LABELS[r["status"]]
         assert r["question"] in summary.text()
         # Tree shape: a node sits inside its parent's <details>.
         if r["parent_id"] is not None:
@@ -242,7 +243,7 @@ def _check_span_links(dom: Node, spans: pl.DataFrame, passages_df: pl.DataFrame)
         status = _status_class(a)
         assert ("nonverbatim" in a.classes) == (status != "verbatim")
         if status != "verbatim":
-            assert "⚠" in a.text() and report.SPAN_LABELS[status] in a.text()
+            assert "⚠" in a.text() and labels.SPAN_LABELS[status] in a.text()
         if a.tag != "a":
             unlinked.add(status)
             continue
@@ -320,15 +321,15 @@ def test_markers_sit_where_marker_start_end_say(one_run):
 
 
 def test_environment_autoescapes_and_inlines_css_and_js(one_run):
-    env = report.environment()
+    env = render.environment()
     assert env.from_string("{{ x }}").render(x="<b>") == "&lt;b&gt;"
     assert env.get_template("report.html.j2").environment.autoescape is True
     _, _, text = one_run
     dom = parse(text)
     style = next(n for n in dom.iter() if n.tag == "style").text()
     script = next(n for n in dom.iter() if n.tag == "script" and "type" not in n.attrs).text()
-    css = (report.TEMPLATES / "report.css").read_text(encoding="utf-8")
-    js = (report.TEMPLATES / "report.js").read_text(encoding="utf-8")
+    css = (render.TEMPLATES / "report.css").read_text(encoding="utf-8")
+    js = (render.TEMPLATES / "report.js").read_text(encoding="utf-8")
     assert style.strip() == css.strip() and ".qspan.nonverbatim{" in style
     assert script.strip() == js.strip() and "addEventListener('click'" in script
 
@@ -376,7 +377,7 @@ def test_overlapping_spans_highlight_each_offset_range():
     row = json.loads((ROOT / "data/wiki/passages.jsonl").open().readline())
     text = row["text"]
     a, b = (0, 40, "verbatim"), (25, 70, "repaired")
-    dom = parse(f'<p class="passage">{report._highlight(text, [(1, *a), (2, *b)], "t")}</p>')
+    dom = parse(f'<p class="passage">{shape._highlight(text, [(1, *a), (2, *b)], "t")}</p>')
     for n, (s, e, _) in ((1, a), (2, b)):
         marks = [m for m in dom.iter() if m.tag == "mark" and str(n) in m.attrs["data-spans"].split()]
         assert "".join(m.text() for m in marks) == text[s:e]
@@ -528,7 +529,7 @@ def test_several_runs_get_sections_and_a_comparison(report_runs, tmp_path):
     ids = by_id(dom)  # ids stay unique across runs
     assert "r0-q0" in ids and "r1-q2" in ids
     runs = [Run.open(d) for d in report_runs]
-    table = report.comparison_table(runs)
+    table = comparison_table(runs)
     assert [Path(m).name for m in table["model"]] == ["SmolLM2-135M-Instruct", "gemma-3-270m"]
     assert table["params"].to_list() == [r.summary.params for r in runs] and None not in table["params"]
     assert table["str_em"].to_list() == [r.summary.metrics["str_em"] for r in runs]
@@ -543,7 +544,7 @@ def test_several_runs_get_sections_and_a_comparison(report_runs, tmp_path):
 
 def test_report_of_two_runs_plots_wall_time_per_question(report_runs, tmp_path):
     """The wall seconds per question of each run, from summary.json as finalize writes it (`wall_s_total`,
-    batch/pipeline.py), in the cost table and as a panel of the metrics-against-model-size plot."""
+    batch/run/pipeline.py), in the cost table and as a panel of the metrics-against-model-size plot."""
     runs = [Run.open(d) for d in report_runs]
     walls = [r.summary.wall_s_total / r.questions.height for r in runs]
     assert all(w > 0 for w in walls)
@@ -602,7 +603,7 @@ def test_plot_compare_draws_the_empty_answer_floor_in_its_metric_panel():
 def test_cli_report_prints_path(report_runs, tmp_path, capsys):
     copy_run(report_runs[0], tmp_path / "r")
     parser = argparse.ArgumentParser(prog="clarify")
-    report.register(parser.add_subparsers(dest="command"))
+    report_cli.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["report", str(tmp_path / "r")])
     assert args.func(args) == 0
     printed = capsys.readouterr().out.strip()
@@ -688,14 +689,14 @@ def test_out_that_is_a_folder_is_refused_in_one_line(report_runs, tmp_path, caps
 
 def test_the_summary_groups_and_words_name_the_records_fields():
     """The folded run summary groups and names summary.json's keys (html.py SUMMARY_GROUPS, SUMMARY_WORDS): each
-    is a field of its record (batch/records.py RunSummary, or a declared key of one of its parts), so a renamed
+    is a field of its record (batch/run/records.py RunSummary, or a declared key of one of its parts), so a renamed
     field fails here, not when a page renders."""
     import dataclasses
 
-    from clarify.batch.records import RunSummary, _part_fields
+    from clarify.batch.run.records import RunSummary, _part_fields
 
     fields, parts = {f.name for f in dataclasses.fields(RunSummary)}, _part_fields(RunSummary)
-    assert {p for _, prefixes in report.SUMMARY_GROUPS for p in prefixes} <= fields
-    for key in report.SUMMARY_WORDS:
+    assert {p for _, prefixes in labels.SUMMARY_GROUPS for p in prefixes} <= fields
+    for key in labels.SUMMARY_WORDS:
         top, _, sub = key.partition(".")
         assert top in fields and (not sub or sub in parts[top]._names()), key

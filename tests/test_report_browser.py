@@ -79,7 +79,7 @@ def test_report_renders_and_tree_expands_in_chromium(report_runs, tmp_path, brow
     assert browser.js(f'document.querySelector("{sel} > .nbody").checkVisibility()') is True
     assert browser.js(f'document.querySelector("{sel} > .nbody").getBoundingClientRect().height') > 50
     assert browser.js(f'document.querySelectorAll("{sel} > .nbody li.passage").length') >= 5
-    # A passage's text is in the run's store once (batch/report/html.py text_store): empty until the passage
+    # A passage's text is in the run's store once (batch/report/render.py text_store): empty until the passage
     # opens, then its text from passages.parquet, as text
     first = f"{sel} > .nbody li.passage"
     pid = browser.js(f'document.querySelector("{first}").dataset.passageId')

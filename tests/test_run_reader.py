@@ -1,4 +1,4 @@
-"""The one run-directory reader (batch/rundir.py Run.open): what a run wrote comes back checked, and
+"""The one run-directory reader (batch/run/rundir.py Run.open): what a run wrote comes back checked, and
 damage is named by file and column."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from clarify import schemas
 from clarify.batch import config
-from clarify.batch.rundir import TABLE_SCHEMAS, Run
+from clarify.batch.run.rundir import TABLE_SCHEMAS, Run
 from clarify.errors import InputError
 from tests.fixtures_llm import write_fake_model
 from tests.test_reliability import QS, _cfg, _questions, _run

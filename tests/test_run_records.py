@@ -1,4 +1,4 @@
-"""The run directory's JSON records (batch/records.py): inputs.json pins the prompts (batch/toc/fingerprint.py),
+"""The run directory's JSON records (batch/run/records.py): inputs.json pins the prompts (batch/toc/fingerprint.py),
 so a resume by other prompts is refused; summary.json is a `RunSummary`; both read their older layouts, and so
 does a resume read an older config.json (rundir.config_changes).
 Scripted engine and the small stand-in index."""
@@ -15,8 +15,8 @@ import pytest
 from clarify import console
 from clarify.batch import config
 from clarify.batch.config import RESULT_FREE
-from clarify.batch.records import INPUTS_SCHEMA, SUMMARY_SCHEMA, RunSummary
-from clarify.batch.rundir import FINAL_TABLES, Run, RunDir
+from clarify.batch.run.records import INPUTS_SCHEMA, SUMMARY_SCHEMA, RunSummary
+from clarify.batch.run.rundir import FINAL_TABLES, Run, RunDir
 from clarify.batch.toc import fingerprint, prompts
 from clarify.batch.toc import format as fmt
 from clarify.errors import InputError

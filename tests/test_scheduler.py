@@ -1,4 +1,4 @@
-"""The continuous driver (batch/scheduler.py) on a step engine whose requests finish out of order, as
+"""The continuous driver (batch/run/scheduler.py) on a step engine whose requests finish out of order, as
 vLLM's do: no barrier between trees, admission bounded by the engine's capacity, identical tables to the
 per-question loop, nothing left in the engine when a run stops (docs/engines.md#schedulers-how-requests-reach-the-engine). Scripted engine, stand-in
 index (fast); the real step loop: tests/test_toc_real.py."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from clarify.batch.pipeline import nodes_table, run
-from clarify.batch.scheduler import drive
+from clarify.batch.run.pipeline import nodes_table, run
+from clarify.batch.run.scheduler import drive
 from clarify.local_llm.cache import CachedEngine
 from clarify.local_llm.engine import GenParams, Request
 from clarify.local_llm.scripted import ScriptedStepEngine
@@ -42,7 +42,7 @@ def test_continuous_has_no_barrier_and_equals_the_loop():
 
 
 def test_admission_is_bounded_by_the_engine_capacity():
-    from clarify.batch.scheduler import ADMIT_FACTOR
+    from clarify.batch.run.scheduler import ADMIT_FACTOR
     from tests.test_toc import QUESTIONS
 
     engine = ScriptedStepEngine("scripted", make_responder(), capacity=1)
@@ -157,10 +157,10 @@ def test_rerank_order_ignores_float_noise_from_the_batch():
 
 
 def test_trees_fed_while_the_loop_runs_join_the_running_batch():
-    """`run_continuous(more=...)` (a Ray worker's chunks, batch/cluster.py): trees handed over later are
+    """`run_continuous(more=...)` (a Ray worker's chunks, batch/run/cluster.py): trees handed over later are
     admitted while the first ones are still in the engine — no drain between batches — and every tree's
     rows equal those of one run over all trees at once."""
-    from clarify.batch.scheduler import run_continuous
+    from clarify.batch.run.scheduler import run_continuous
 
     cfg = _cfg()
     engine = ScriptedStepEngine("scripted", make_responder())

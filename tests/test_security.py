@@ -137,7 +137,7 @@ def test_a_second_user_takes_core_locks_too(shared_tmp):
 def test_lock_holder_text_reaches_the_terminal_escaped(tmp_path, monkeypatch):
     """Protects the terminal from the holder's command line: an escape sequence in another process's
     argv is shown escaped in the refusal, not interpreted."""
-    from clarify.batch.rundir import RunDir
+    from clarify.batch.run.rundir import RunDir
 
     monkeypatch.setattr(sys, "argv", ["clarify", "run", "\x1b]0;owned\x07\x1b[2J"])
     with RunDir(tmp_path / "run").lock():
@@ -150,7 +150,7 @@ def test_lock_holder_text_reaches_the_terminal_escaped(tmp_path, monkeypatch):
 def test_run_directory_of_another_user_is_refused(shared_tmp):
     """Protects against writing into a run directory another user made (they could read it, or plant
     links in it): one line naming the owner (main used it)."""
-    from clarify.batch.rundir import RunDir
+    from clarify.batch.run.rundir import RunDir
 
     run = shared_tmp / "theirs"
     assert _as_nobody(lambda: run.mkdir(mode=0o777) or os.chmod(run, 0o777)) is None
@@ -161,7 +161,7 @@ def test_run_directory_of_another_user_is_refused(shared_tmp):
 
 def test_run_lock_never_follows_a_planted_link(tmp_path):
     """Protects the file a planted `.lock` link points to: main truncated it and wrote its pid there."""
-    from clarify.batch.rundir import RunDir
+    from clarify.batch.run.rundir import RunDir
 
     victim = _victim(tmp_path)
     run = tmp_path / "run"
@@ -186,7 +186,8 @@ def test_atomic_writes_never_follow_a_planted_temp_name(tmp_path):
 
 def test_compare_log_never_follows_a_planted_link(tmp_path, monkeypatch):
     """Protects the file a planted `<out>/<model>.log` link points to (main opened it with "w")."""
-    from clarify.batch import compare, config
+    from clarify.batch import config
+    from clarify.batch.compare import compare
 
     victim = _victim(tmp_path)
     out = tmp_path / "cmp"
@@ -216,7 +217,7 @@ def test_run_dirs_caches_and_logs_are_private_by_default(tmp_path, monkeypatch, 
     """Protects prompts, completions and logs from other users: a new run directory, its cache and its
     log are 0700/0600, and so is a new $CLARIFY_HOME (main: 0755/0644). CLARIFY_FILE_MODE=umask gives the
     old modes back."""
-    from clarify.batch.rundir import RunDir
+    from clarify.batch.run.rundir import RunDir
     from clarify.local_llm.cache import CachedEngine
     from clarify.local_llm.engine import GenParams
 
@@ -275,7 +276,7 @@ def test_a_clarify_command_makes_library_files_private(tmp_path, monkeypatch):
 # ------------------------------------------------------------------------------- point 5: small items
 def test_compare_slug_never_names_a_folder_outside_out():
     """Protects `<out>`: a model path ending in `/..` (or `.`) no longer makes the run directory `..`."""
-    from clarify.batch.compare import _slug
+    from clarify.batch.compare.compare import _slug
 
     assert _slug("/models/foo/..") == "models"
     assert _slug("..") == _slug(".") == "model"
@@ -300,7 +301,7 @@ def test_read_only_cache_uri_escapes_the_path(tmp_path, echo_engine):
 def test_show_answer_escapes_control_characters(tmp_path, capsys):
     """Protects the terminal from the data: a question, answer or title with escape sequences is shown
     escaped by `clarify demo`'s and `clarify show`'s printout."""
-    from clarify.batch.show import show
+    from clarify.batch.cli.show import show
     from tests.run_fixtures import write_run
 
     run = write_run(tmp_path / "run",
@@ -450,8 +451,8 @@ def test_engine_starts_with_usage_stats_off_and_no_remote_code(tmp_path, monkeyp
 def test_ray_workers_start_with_telemetry_off(monkeypatch):
     """Protects the Ray path: the driver's local cluster (which inherits its environment) starts with
     vLLM's and Ray's usage statistics off, and each worker is handed the same settings."""
-    from clarify.batch import cluster
     from clarify.batch.config import ClusterConfig
+    from clarify.batch.run import cluster
 
     seen = {}
     fake = types.SimpleNamespace(is_initialized=lambda: False, init=lambda **kw: seen.update(env=dict(os.environ)))
@@ -498,7 +499,7 @@ def test_dependency_floors_and_the_pins_meet_them():
     for name, too_old, floor in (("sentence-transformers", "5.9.9", "6.0.0"), ("jinja2", "3.1.5", "3.1.6"),
                                  ("ray", "2.59.0", "2.60.0")):
         assert not deps[name].contains(too_old) and deps[name].contains(floor), (name, deps[name])
-    from clarify.batch.offline import lock_pins
+    from clarify.batch.cli.offline import lock_pins
 
     for req in (ROOT / "requirements").glob("*.txt"):  # the locks (`make lock`)
         for name, version in lock_pins(req.read_text(encoding="utf-8")).items():

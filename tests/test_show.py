@@ -11,13 +11,13 @@ import polars as pl
 import pytest
 
 from clarify.batch import config
-from clarify.batch.show import PICK_RULE, pick_question, show
+from clarify.batch.cli.show import PICK_RULE, pick_question, show
 from tests.run_fixtures import write_run
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    from clarify.batch.pipeline import run
+    from clarify.batch.run.pipeline import run
     from clarify.local_llm.scripted import ScriptedEngine
     from tests.test_toc import make_responder
     from tests.toc_fakes import FakeIndex
@@ -103,7 +103,7 @@ def test_ties_in_valid_nodes_go_to_rouge_l_then_question_order(tmp_path):
     questions = pl.DataFrame({"qid": ["a", "b", "c"], "question": ["qa", "qb", "qc"]})
     scores = pl.DataFrame({"qid": ["a", "b", "c"], "metric": ["rouge_l"] * 3, "value": [10.0, 30.0, 20.0]})
     run = write_run(tmp_path / "r", questions=questions, nodes=pl.DataFrame(nodes), scores=scores)
-    from clarify.batch.rundir import Run
+    from clarify.batch.run.rundir import Run
 
     assert pick_question(Run.open(run)) == ("b", 1)
     write_run(tmp_path / "r2", questions=questions, nodes=pl.DataFrame(nodes))  # no scores: question order
@@ -115,8 +115,8 @@ def test_demo_ends_with_the_tree_and_answer_of_the_chosen_question(tmp_path, mon
     tree is done, and at the end the question the rule chooses, as `clarify show` prints it."""
     import dataclasses
 
-    from clarify.batch import commands, pipeline, resources
-    from clarify.batch.cli import build_parser
+    from clarify.batch.cli import build_parser, commands
+    from clarify.batch.run import pipeline, resources
     from clarify.local_llm.scripted import ScriptedEngine
     from tests.test_toc import make_responder
     from tests.toc_fakes import FakeIndex

@@ -13,8 +13,8 @@ import polars as pl
 import pytest
 
 from clarify.batch import config
-from clarify.batch.pipeline import nodes_table, run
-from clarify.batch.scheduler import SCHEDULERS, drive
+from clarify.batch.run.pipeline import nodes_table, run
+from clarify.batch.run.scheduler import SCHEDULERS, drive
 from clarify.batch.toc.format import parse_disambiguations, parse_verdict
 from clarify.batch.toc.program import Resources
 from clarify.batch.toc.settings import TreeSettings
@@ -320,14 +320,14 @@ def test_config_errors_name_the_field(tmp_path):
     with pytest.raises(InputError, match="not valid TOML"):
         config.load(p)
     with pytest.raises(InputError, match="overlap the demo pool"):
-        from clarify.batch.resources import load_questions
+        from clarify.batch.run.resources import load_questions
 
         load_questions(config.load(None, {"offset": 490, "limit": 20}))
 
 
 def test_part_tables_follow_schemas():
     from clarify import schemas
-    from clarify.batch.resources import tables
+    from clarify.batch.run.resources import tables
     from clarify.batch.toc.program import TreeRows
 
     eng = ScriptedEngine("scripted", make_responder())
@@ -343,7 +343,7 @@ def test_row_records_are_the_tables_schemas():
     the tables a part writes from them hold what Polars makes of the same rows as plain dicts (how the
     tables were built before the records), nulls, lists and enum values included."""
     from clarify import schemas
-    from clarify.batch.resources import tables
+    from clarify.batch.run.resources import tables
     from clarify.batch.toc.program import TreeRows
 
     eng = ScriptedEngine("scripted", make_responder(garbage=True))
@@ -387,7 +387,7 @@ def test_no_passages_shown_does_not_crash_verification():
 
 
 def test_fits_counts_exactly_when_characters_underestimate_tokens():
-    from clarify.batch.scheduler import Resolver, SchedStats
+    from clarify.batch.run.scheduler import Resolver, SchedStats
 
     class ByteTokens:  # byte-level BPE at worst: one token per UTF-8 byte
         max_model_len = 2048
@@ -432,7 +432,7 @@ def test_official_duplicates_check_unique():
 
 
 def test_previous_preset_restores_every_switch():
-    """batch/previous.toml: every fidelity switch set to clarify's earlier choice (docs/fidelity.md)."""
+    """batch/config/previous.toml: every fidelity switch set to clarify's earlier choice (docs/fidelity.md)."""
     from pathlib import Path
 
     prev, default = config.load(Path(config.__file__).with_name("previous.toml")), config.load(None)

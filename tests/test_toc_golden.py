@@ -21,7 +21,7 @@ import polars as pl
 import pytest
 
 from clarify.batch import config
-from clarify.batch.scheduler import SCHEDULERS, drive
+from clarify.batch.run.scheduler import SCHEDULERS, drive
 from clarify.batch.toc.demos import KnnPool
 from clarify.batch.toc.format import Disambiguation
 from clarify.batch.toc.program import Resources

@@ -18,7 +18,7 @@ import pytest
 
 from clarify import normalize
 from clarify.batch import config
-from clarify.batch.scheduler import drive
+from clarify.batch.run.scheduler import drive
 from clarify.batch.toc.demos import KnnPool
 from clarify.batch.toc.format import Disambiguation, parse_disambiguations
 from clarify.batch.toc.match import MATCHING, dpr_tokens, dsp_f1, dsp_has_answers, dsp_normalize_text

@@ -24,7 +24,7 @@ def test_toc_runs_end_to_end_on_prebuilt_layouts_with_a_dpr_encoder(layouts, tmp
     """`clarify run` on a Pyserini Lucene index + Pyserini FAISS directory + DPR question encoder, attached
     by `[retrieval]` settings: one ASQA question, small trees, the real engine. The inputs are pinned,
     every hit comes from the prebuilt corpus and the passages table holds its stored text."""
-    from clarify.batch.pipeline import run
+    from clarify.batch.run.pipeline import run
 
     settings = {"limit": 1, "answer_style": "free", "index": str(layouts["lucene"]),
                 "retrieval.faiss_index": str(layouts["faiss"]), "retrieval.encoder": str(layouts["query_encoder"]),

@@ -16,9 +16,9 @@ import pytest
 
 from clarify import schemas
 from clarify.batch import config
-from clarify.batch.pipeline import nodes_table, run
-from clarify.batch.resources import open_resources, prepare
-from clarify.batch.scheduler import drive
+from clarify.batch.run.pipeline import nodes_table, run
+from clarify.batch.run.resources import open_resources, prepare
+from clarify.batch.run.scheduler import drive
 from clarify.batch.toc.settings import TreeSettings
 from clarify.batch.toc.tree import Tree
 from tests.run_fixtures import SMALL, same_tables, small_toml

@@ -190,7 +190,7 @@ def _faiss_dir(folder: Path, ids: list[str], vectors: int) -> Path:
 
 def test_an_attached_faiss_folder_is_checked_before_the_run_directory_is_made(tmp_path, default_local_index):
     from clarify.batch import config
-    from clarify.batch.pipeline import run
+    from clarify.batch.run.pipeline import run
 
     ids = default_local_index.passages["passage_id"].to_list()[:10]
     cases = [
@@ -208,7 +208,7 @@ def test_an_attached_faiss_folder_is_checked_before_the_run_directory_is_made(tm
         assert not out.exists()  # no config, inputs, questions or cache written
     good = _faiss_dir(tmp_path / "good", ids, 10)
     cfg = config.load(None, {"limit": 1, "index": str(default_local_index.path), "retrieval.faiss_index": str(good)})
-    from clarify.batch.resources import open_run_index
+    from clarify.batch.run.resources import open_run_index
 
     assert open_run_index(cfg.index, cfg.retrieval).dense_dir == good  # the docids of its own corpus pass
 
@@ -244,7 +244,7 @@ def test_a_bundle_manifest_of_the_wrong_shape_is_one_line(tmp_path, capsys, chan
 
 
 def test_a_bundle_path_that_is_a_file_and_escapes_in_names(tmp_path, capsys):
-    from clarify.batch.offline import check_bundle
+    from clarify.batch.cli.offline import check_bundle
 
     f = tmp_path / "bundle.tar"
     f.write_text("x")
@@ -289,7 +289,7 @@ def test_a_demo_pool_instance_unfit_for_a_demo_is_named_by_the_asqa_reader(tmp_p
 
 def test_a_pool_spec_is_frozen_without_its_surrounding_spaces():
     from clarify.batch import config
-    from clarify.batch.resources import prepare
+    from clarify.batch.run.resources import prepare
 
     prep = prepare(config.load(None, {"demo_pool": "  asqa:dev[500:]  ", "limit": 1}), index=object(),
                    engine_factory=lambda c: None)

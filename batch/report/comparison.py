@@ -1,6 +1,6 @@
 """The comparison of runs in `clarify report` (docs/architecture.md#reports-and-comparisons): one row per run, pure functions over loaded runs.
 
-The runs are read by the one run reader (`batch/rundir.py` Run.open); the rendering in `batch/report/html.py`
+The runs are read by the one run reader (`batch/run/rundir.py` Run.open); the rendering in `batch/report/html.py`
 turns the table into HTML and the metric-vs-size plot (`plots.compare_png`).
 """
 
@@ -12,8 +12,8 @@ import math
 import numpy as np
 import polars as pl
 
-from clarify.batch.records import EngineFacts, PeakMemory, RunSummary
-from clarify.batch.rundir import Run, run_labels
+from clarify.batch.run.records import EngineFacts, PeakMemory, RunSummary
+from clarify.batch.run.rundir import Run, run_labels
 from clarify.errors import InputError
 
 
@@ -115,7 +115,7 @@ COST_COLUMNS = ("engine_tokens_per_question", "llm_calls_per_question", "model_c
 
 def wall_s(summary: RunSummary | None) -> float | None:
     """The run's wall time: every session up to its last checkpoint plus finalize (`wall_s_total`,
-    batch/pipeline.py finalize), else the last session's when an earlier session's time was lost."""
+    batch/run/pipeline.py finalize), else the last session's when an earlier session's time was lost."""
     for value in (summary.wall_s_total, summary.wall_s_last_session) if summary else ():
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)

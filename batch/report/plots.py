@@ -174,7 +174,7 @@ def tree_png(nodes: pl.DataFrame) -> bytes | None:
 
 def scores_png(scores: pl.DataFrame) -> bytes | None:
     """Distribution of each per-question metric (a histogram from HIST_FROM questions, else one point per
-    question). In: scores[qid, metric, value], metrics only (html.per_question_metrics)."""
+    question). In: scores[qid, metric, value], metrics only (shape.per_question_metrics)."""
     scores = scores.drop_nulls("value").filter(pl.col("value").is_finite())
     if scores.height == 0:
         return None
@@ -206,7 +206,7 @@ def human_count(n: float) -> str:
 
 
 # The x axis of the comparison plot when a model's parameter count is unknown (a served model: its run
-# reads no weights; a models file may give it, batch/models_file.py `params`): the first cost every row has
+# reads no weights; a models file may give it, batch/compare/models_file.py `params`): the first cost every row has
 # (batch/report/comparison.py cost_row), else the order of the runs.
 SIZE_FALLBACKS = ("device_s_per_question", "wall_s_per_question")
 

@@ -11,5 +11,5 @@
     constraints.py  which grammar each step decodes under; the quotes grammar
 
 It knows nothing of run directories, schedulers or engines beyond the `Engine` contract: the run machinery
-(batch/pipeline.py, batch/scheduler.py, batch/cluster.py) drives many trees at once.
+(batch/run/pipeline.py, batch/run/scheduler.py, batch/run/cluster.py) drives many trees at once.
 """

@@ -10,7 +10,7 @@ run config's `demo_pool` names them (docs/running-toc.md#the-whole-asqa-dev-set)
 - either with `@FILE`: that file's split instead of the run's own ASQA file (its questions file when the
   dataset is ASQA, else the shipped dev set);
 - `auto` (the default): `asqa:train` when the run's own ASQA file has a train split, else `asqa:dev[500:]`.
-A run makes it concrete before anything is frozen (`resolve_pool`, batch/resources.py `prepare`): config.json
+A run makes it concrete before anything is frozen (`resolve_pool`, batch/run/resources.py `prepare`): config.json
 records the pool used, inputs.json its file's sha256 and size. SEMQA demos come from QuoteSum dev, never
 the question being answered.
 
@@ -98,7 +98,7 @@ class Pool:
         return datasets.get("asqa").demos(self.split, path=self.path, start=self.start, stop=self.stop)
 
     def identity(self) -> dict[str, Any]:
-        """What inputs.json pins (batch/rundir.py input_changes compares the sha256)."""
+        """What inputs.json pins (batch/run/rundir.py input_changes compares the sha256)."""
         from clarify.files import sha256
 
         return {"spec": self.spec, "path": str(self.path), "sha256": sha256(self.path), "demos": len(self.demos())}

@@ -1,6 +1,6 @@
 """The fingerprint of everything that turns a tree into model requests and the completions back into a tree.
 
-A run pins it in inputs.json (batch/rundir.py `RunInputs`), so a resume by a clarify whose prompts, parser,
+A run pins it in inputs.json (batch/run/rundir.py `RunInputs`), so a resume by a clarify whose prompts, parser,
 grammars, stop strings or quote checker differ is refused instead of finishing the run's other trees under
 the new ones (its finished parts keep the old). One digest per component, so the refusal names what changed:
 
@@ -41,7 +41,7 @@ from clarify.schemas import Passage
 COMPONENTS = {"prompt templates": "batch/toc/prompts.py, batch/toc/format.py", "DQ/DA parser": "batch/toc/format.py",
               "grammars": "batch/toc/format.py, batch/toc/constraints.py", "stop strings": "batch/toc/format.py",
               "quote checker": "batch/toc/quotes.py"}
-# The parser's entry points in batch/toc/format.py: what batch/toc/program.py and batch/config.py use of it.
+# The parser's entry points in batch/toc/format.py: what batch/toc/program.py and batch/config/schema.py use of it.
 PARSER = ("parse_disambiguations", "official_pairs", "parse_verdict", "clean_long_answer", "split_answers",
           "da_text", "Disambiguation", "Parsed", "Parsing")
 

@@ -2,7 +2,7 @@
 
 The tree decides with these which passages are exhausted, which demos are left out, which passage is a
 verification's evidence and (toc.answer_passages_from = "nodes") which passages the answer gets. Two
-rules, chosen by `toc.matching` (batch/config.py):
+rules, chosen by `toc.matching` (batch/config/schema.py):
 
 - "dsp" (default): the official code's, from the dsp it ships (gankim/tree-of-clarifications):
   `passage_has_answers` (dsp/primitives/demonstrate.py:129-134) normalises passage and answers with

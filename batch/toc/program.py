@@ -13,7 +13,7 @@ yields a request and receives the result:
 Everything else (passage lookup, demo selection, parsing, the tree's bookkeeping) is local and pure. The
 tree's state depends only on the results it receives, and every result depends only on the request
 (seeds and cache keys are functions of the question, node, expansion count or prompt; ranking scores
-are rounded before sorting), so the drivers of batch/scheduler.py — one question at a time, waves, or
+are rounded before sorting), so the drivers of batch/run/scheduler.py — one question at a time, waves, or
 the continuous step loop — only differ in how many requests they resolve together and build identical
 tables from the same completions (docs/architecture.md#one-questions-tree, tests/test_scheduler.py).
 
@@ -133,7 +133,7 @@ class Generate:
     node_ids: tuple[str, ...]
     prompts: tuple[str, ...]
     params: tuple[GenParams, ...]
-    priority: int = 0  # lower = sooner (batch/scheduler.py continuous driver)
+    priority: int = 0  # lower = sooner (batch/run/scheduler.py continuous driver)
 
 
 Request = Search | Rerank | EmbedTexts | Generate

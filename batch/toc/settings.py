@@ -1,6 +1,6 @@
 """What a question's tree reads of a run's settings: `TreeSettings`, built from the run config in one place
 (`TreeSettings.of`). The tree program (program.py), its grammars (constraints.py) and the drivers of
-batch/scheduler.py get this and nothing else of the run config: the dataset, paths, engine, cluster and
+batch/run/scheduler.py get this and nothing else of the run config: the dataset, paths, engine, cluster and
 scheduler settings are the run machinery's, and a tree cannot come to depend on them unseen.
 """
 

@@ -1,6 +1,6 @@
 (function () {
   'use strict';
-  // What the page holds packed (batch/report/html.py `pack`: raw DEFLATE, base64): the body of every question
+  // What the page holds packed (batch/report/render.py `pack`: raw DEFLATE, base64): the body of every question
   // shown closed (script.qz) and each run's passage texts (script.ptexts). Inflated here when first needed.
   function unpack(b64) {
     var bin = atob(b64.trim());

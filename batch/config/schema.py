@@ -1,10 +1,11 @@
-"""Run configuration: frozen dataclasses, loaded from one TOML file, overridable by CLI flags,
-written once into the run directory (`config.json`).
+"""The run configuration's schema: frozen dataclasses, one per table, each setting declared once in its
+field (type, default, help, flag, allowed values, whether it changes results), checked on construction.
+Read from TOML by batch/config/load.py, written once into the run directory (`config.json`).
 
 Defaults are the Tree of Clarifications paper's (Kim et al., EMNLP 2023, §3 and appendix A) and its
 official code (gankim/tree-of-clarifications `run_toc.py` argparse defaults). Where clarify can do
 something differently from the official code, a named switch chooses, and its default is the official
-behaviour (docs/fidelity.md); `batch/previous.toml` restores the choices clarify made before these
+behaviour (docs/fidelity.md); `batch/config/previous.toml` restores the choices clarify made before these
 switches existed.
 """
 
@@ -13,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import tomllib
 import typing
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -29,26 +29,12 @@ from clarify.index.search import CANDIDATES, SearcherKind
 from clarify.local_llm import backends
 from clarify.options import as_declared, is_choice, problem, setting, spec, toml_value
 
-# What a ToC question costs the engine (prompt + output tokens actually computed: identical re-expansion
-# prompts are answered once under the official default) on the embedded model and defaults: ~4,400
-# (the first 50 ASQA dev questions: 4,275; the demo's 11: 4,382; an AVX2 CPU). The previous behaviour
-# (batch/previous.toml, re-sampling) costs ~17,000. The demo's size and a run's ETA are estimated from it.
-TOKENS_PER_QUESTION = 4_400
-# Constrained trees exist (11 valid nodes per question instead of ~0.1), so a question costs more: on ASQA dev
-# 0-49 with SmolLM2 (bench/results/constrained.json) 18.6 LLM calls per question vs 8.4 free, 1,010 s at 680
-# engine tok/s: ~13,700 tokens of engine time per question (AMD EPYC, bfloat16); a fresh-clone `make demo` of
-# 20 constrained questions took 400 s of ToC at 715 tok/s: ~14,300 per question.
-CONSTRAINED_TOKENS_PER_QUESTION = 15_000
-# LLM calls the engine computes per question (cache hits aside), free and constrained: ASQA dev 0-49 with
-# SmolLM2 made 8.4 and 18.6 calls per question (bench/results/constrained.json), of which the engine computed
-# ~86 % in the demo's runs (16.0 and 16.1 of 18.6 for 3 and 20 questions: bench/results/estimate.json).
-CALLS_PER_QUESTION, CONSTRAINED_CALLS_PER_QUESTION = 7, 16
-PART_TREES = 64  # finished trees per checkpoint part (batch/rundir.py), unless a minute passes first
+PART_TREES = 64  # finished trees per checkpoint part (batch/run/rundir.py), unless a minute passes first
 
 
 
 class Scheduler(StrEnum):
-    """How trees are driven (batch/scheduler.py DRIVERS: one driver each). It never changes results: tables
+    """How trees are driven (batch/run/scheduler.py DRIVERS: one driver each). It never changes results: tables
     are identical under each, so it is a setting a run may change when resumed (declared `result_free`:
     RunDir.freeze leaves RESULT_FREE out of the comparison)."""
 
@@ -246,7 +232,7 @@ class ModelConfig(backends.Options):
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    """Ray scale-out (batch/cluster.py, docs/scale.md#running-on-a-cluster); never changes results: where the
+    """Ray scale-out (batch/run/cluster.py, docs/scale.md#running-on-a-cluster); never changes results: where the
     trees run, every setting here is `result_free`."""
 
     workers: int = setting(0, help="run the trees on N Ray workers, one engine each (a GPU, a tensor-parallel "
@@ -366,12 +352,12 @@ def choices_of(key: str) -> tuple[str, ...] | None:
 
 
 # The settings that never change results (declared `result_free`): where the trees run (one process, or Ray
-# workers: batch/cluster.py), how they are driven, and how the openai backend talks to its server (a
+# workers: batch/run/cluster.py), how they are driven, and how the openai backend talks to its server (a
 # completion it accepts is the same whatever its deadlines, retries or size cap): a resumed run may change
 # them (RunDir.freeze leaves them out of the comparison), so a run stopped by a deadline resumes with a
 # longer one.
 RESULT_FREE = tuple(key for key, f, _ in settings() if spec(f).result_free)
-# The decoding constraints, by config key (`clarify demo` decodes under all of them: batch/commands.py).
+# The decoding constraints, by config key (`clarify demo` decodes under all of them: batch/cli/demo_sizing.py).
 CONSTRAINTS = {key: spec(f).constraint for key, f, _ in settings() if spec(f).constraint}
 
 
@@ -467,59 +453,3 @@ def _raise(problems: list[tuple[str, str]], source: str) -> None:
 def _as_declared(values: dict[str, Any], cls: type) -> dict[str, Any]:
     """Validated values in their declared Python types (options.as_declared)."""
     return {k: as_declared(v, _hints(cls)[k]) for k, v in values.items()}
-
-
-def from_dict(data: dict[str, Any], *, source: str = "config") -> RunConfig:
-    """Build a RunConfig from nested dicts; every bad key or value is named in one InputError."""
-    validate(data, source=source)
-    kwargs: dict[str, Any] = {name: cls(**_as_declared(data.get(name) or {}, cls)) for name, cls in _SECTIONS.items()}
-    kwargs.update(_as_declared({k: v for k, v in data.items() if k not in _SECTIONS}, RunConfig))
-    return RunConfig(**kwargs)
-
-
-def load(path: str | Path | None, overrides: dict[str, Any] | None = None) -> RunConfig:
-    """Load a TOML config (or the defaults when `path` is None) and apply dotted-key overrides,
-    e.g. {"toc.max_depth": 2, "limit": 5}."""
-    data: dict[str, Any] = {}
-    source = "defaults"
-    if path is not None:
-        source = str(path)
-        if Path(path).is_dir():
-            raise InputError("is a directory; --config takes a TOML file", path=source)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-            # a run directory's frozen config.json repeats that run's settings (`clarify compare` passes one)
-            data = json.loads(text) if Path(path).suffix == ".json" else tomllib.loads(text)
-        except FileNotFoundError as exc:
-            raise InputError("config file not found", path=source) from exc
-        except OSError as exc:
-            raise InputError(f"cannot read the config file: {exc.strerror or exc}", path=source) from exc
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise InputError(f"not valid TOML: {exc}", path=source) from exc
-        except json.JSONDecodeError as exc:
-            raise InputError(f"not valid JSON: {exc.msg}", path=source, line=exc.lineno) from exc
-    for key, value in (overrides or {}).items():
-        if value is None:
-            continue
-        target = data
-        *parents, leaf = key.split(".")
-        for p in parents:
-            if isinstance(target, dict):
-                target = target.setdefault(p, {})
-        if isinstance(target, dict):  # else the file's `[p]` is not a table: validate names it
-            target[leaf] = value
-    return from_dict(data, source=source)
-
-
-def tokens_per_question(cfg: RunConfig) -> int:
-    """The engine tokens one question is expected to cost under this config's decoding (a run's ETA, the
-    demo's size and time estimate)."""
-    constrained = cfg.toc.constrain_format or cfg.answer.constrain_quotes
-    return CONSTRAINED_TOKENS_PER_QUESTION if constrained else TOKENS_PER_QUESTION
-
-
-def calls_per_question(cfg: RunConfig) -> int:
-    """The LLM calls one question is expected to have computed under this config's decoding (a run's ETA,
-    the demo's time estimate)."""
-    constrained = cfg.toc.constrain_format or cfg.answer.constrain_quotes
-    return CONSTRAINED_CALLS_PER_QUESTION if constrained else CALLS_PER_QUESTION

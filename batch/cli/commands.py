@@ -1,4 +1,5 @@
-"""CLI commands of `batch/`: run, demo, compare (and report, from batch/report/html.py)."""
+"""CLI commands of `batch/`: run, demo, compare (and report, from batch/report/cli.py); the demo's size and
+time estimate from a probe of the engine are batch/cli/demo_sizing.py's."""
 
 from __future__ import annotations
 
@@ -6,20 +7,16 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from clarify.batch import config
+from clarify.batch.cli import demo_sizing
 from clarify.batch.config import (
     ANSWER_STYLES,
-    CALLS_PER_QUESTION,
-    CONSTRAINED_CALLS_PER_QUESTION,
-    CONSTRAINED_TOKENS_PER_QUESTION,
     PART_TREES,
-    TOKENS_PER_QUESTION,
     RunConfig,
 )
-from clarify.batch.records import RunSummary, Tokens
+from clarify.batch.run.records import RunSummary, Tokens
 from clarify.options import add_flag, flag_value, toml_value
 
 RUN_EPILOG = f"""\
@@ -29,11 +26,11 @@ examples:
   clarify run --dataset asqa --questions ASQA.json --limit 0 --out runs/asqa-dev   all dev, train demos
   clarify run --dataset quotesum --out runs/qs                  answer from QuoteSum's own sources
   clarify run --dataset jsonl --questions my.jsonl --out runs/mine   JSONL lines {{"qid": ..., "question": ...}}
-  clarify run --config batch/previous.toml --dataset asqa --limit 20 --out runs/prev
+  clarify run --config batch/config/previous.toml --dataset asqa --limit 20 --out runs/prev
   clarify run --dataset asqa --limit 0 --workers 8 --out runs/asqa-all     8 engines on Ray (8 GPUs)
   clarify run --dataset asqa --limit 0 --ray-address auto --out runs/asqa-all   every GPU of a Ray cluster
 
-defaults: the paper's settings (batch/config.py; docs/fidelity.md), the
+defaults: the paper's settings (batch/config/schema.py; docs/fidelity.md), the
 embedded model {RunConfig().model.model} and the embedded Wikipedia index in $CLARIFY_HOME.
 
 scheduler (default {toml_value(RunConfig().scheduler)}): continuous (vLLM's step loop, every tree advances the moment its
@@ -102,10 +99,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("demo", help="the main job on the embedded defaults (index, model, ASQA questions)",
                        description="The whole pipeline on the embedded defaults, sized to this machine.",
-                       epilog=DEMO_EPILOG.format(budget=f"{DEMO_BUDGET_S / 60:.1f}"))
+                       epilog=DEMO_EPILOG.format(budget=f"{demo_sizing.DEMO_BUDGET_S / 60:.1f}"))
     p.add_argument("--limit", type=int, default=None,
                    help=f"ASQA dev questions to answer (default: as many as this machine's engine answers in "
-                        f"~{DEMO_BUDGET_S / 60:.1f} minutes, {DEMO_MIN_QUESTIONS}..{DEMO_MAX_QUESTIONS}; "
+                        f"~{demo_sizing.DEMO_BUDGET_S / 60:.1f} minutes, {demo_sizing.DEMO_MIN_QUESTIONS}..{demo_sizing.DEMO_MAX_QUESTIONS}; "
                         f"a resumed demo keeps its own)")
     p.add_argument("--out", default="runs/demo", help="run directory")
     # the run's setting, at its declared default (a demo is a run)
@@ -129,12 +126,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                 "resumed); one run directory per model inside")
     p.add_argument("--parallel", action="store_true",
                    help="on CPU: run the models at the same time, each on its own share of the cores (on GPUs "
-                        "models are always packed by memory need, as many at once as fit: batch/gpu_plan.py), or "
+                        "models are always packed by memory need, as many at once as fit: batch/compare/gpu_plan.py), or "
                         "placed by Ray with --ray-address; each run's output goes to <out>/<model>.log")
     p.set_defaults(func=cmd_compare, log_dir=_run_logs)
 
     try:
-        from clarify.batch.report.html import register as register_report
+        from clarify.batch.report.cli import register as register_report
     except ModuleNotFoundError:
         return
     register_report(sub)
@@ -142,7 +139,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _run_logs(args: argparse.Namespace) -> Path | None:
     """A run's library logs go into its own directory (console.session); --print-config logs nothing."""
-    from clarify.batch.rundir import RunDir
+    from clarify.batch.run.rundir import RunDir
 
     if getattr(args, "print_config", False):
         return None
@@ -153,7 +150,7 @@ CLUSTER_GROUP = "cluster (Ray; docs/scale.md#running-on-a-cluster; never changes
 
 
 def _run_args(p: argparse.ArgumentParser, *, with_model: bool = True) -> None:
-    """The flags that set run settings, generated from the settings' declarations (batch/config.py `flagged`:
+    """The flags that set run settings, generated from the settings' declarations (batch/config/schema.py `flagged`:
     name, help, metavar; the default in the help is the field's), and the two that set none."""
     p.add_argument("--config", help="TOML config file, or a run's frozen config.json (flags override it); default: the "
                                     "paper's settings")
@@ -211,7 +208,7 @@ def print_summary(summary: RunSummary, out=None) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from clarify.batch.pipeline import run
+    from clarify.batch.run.pipeline import run
 
     cfg = config.load(args.config, _overrides(args))
     if args.print_config:
@@ -224,126 +221,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-# The demo is sized to the machine (docs/getting-started.md#what-make-demo-does): a newcomer on an AVX2-only CPU
-# (~250 tok/s) waits minutes, not hours, at TOKENS_PER_QUESTION (batch/config.py).
-DEMO_TOKENS_PER_QUESTION = TOKENS_PER_QUESTION
-DEMO_BUDGET_S = 210
-DEMO_MIN_QUESTIONS, DEMO_MAX_QUESTIONS = 3, 20
-# The demo decodes under both decoding constraints (the DQ/DA format, quotes copied verbatim), which the
-# embedded model needs for ToC to have a tree and checkable quotes at all: on ASQA dev 0-49 (bench/
-# bench_constrained.py, docs/running-toc.md#constrained-decoding) they took SmolLM2's parse errors from 100 % to 1.5 %,
-# valid nodes from 0.1 to 11.3 per question, answers quoting from 28 % to 100 % and verbatim spans from 0 of
-# 204 to all, Answer-F1 from 0 to 1.1, while ROUGE-L (21.9 -> 19.6) and STR-EM (16.7 -> 12.7) moved by less
-# than the 50 questions can show (paired 95 % bootstrap intervals hold 0). `clarify run` keeps the official
-# free decoding. A resumed demo keeps the settings it was started with. Every declared decoding constraint
-# (batch/config.py CONSTRAINTS) is on.
-DEMO_CONSTRAINTS = dict.fromkeys(config.CONSTRAINTS, True)
-DEMO_CONSTRAINED_TOKENS_PER_QUESTION = CONSTRAINED_TOKENS_PER_QUESTION
-
-# The demo's estimate times ToC's own calls on this engine. ToC is prompt-heavy and, with the demo's few
-# questions, latency-bound: on the demo's settings a computed LLM call holds ~TOC_PROMPT_TOKENS of prompt and
-# ~TOC_OUTPUT_TOKENS of output, a question ~TOC_CALLS_PER_QUESTION of them, and the continuous scheduler has
-# only `toc_concurrency(n)` requests in the engine on average (bench/bench_estimate.py; bench/results/
-# estimate.json "mix"). A throughput probe (a batch of prompts, tokens/s) cannot see that: on an AMX Xeon it
-# measured 2,185 tok/s where 3 questions of ToC then ran at 683 (estimate 0.38 of the ToC time), and the
-# one-batch probe before it 5,463 (0.15). So the probe times one ToC-shaped call alone and PROBE_BATCH of them
-# at once (decoded under the run's own clarification grammar, after a warm-up of that shape: the first batch
-# of a new shape pays one-off set-up), and ToC's time is its calls in waves of its concurrency.
-TOC_PROMPT_TOKENS, TOC_OUTPUT_TOKENS = 830, 31
-TOC_CALLS_PER_QUESTION = {True: CONSTRAINED_CALLS_PER_QUESTION, False: CALLS_PER_QUESTION}  # by `constrained`
-PROBE_BATCH, PROBE_WARMUP = 6, 2
-# Each timing is the fastest of PROBE_ROUNDS: on shared cores another process can slow one round down, never
-# speed one up (a `make demo` once probed 6 calls at once in 5.7 s where the two benches just before it took
-# 2.95 and 3.62 s, bench/results/estimate.json, and estimated 1.7x the ToC time it then took).
-PROBE_ROUNDS = 2
-
-
-def toc_concurrency(questions: int) -> float:
-    """Requests the continuous scheduler keeps in the engine on average for `questions` trees (the running
-    batch's mean, engine_usage_last_session.running_mean): the trees start together, then finish one by one,
-    so a run's tail holds few. Fitted to the demo's runs (bench/results/estimate.json): 2.05 for 3 questions,
-    11.25 for 20."""
-    return max(1.0, 0.77 * questions ** 0.9)
-
-
-@dataclass(frozen=True)
-class Probe:
-    """What the demo's probe measured: seconds for one ToC-shaped call alone and for `batch` at once, and
-    the engine's tokens/s on the batch (prompt + output)."""
-
-    single_s: float
-    batch_s: float
-    batch: int
-    tokens_per_s: float
-
-    def wave_s(self, concurrency: float) -> float:
-        """Seconds `concurrency` ToC-shaped calls take at once: linear between one call and the batch."""
-        slope = (self.batch_s - self.single_s) / (self.batch - 1) if self.batch > 1 else 0.0
-        return self.single_s + max(0.0, slope) * (concurrency - 1)
-
-    def toc_s(self, questions: int, constrained: bool = True) -> float:
-        """Seconds of ToC for `questions`: their computed calls in waves of `toc_concurrency`."""
-        c = toc_concurrency(questions)
-        return questions * TOC_CALLS_PER_QUESTION[constrained] / c * self.wave_s(c)
-
-
-def demo_tokens_per_question(constraints: dict) -> int:
-    """The tokens one demo question costs under these decoding settings (a run's ETA: config.tokens_per_question)."""
-    return DEMO_CONSTRAINED_TOKENS_PER_QUESTION if any(constraints.values()) else DEMO_TOKENS_PER_QUESTION
-
-
-def demo_size(probe: Probe, constrained: bool = True) -> int:
-    """The most questions whose ToC fits the demo's time budget on the probed engine (at least the minimum)."""
-    fit = [n for n in range(DEMO_MIN_QUESTIONS, DEMO_MAX_QUESTIONS + 1) if probe.toc_s(n, constrained) <= DEMO_BUDGET_S]
-    return max(fit, default=DEMO_MIN_QUESTIONS)
-
-
-# ~28 tokens per line of probe_prompts with the embedded model's chat template (SmolLM2's tokenizer splits
-# numbers into digits; test_demo's real-engine test checks the prompts' length)
-PROBE_TOKENS_PER_LINE = 28
-
-
-def probe_prompts(n: int, tag: str, prompt_tokens: int = TOC_PROMPT_TOKENS) -> list[str]:
-    """`n` prompts of ~`prompt_tokens` tokens shaped like ToC's work (numbered passages, a question) that
-    share no prefix with each other or with another tag's: vLLM's prefix cache would otherwise serve the
-    shared context from memory and the probe would report a speed ToC never sees (seen: 1,202 tok/s probed
-    vs ~250 tok/s in the run, AVX2 CPU)."""
-    lines = max(1, prompt_tokens // PROBE_TOKENS_PER_LINE)
-    return [" ".join(f"[{tag}{i}] Passage {k}: the {k}th edition of festival {tag}{i} moved to a new city."
-                     for k in range(lines)) + f"\nQuestion: where was festival {tag}{i} held?" for i in range(n)]
-
-
-def probe_speed(engine, *, grammar: str | None = None, prompt_tokens: int = TOC_PROMPT_TOKENS,
-                output_tokens: int = TOC_OUTPUT_TOKENS, batch: int = PROBE_BATCH, warmup: int = PROBE_WARMUP,
-                rounds: int = PROBE_ROUNDS) -> Probe:
-    """Time ToC-shaped calls on the engine (`prompt_tokens` of prompt, up to `output_tokens` decoded under
-    `grammar`, the run's clarification grammar): after a warm-up of the shape, `rounds` times one call alone
-    and `batch` at once, each timed by its fastest round; nothing served from the prefix cache. Not cached,
-    ~10-60 s on a CPU."""
-    from clarify.local_llm.engine import GenParams
-
-    params = [GenParams(temperature=0.7, seed=i, max_tokens=output_tokens, grammar=grammar) for i in range(batch)]
-    engine.generate(probe_prompts(warmup, "w", prompt_tokens), params[:warmup])  # one-off set-up of the shape
-    single, many, tokens = [], [], 0
-    for r in range(rounds):
-        t0 = time.perf_counter()
-        engine.generate(probe_prompts(1, f"s{r}-", prompt_tokens), params[:1])
-        t1 = time.perf_counter()
-        out = engine.generate(probe_prompts(batch, f"p{r}-", prompt_tokens), params)
-        t2 = time.perf_counter()
-        single.append(t1 - t0)
-        many.append(t2 - t1)
-        tokens = sum(c.prompt_tokens + c.output_tokens for c in out)
-    return Probe(single_s=min(single), batch_s=min(many), batch=batch, tokens_per_s=tokens / min(many))
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
     """Build the embedded index if absent, run ToC over ASQA dev questions, score, show one answer."""
     from clarify import console
-    from clarify.batch.pipeline import run
-    from clarify.batch.resources import engine_for
-    from clarify.batch.rundir import RunDir
-    from clarify.batch.show import show
+    from clarify.batch.cli.show import show
+    from clarify.batch.run.pipeline import run
+    from clarify.batch.run.resources import engine_for
+    from clarify.batch.run.rundir import RunDir
     from clarify.index import ensure_default_index
 
     t_start = time.perf_counter()
@@ -351,14 +235,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     limit, expected_s = args.limit, None
     rd = RunDir(args.out)
     frozen = rd.config_file
-    constraints = dict(DEMO_CONSTRAINTS)
+    constraints = dict(demo_sizing.DEMO_CONSTRAINTS)
     if frozen.exists():  # a resumed (or finished) demo keeps the size and the decoding it was started with
-        from clarify.batch.rundir import Run
+        from clarify.batch.run.rundir import Run
 
         started = Run.open(args.out).config
         limit = started.limit if limit is None else limit
-        constraints = {key: config.value_of(started, key) for key in DEMO_CONSTRAINTS}
-    cfg = config.load(None, {"dataset": "asqa", "limit": limit or DEMO_MAX_QUESTIONS,
+        constraints = {key: config.value_of(started, key) for key in demo_sizing.DEMO_CONSTRAINTS}
+    cfg = config.load(None, {"dataset": "asqa", "limit": limit or demo_sizing.DEMO_MAX_QUESTIONS,
                              "answer_style": args.answer_style, "index": str(index_dir), **constraints})
     if any(constraints.values()):
         on = [w for k, w in (("toc.constrain_format", "the DQ/DA format"), ("answer.constrain_quotes", "verbatim quotes"))
@@ -373,10 +257,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         with console.step("starting the engine and timing ToC's calls on it"):
             tree = TreeSettings.of(cfg)
             engine = engine_for(cfg.model, tree)
-            probe = probe_speed(engine, grammar=clarify_grammar(tree))
+            probe = demo_sizing.probe_speed(engine, grammar=clarify_grammar(tree))
         constrained = any(constraints.values())
         if limit is None:
-            limit = demo_size(probe, constrained)
+            limit = demo_sizing.demo_size(probe, constrained)
             cfg = config.load(None, {"dataset": "asqa", "limit": limit, "answer_style": args.answer_style,
                                      "index": str(index_dir), **constraints})
         expected_s = probe.toc_s(limit, constrained)
@@ -395,20 +279,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     path = write_report([rd.path], rd.report_file)
     print(f"\nreport: {path}")
     took = time.perf_counter() - t_start
-    print(f"demo took {took / 60:.1f} min" + estimate_words(expected_s, summary.toc_s_last_session))
+    print(f"demo took {took / 60:.1f} min" + demo_sizing.estimate_words(expected_s, summary.toc_s_last_session))
     return 0
 
 
-def estimate_words(expected_s: float | None, toc_s: float | None) -> str:
-    """' (ToC took 4.5 min, expected ~4.1 min: -9 %)': the demo's estimate against what ToC took."""
-    if not expected_s or not toc_s:
-        return ""
-    return f" (ToC took {toc_s / 60:.1f} min, expected ~{expected_s / 60:.1f} min: {expected_s / toc_s - 1:+.0%})"
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
-    from clarify.batch import models_file
-    from clarify.batch.compare import compare
+    from clarify.batch.compare import models_file
+    from clarify.batch.compare.compare import compare
 
     cfg = config.load(args.config, _overrides(args))  # the TOML and the flags, resolved once for every model
     spec = args.models

@@ -15,7 +15,7 @@
 A tree's state depends only on the results of its own requests, so given the same completions (one
 completion cache) the three drivers build identical trees and rows; tests/test_scheduler.py checks it.
 Each driver calls `on_tree(tree, rows)` as each tree finishes (the run directory writes finished trees
-in parts there: batch/rundir.py).
+in parts there: batch/run/rundir.py).
 """
 
 from __future__ import annotations
@@ -256,7 +256,7 @@ def engine_capacity(engine) -> int:
 
 # More trees for a running continuous loop: called when it could admit more and has none left, with
 # block=True when nothing is in flight (wait a little for some); returns trees (maybe none yet), or None
-# once no more will come. A Ray worker feeds the chunks it is given this way (batch/cluster.py).
+# once no more will come. A Ray worker feeds the chunks it is given this way (batch/run/cluster.py).
 More = Callable[[bool], "list[Tree] | None"]
 
 

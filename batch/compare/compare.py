@@ -1,15 +1,15 @@
 """`clarify compare`: the same questions over the same index with several models.
 
 The models come as a comma list (each with the run's own [model] settings) or as a models file
-(batch/models_file.py: one [[model]] table per model with its own settings, checked up front). Each model
+(batch/compare/models_file.py: one [[model]] table per model with its own settings, checked up front). Each model
 gets its own run directory (resumable like any run; its config.json holds that model's settings) and runs
-in its own process. On GPUs the models are packed by memory need (batch/gpu_plan.py: each on the fewest
+in its own process. On GPUs the models are packed by memory need (batch/compare/gpu_plan.py: each on the fewest
 GPUs that hold it, as many at once as fit, a queued one started as GPUs free up); on CPU one after
 another, or with `--parallel` all at once, each on its own cores (`device_groups`); with `--ray-address`
 Ray places them. The plan is printed before anything starts (`--plan-only` stops there). `--out` is a new
 or empty folder, or an earlier compare's (its runs resume): never a run directory nor a folder with other
 files (`check_out`), and no model's name takes one of compare's own (models_file.COMPARE_FILES). Retrieval for
-identical queries is computed once and shared through `<out>/search_cache` (batch/search_cache.py).
+identical queries is computed once and shared through `<out>/search_cache` (batch/run/search_cache.py).
 The runs are compared question by question afterwards (batch/report/comparison.py: paired table, cost).
 """
 
@@ -25,12 +25,12 @@ from pathlib import Path
 import polars as pl
 
 from clarify import stops
-from clarify.batch import gpu_plan
+from clarify.batch.compare import gpu_plan
+from clarify.batch.compare.models_file import COMPARE_FILES, Entry, from_names, name_clash
+from clarify.batch.compare.models_file import slug as _slug
 from clarify.batch.config import RunConfig
-from clarify.batch.models_file import COMPARE_FILES, Entry, from_names, name_clash
-from clarify.batch.models_file import slug as _slug
 from clarify.batch.report.comparison import cost_row, paired_markdown, paired_table
-from clarify.batch.rundir import FINAL_TABLES, Run
+from clarify.batch.run.rundir import FINAL_TABLES, Run
 from clarify.errors import InputError
 from clarify.eval import datasets
 from clarify.eval.metrics import Metric
@@ -241,8 +241,8 @@ def compare(models: list[str] | list[Entry], cfg: RunConfig, out: Path, *, paral
             verbose: bool = False, plan_only: bool = False,
             gpus: list[tuple[str, Gpu]] | None = None, source: str | None = None) -> pl.DataFrame | None:
     """Run every model over the same questions: `cfg` with each model's own [model] settings (an Entry of a
-    models file, batch/models_file.py; a plain name keeps cfg's), each model's run freezing its own. On
-    GPUs (`gpus`: (id, facts); default this machine's, `gpu_facts`) packed by memory need (batch/gpu_plan.py);
+    models file, batch/compare/models_file.py; a plain name keeps cfg's), each model's run freezing its own. On
+    GPUs (`gpus`: (id, facts); default this machine's, `gpu_facts`) packed by memory need (batch/compare/gpu_plan.py);
     on CPU one after another, or `parallel`: at once, one model per set of cores. The plan is printed
     first; `plan_only` stops there (returns None). Writes the comparison table (one row per model: quality
     and cost), the paired table (every pair x metric, batch/report/comparison.py `paired_table`), their
@@ -285,7 +285,7 @@ def compare(models: list[str] | list[Entry], cfg: RunConfig, out: Path, *, paral
         runs.append(run)
         summary, m = run.summary, run.config.model
         # a models file's `params` in place of the count the run read from the model's files (a served
-        # model's run reads none: batch/models_file.py)
+        # model's run reads none: batch/compare/models_file.py)
         row = {"model": e.name if e.name != _slug(e.model) else e.model,
                "params": e.params if e.params is not None else summary.params,
                "run_dir": str(run_dir), "started": times[e.name]["started"], "finished": times[e.name]["finished"],
@@ -332,7 +332,7 @@ def compare(models: list[str] | list[Entry], cfg: RunConfig, out: Path, *, paral
 
 
 # Files a run directory holds as files, never a comparison folder (where a name of these is a model's run
-# directory, a folder): batch/rundir.py
+# directory, a folder): batch/run/rundir.py
 _RUN_FILES = (".lock", "inputs.json", "summary.json", "questions.parquet", *(f"{t}.parquet" for t in FINAL_TABLES))
 # What other commands write into a comparison folder: `clarify report` of its runs, by default beside them
 # (batch/report/html.py; docs/scale.md#comparing-models)
@@ -415,7 +415,7 @@ def _plan_text(configs: dict[str, RunConfig], parallel: bool) -> str:
         for n, c in configs.items():
             tp = c.model.tensor_parallel_size
             lines.append(f"  {n}: " + ("num_gpus 1" if tp == 1 else f"a placement group of {tp} x {{GPU: 1, CPU: 1}}")
-                         + f" (tensor_parallel_size {tp}; batch/cluster.py), or its own cores on a CPU cluster")
+                         + f" (tensor_parallel_size {tp}; batch/run/cluster.py), or its own cores on a CPU cluster")
         return "\n".join(lines)
     if not parallel:
         return f"plan: no GPU; {len(names)} models one after another: " + ", ".join(names)

@@ -1,4 +1,4 @@
-"""`clarify run`: questions → trees (a scheduler: batch/scheduler.py) → answers → quote check → scores,
+"""`clarify run`: questions → trees (a scheduler: batch/run/scheduler.py) → answers → quote check → scores,
 in a run directory.
 
 Heavy resources (index, encoder, vLLM) are opened only when there is work left, so a finished run
@@ -17,7 +17,6 @@ from pathlib import Path
 import polars as pl
 
 from clarify import console, faults, schemas, stops
-from clarify.batch import cluster
 from clarify.batch.config import (
     CONSTRAINTS,
     PART_TREES,
@@ -29,7 +28,8 @@ from clarify.batch.config import (
     tokens_per_question,
     value_of,
 )
-from clarify.batch.records import (
+from clarify.batch.run import cluster
+from clarify.batch.run.records import (
     CacheRecomputed,
     ClusterWork,
     Constraints,
@@ -41,9 +41,9 @@ from clarify.batch.records import (
     RunSummary,
     Tokens,
 )
-from clarify.batch.resources import PreparedRun, open_resources, passages_only, prepare, tables
-from clarify.batch.rundir import FINAL_TABLES, PART_TABLES, Run, RunDir
-from clarify.batch.scheduler import DRIVERS, SchedStats
+from clarify.batch.run.resources import PreparedRun, open_resources, passages_only, prepare, tables
+from clarify.batch.run.rundir import FINAL_TABLES, PART_TABLES, Run, RunDir
+from clarify.batch.run.scheduler import DRIVERS, SchedStats
 from clarify.batch.toc.fingerprint import prompts_fingerprint
 from clarify.batch.toc.program import Resources, Step, TreeRows
 from clarify.batch.toc.tree import Tree
@@ -69,7 +69,7 @@ def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, pro
     Every input is checked before the run directory is touched, the directory is locked for this
     process, and checkpoints are verified before the model loads. restart: start over (the completion
     cache is kept). part_trees: finished trees per part; stop_after_parts: stop once that many parts
-    exist (tests of resume). With `[cluster]` workers the trees run on Ray (batch/cluster.py; `on_part`:
+    exist (tests of resume). With `[cluster]` workers the trees run on Ray (batch/run/cluster.py; `on_part`:
     called with its worker pool after each part, for tests of faults). estimate_s: the ToC time the caller
     expected (the demo's probe), re-estimated on the progress display once the first tree finishes."""
     from clarify.local_llm.cache import check_caches
@@ -317,7 +317,7 @@ def finalize(rd: RunDir, prep: PreparedRun, cfg: RunConfig, trees: list[Tree], r
     session_start: perf_counter at this session's start. prior_s: the run's seconds before this session
     (the `run_s` of the checkpoint it resumed from; 0 for a fresh run, None when unknown). engine: the
     engine facts of the checkpoint, when this session loaded no engine. usage: this session's engine work
-    (`engine_usage`). cluster: what a cluster run's workers did (batch/cluster.py Outcome.summary). toc_s:
+    (`engine_usage`). cluster: what a cluster run's workers did (batch/run/cluster.py Outcome.summary). toc_s:
     this session's seconds of ToC (its trees), when it made trees in this process."""
     from clarify.batch.toc.quotes import check_answers, quote_fidelity
 

@@ -4,7 +4,7 @@
 disambiguated question two models both produce) are searched once. Results live in a folder of
 Parquet files (one per batch of new queries, written atomically: files.py), so separate processes
 share them. The key is the searcher's identity + query + k: each identity (the searcher kind, its
-candidates, its reranker, the index's manifest checksum: `batch/resources.py` searcher_identity) has
+candidates, its reranker, the index's manifest checksum: `batch/run/resources.py` searcher_identity) has
 its own subfolder, `<folder>/<sha256 of the identity, 16 hex>/` with `identity.json`, so a cache
 reused with another index or searcher never hands back another searcher's passages.
 """

@@ -3,7 +3,7 @@ clarifications as an indented outline (the ambiguous question, then each disambi
 answer, marked valid / pruned / duplicate, and the passage the verifier saw), then the long answer with
 its `[k span]` quotes resolved to their passages.
 
-Reads the run with the one run reader (batch/rundir.py `Run.open`): questions, nodes, answers, spans,
+Reads the run with the one run reader (batch/run/rundir.py `Run.open`): questions, nodes, answers, spans,
 passages and scores. Every text from the run reaches the terminal through `errors.printable` (model
 output and data may hold escape sequences).
 """
@@ -91,7 +91,7 @@ def tree_lines(nodes: pl.DataFrame, titles: dict[str, str]) -> list[str]:
 def show(run_dir: Path | str, qid: str | None = None, out: TextIO | None = None) -> str:
     """Print one question of the run: how it was chosen (when `qid` is None: `PICK_RULE`), its tree as an
     outline, its answer with the quotes resolved. Returns the qid shown."""
-    from clarify.batch.rundir import Run
+    from clarify.batch.run.rundir import Run
 
     out = out or sys.stdout  # looked up now: a quiet session (console.session) swaps sys.stdout
     run = Run.open(run_dir)

@@ -2,7 +2,7 @@
 
     RunInputs    inputs.json: what the run reads (each input's pin) and the fingerprint of its prompts
                  (batch/toc/fingerprint.py); written by `RunDir.freeze`, compared on every resume
-    RunSummary   summary.json: what `finalize` (batch/pipeline.py) found, written last; read by `Run.open`
+    RunSummary   summary.json: what `finalize` (batch/run/pipeline.py) found, written last; read by `Run.open`
                  and handed to every reader as this record (its JSON objects read into, such as `tokens` or
                  `engine`, are records too: `_Part`)
 
@@ -79,7 +79,7 @@ class _Record:
 @dataclass(frozen=True)
 class RunInputs(_Record):
     """inputs.json. `pins`: each input's pin by name (questions, demo_pool, index, model, ...: a path and its
-    sha256 or fingerprint, batch/resources.py `prepare`); `prompts`: {component: sha256} of the code that
+    sha256 or fingerprint, batch/run/resources.py `prepare`); `prompts`: {component: sha256} of the code that
     makes the requests and reads the completions (batch/toc/fingerprint.py), None in a version-1 file."""
 
     pins: dict[str, dict] = field(default_factory=dict)
@@ -195,7 +195,7 @@ class QuoteFidelity(_Part):
 
 @dataclass(frozen=True)
 class EngineUsage(_Part):
-    """summary.json `engine_usage_last_session` (batch/pipeline.py engine_usage): the scheduler's calls, and for
+    """summary.json `engine_usage_last_session` (batch/run/pipeline.py engine_usage): the scheduler's calls, and for
     an engine that counts its steps, the steps, the running batch and the prefix cache's share."""
 
     generate_calls: int | None = None
@@ -218,7 +218,7 @@ class CacheRecomputed(_Part):
 
 @dataclass(frozen=True)
 class ClusterWork(_Part):
-    """summary.json `cluster` (batch/cluster.py Outcome.summary): what a cluster run's workers did this session."""
+    """summary.json `cluster` (batch/run/cluster.py Outcome.summary): what a cluster run's workers did this session."""
 
     workers: int | None = None
     chunks: int | None = None
@@ -274,7 +274,7 @@ class RunSummary(_Record):
     quote_fidelity: QuoteFidelity | None = None
     params: int | None = None  # the model's parameter count (local_llm/models.py parameter_count)
     # written only when the session has them (options.Spec omit_none): absent otherwise
-    cluster: ClusterWork | None = declared(None, omit_none=True, help="a cluster run's workers (batch/cluster.py "
+    cluster: ClusterWork | None = declared(None, omit_none=True, help="a cluster run's workers (batch/run/cluster.py "
                                                                "Outcome.summary)")
     toc_s_last_session: float | None = declared(None, omit_none=True, unit="s",
                                                 help="this session's seconds of trees in this process")

@@ -39,13 +39,13 @@ from clarify.stops import Stopped
 # (module, function) pairs; each function takes the subparsers object and adds its commands.
 # Heavy imports happen only when a subcommand runs, so `clarify --help` is instant.
 REGISTRARS = [
-    ("clarify.batch.doctor", "register"),
-    ("clarify.batch.offline", "register"),
+    ("clarify.batch.cli.doctor", "register"),
+    ("clarify.batch.cli.offline", "register"),
     ("clarify.local_llm.cli", "register"),
     ("clarify.index.cli", "register"),
     ("clarify.eval.cli", "register"),
-    ("clarify.batch.commands", "register"),
-    ("clarify.batch.show", "register"),
+    ("clarify.batch.cli.commands", "register"),
+    ("clarify.batch.cli.show", "register"),
 ]
 
 
@@ -66,7 +66,7 @@ class ManualFormatter(argparse.RawDescriptionHelpFormatter):
 
 class Subcommands(argparse._SubParsersAction):
     """A command's subcommands: one given only its one-line `help` (what `clarify --help` lists) has it as
-    its description too, so its own `--help` and the generated reference (batch/config_doc.py,
+    its description too, so its own `--help` and the generated reference (batch/cli/config_doc.py,
     docs/configuration.md) say what it does; argparse itself leaves that description empty."""
 
     def add_parser(self, name, **kwargs):
@@ -205,7 +205,3 @@ def _main(args: argparse.Namespace) -> int:
         # A full disk, a read-only file system: one line with the path and what to do (errors.py).
         print(f"clarify {args.command}: error: {write_failure(exc)}", file=sys.stderr)
         return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,7 +13,7 @@ Models start largest first (the one that needs the most GPUs cannot be starved b
 lowest free GPU ids; what does not fit waits in that order and starts the moment enough GPUs are free
 (`Pool`, `run_queue`): a queued model that fits on the freed GPUs starts even when one before it still
 waits for more. On a Ray cluster (`--ray-address`) the same tensor_parallel_size becomes the run's
-resource request (batch/cluster.py `_plan`: a placement group of that many GPU bundles), and Ray queues it.
+resource request (batch/run/cluster.py `_plan`: a placement group of that many GPU bundles), and Ray queues it.
 """
 
 from __future__ import annotations

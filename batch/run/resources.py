@@ -5,8 +5,8 @@ config.json records it, never `auto`), the dataset adapter (eval/datasets/), the
 their gold, the index (opened lazily, its paths and dimensions checked) and `inputs`, what pins each input
 in inputs.json (the questions file's sha256, the demo pool's, the index's fingerprint, the model's — one
 resolution and one fingerprint of the model folder, or the server's address and the model it reports,
-local_llm/backends.py). The pipeline (batch/pipeline.py), the demo (batch/commands.py) and the Ray workers
-(batch/cluster.py, `for_worker`: the driver's pins, not a second resolution) all start from one;
+local_llm/backends.py). The pipeline (batch/run/pipeline.py), the demo (batch/cli/commands.py) and the Ray workers
+(batch/run/cluster.py, `for_worker`: the driver's pins, not a second resolution) all start from one;
 `open_resources` then opens the heavy parts a tree needs (encoder, demo pools, the cached engine, the
 searcher) only when there is work left.
 
@@ -28,7 +28,7 @@ import polars as pl
 
 from clarify import schemas
 from clarify.batch.config import AnswerStyle, ModelConfig, RetrievalConfig, RunConfig
-from clarify.batch.rundir import PART_TABLES
+from clarify.batch.run.rundir import PART_TABLES
 from clarify.batch.toc.constraints import requested
 from clarify.batch.toc.demos import Pool, resolve_pool
 from clarify.batch.toc.program import Resources, TreeRows
@@ -51,7 +51,7 @@ class PreparedRun:
     gold: pl.DataFrame | None
     index: Any  # the opened (lazy) index
     inputs: dict  # inputs.json: what pins each input
-    tree: TreeSettings  # what each tree reads (the drivers, batch/scheduler.py; the quoted demos)
+    tree: TreeSettings  # what each tree reads (the drivers, batch/run/scheduler.py; the quoted demos)
     retrieval: RetrievalConfig  # the searcher's table ([retrieval])
     model: ModelConfig  # the engine's table ([model])
     # how the engine is opened: `engine_for` on the pinned model unless a caller (a test, a worker) gives one
@@ -101,7 +101,7 @@ def prepare(cfg: RunConfig, *, index=None, engine_factory: EngineFactory | None 
 
 def for_worker(cfg: RunConfig, questions: pl.DataFrame, pins: dict,
                engine_factory: EngineFactory | None = None) -> PreparedRun:
-    """A Ray worker's run (batch/cluster.py): the driver's whole frozen config (its pool already concrete; a
+    """A Ray worker's run (batch/run/cluster.py): the driver's whole frozen config (its pool already concrete; a
     worker re-opens the run from it: dataset, questions file and pool, `[retrieval]`, `[model]`, the tree's
     settings), the questions it was handed and the driver's pins (inputs.json) — exactly the index, FAISS
     folder, encoder and model folder the driver resolved, refused when this node's copies differ
@@ -135,7 +135,7 @@ def _questions(cfg: RunConfig) -> tuple[datasets.Dataset, Pool, pl.DataFrame, pl
 
 
 def searcher_identity(r: RetrievalConfig, index) -> dict:
-    """What a searcher's hits depend on (the shared search cache's key, batch/search_cache.py): its kind,
+    """What a searcher's hits depend on (the shared search cache's key, batch/run/search_cache.py): its kind,
     candidates and reranker (the frozen config's `[retrieval]`, `r`), and the index's manifest checksum."""
     from clarify.index.fingerprint import index_pins
 
@@ -232,7 +232,7 @@ def open_resources(run: PreparedRun, cache_dir: Path, *, search_cache: Path | No
         # rerank searcher's own scorer, else the index's (run_toc.py:164 dsp's cross-encoder)
         rerank = (getattr(searcher, "scorer", None) or index.scorer(cross)).score
     if searcher is not None and search_cache is not None:
-        from clarify.batch.search_cache import CachingSearcher
+        from clarify.batch.run.search_cache import CachingSearcher
 
         searcher = CachingSearcher(searcher, search_cache, searcher_identity(run.retrieval, index))
     return Resources(engine=engine, searcher=searcher, passages=passages, embed=embed, demos=demos,
@@ -266,13 +266,13 @@ def engine_for(model: ModelConfig, tree: TreeSettings, *, pin: dict | None = Non
     (built once, then shared), or a client of a running server; `tree`: which of its steps decode under a
     grammar (batch/toc/constraints.py requested). `pin`: the run's pin of the model (inputs.json: the folder
     resolved and fingerprinted once). `placement`: where a cluster worker's engine runs its shards
-    (batch/cluster.py), no result changes."""
+    (batch/run/cluster.py), no result changes."""
     from clarify.local_llm import backends
 
     return backends.get(model.backend).open(model, pin=pin, constrained=requested(tree), **placement)
 
 
 def tables(rows: list[TreeRows]) -> dict[str, pl.DataFrame]:
-    """Finished trees' rows as one part's tables (batch/rundir.py `write_part`)."""
+    """Finished trees' rows as one part's tables (batch/run/rundir.py `write_part`)."""
     return {name: schemas.frame((r for t in rows for r in getattr(t, name)), record)
             for name, record in PART_TABLES.items()}

@@ -9,7 +9,7 @@ disk `$CLARIFY_HOME` takes. On a CUDA machine, the GPU preflight for the configu
 max_model_len, compute capability vs dtype, NCCL, faiss-gpu). `--settings`: the CPU/CUDA settings table
 for this device (local_llm/settings.py). `--offline BUNDLE`: the carried bundle against its manifest and
 the installed packages against its lock, and each piece it carries (models, indexes, reader,
-cross-encoder, encoder, ASQA.json, wheels vs the lock: batch/offline.py). Nothing is built, converted or loaded: torch
+cross-encoder, encoder, ASQA.json, wheels vs the lock: batch/cli/offline.py). Nothing is built, converted or loaded: torch
 is imported (to ask the device and the CPU), vLLM and the JVM are not.
 """
 
@@ -310,9 +310,9 @@ def settings_table(cfg) -> str:
 
 def offline_result(bundle: Path) -> dict:
     """`--offline BUNDLE`: the files vs the manifest and the installed packages vs its lock
-    (batch/offline.py check_bundle), then each piece of the bundle, one check each (offline.bundle_checks:
+    (batch/cli/offline.py check_bundle), then each piece of the bundle, one check each (offline.bundle_checks:
     wheels vs the lock, models, indexes, reader, cross-encoder, encoder, data/ASQA.json)."""
-    from clarify.batch import offline as off
+    from clarify.batch.cli import offline as off
 
     result = off.check_bundle(bundle)
     files_ok = not any(p.startswith(("missing:", "size differs:", "sha256 differs:", "not in the manifest:"))
@@ -321,7 +321,7 @@ def offline_result(bundle: Path) -> dict:
     checks = [{"name": "files", "ok": files_ok, "fix": "" if files_ok else "copy the named files again",
                "detail": f"{result['files']} files, {result['bytes'] / 1e9:.2f} GB " + (
                    "match the manifest's sizes and sha256" if files_ok else "differ from the manifest (below)")}]
-    checks += off.bundle_checks(bundle, off.read_manifest(bundle), Path(off.__file__).resolve().parents[1] / "requirements")
+    checks += off.bundle_checks(bundle, off.read_manifest(bundle), Path(off.__file__).resolve().parents[2] / "requirements")
     checks.append({"name": "installed", "ok": not installed, "fix": "" if not installed else
                    f"make install-offline STACK=... WHEELS={result['bundle']}/wheels",
                    "detail": f"every package {result['lock']} pins, at its version" if not installed else

@@ -3,7 +3,7 @@
     driver   the `clarify run` process. It holds the run directory (its lock, config, parts, final tables),
              keeps each worker holding `PREFETCH` chunks of `chunk_questions` unfinished questions from
              one queue (a worker that finishes sooner takes the next chunk sooner, so fast workers take
-             more) and writes each finished chunk as one part (batch/rundir.py) the moment it comes
+             more) and writes each finished chunk as one part (batch/run/rundir.py) the moment it comes
              back; then the final tables, exactly as a one-process run.
     workers  Ray actors (`Worker`), one engine each: a GPU (`num_gpus=1`), a tensor-parallel group of GPUs
              (a placement group of `tensor_parallel_size` GPU bundles on one node; vLLM's Ray executor
@@ -39,9 +39,9 @@ import polars as pl
 
 from clarify import console, faults, files, stops
 from clarify.batch.config import ClusterConfig, ModelConfig, RunConfig, from_dict
-from clarify.batch.resources import PreparedRun
-from clarify.batch.rundir import RunDir
-from clarify.batch.scheduler import SchedStats
+from clarify.batch.run.resources import PreparedRun
+from clarify.batch.run.rundir import RunDir
+from clarify.batch.run.scheduler import SchedStats
 from clarify.batch.toc.settings import TreeSettings
 from clarify.batch.toc.tree import Tree
 from clarify.errors import InputError
@@ -78,11 +78,11 @@ def wanted(c: ClusterConfig) -> bool:
 @dataclass(frozen=True)
 class ChunkResult:
     """A chunk whose trees are all finished, handed by its worker to the driver (`Worker.take`), which writes
-    it as one part (`_write`, batch/rundir.py write_part)."""
+    it as one part (`_write`, batch/run/rundir.py write_part)."""
 
     qids: list[str]  # the chunk's questions, in the order the driver gave them
     trees: list[dict]  # each finished tree (batch/toc/tree.py Tree.to_dict), in `qids` order
-    tables: dict[str, pl.DataFrame]  # their rows (batch/resources.py `tables`)
+    tables: dict[str, pl.DataFrame]  # their rows (batch/run/resources.py `tables`)
     tokens: int  # prompt + output tokens the worker's engine computed for them (cache hits excluded)
     engine: dict | None  # the worker's engine facts (device, dtype)
     node: str  # the host the worker ran on
@@ -114,7 +114,7 @@ class Worker:
         self._logs = contextlib.ExitStack()  # vLLM's and the libraries' output: run_dir/logs/worker-NN-….log
         rd = RunDir(run_dir)
         self._logs.enter_context(console.session(rd.logs_dir, rd.worker_name(slot)))
-        from clarify.batch.resources import engine_for, for_worker, open_resources
+        from clarify.batch.run.resources import engine_for, for_worker, open_resources
 
         # exactly the index, FAISS folder, encoder and model folder the driver pinned (inputs.json), refused
         # when this node's copies differ (resources.open_run_index); the FAISS part memory-mapped, so the
@@ -151,7 +151,7 @@ class Worker:
 
     def serve(self) -> SchedStats:
         """Run every chunk given until `give(None)`; returns what the driver did."""
-        from clarify.batch.scheduler import run_continuous
+        from clarify.batch.run.scheduler import run_continuous
 
         return run_continuous([], self.res, self.tree, self._tree_done, more=self._more)
 
@@ -168,7 +168,7 @@ class Worker:
         return trees
 
     def _tree_done(self, tree: Tree, rows) -> None:
-        from clarify.batch.resources import tables
+        from clarify.batch.run.resources import tables
 
         chunk = self.of.pop(tree.qid)
         chunk["rows"][tree.qid] = rows
@@ -392,7 +392,7 @@ class Pool:
 def run_chunks(rd: RunDir, prep: PreparedRun, cfg: RunConfig, finished: set[str], *, search_cache: Path | None,
                display, run_s: Callable[[], float | None], stop_after_parts: int | None = None,
                on_part: Callable[[Pool], None] | None = None) -> Outcome:
-    """Run every unfinished question's tree of a prepared run (batch/resources.py) on Ray workers, writing
+    """Run every unfinished question's tree of a prepared run (batch/run/resources.py) on Ray workers, writing
     each finished chunk as a part. The workers open what the driver pinned (`prep.inputs`). `cfg`: the whole
     frozen config — its `[cluster]` table places the workers, and each worker re-opens the run from all of it
     (`Worker`: another process, maybe another node)."""

@@ -16,7 +16,7 @@
     base_url = "http://gpu-box:8000/v1"
     params = "8B"                        # its parameter count, for the table and the plot (optional)
 
-Each entry's keys are checked against the one declaration of `[model]` (batch/config.py ModelConfig: each
+Each entry's keys are checked against the one declaration of `[model]` (batch/config/schema.py ModelConfig: each
 field's type and declared range or choices) before anything runs, every bad entry named on its own line
 (file, entry, field). An entry's settings replace those of the run's `[model]` table (from --config or the
 defaults) for that model only, and each model's run freezes its own (`<run>/config.json`).
@@ -43,7 +43,7 @@ from clarify.batch.config import ModelConfig, RunConfig
 from clarify.errors import InputError
 
 # What `clarify compare` writes at the top of its --out besides the models' run directories and their
-# `<name>.log` (batch/compare.py): a model's run directory must never take one of these names, or the
+# `<name>.log` (batch/compare/compare.py): a model's run directory must never take one of these names, or the
 # comparison would write into that run's folder (or its table onto the run directory) after the runs.
 COMPARE_FILES = ("config.json", "logs", "models", "search_cache", "comparison.parquet", "paired.parquet",
                  "comparison.md", "comparison.png")

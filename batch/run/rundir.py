@@ -1,19 +1,19 @@
 """Run directories: a frozen config, finished trees in parts (written to a temp name and renamed), the
 final tables and the completion cache. Resume = keep the finished trees, replay the others against the
-completion cache (no engine call up to where the run stopped: batch/scheduler.py).
+completion cache (no engine call up to where the run stopped: batch/run/scheduler.py).
 
     runs/NAME/.lock                  flock held by the one process working here; holds its pid and host
     runs/NAME/config.json            frozen effective config (a different config for the same name is an error)
     runs/NAME/inputs.json            what the run reads, pinned with the config: the questions file's
                                      sha256, the model's and the index's fingerprints, and the prompts'
-                                     (batch/records.py RunInputs, batch/toc/fingerprint.py)
+                                     (batch/run/records.py RunInputs, batch/toc/fingerprint.py)
     runs/NAME/questions.parquet
     runs/NAME/parts/0001/            finished trees, appended as they finish (a part is renamed into place
         when complete): llm_calls.parquet hits.parquet answers.parquet state.json (those trees, JSON; the
         sha256 of each Parquet file and a checksum of itself, verified on resume; `ran_on`: the worker,
         node and chunk of a cluster run)
     runs/NAME/cache/                 completion cache (clarify.local_llm.cache): completions.sqlite, and
-                                     worker-NN.sqlite of a cluster run's workers (batch/cluster.py)
+                                     worker-NN.sqlite of a cluster run's workers (batch/run/cluster.py)
     runs/NAME/{nodes,hits,llm_calls,answers,spans,passages,scores}.parquet   final tables
     runs/NAME/summary.json           written last: its presence means the run is finished (RunSummary)
     runs/NAME/logs/                  one log file per session: library logs, warnings, native output (console.py);
@@ -49,7 +49,7 @@ import polars as pl
 
 from clarify import console, faults, schemas
 from clarify.batch.config import from_dict
-from clarify.batch.records import RunInputs, RunSummary, read_json
+from clarify.batch.run.records import RunInputs, RunSummary, read_json
 from clarify.batch.toc import fingerprint
 from clarify.batch.toc.tree import Tree
 from clarify.errors import InputError
@@ -106,7 +106,7 @@ def input_changes(old: dict, new: dict) -> list[str]:
 def config_changes(old: dict, new: dict, ignore: tuple[str, ...] = (), source: str = "config.json") -> list[str]:
     """What differs between a run directory's config.json (`old`, as any clarify wrote it) and this run's
     (`new`), setting by setting ("toc.max_depth: 3 → 2"); `ignore`: settings that never change results.
-    Both are read as a RunConfig first (batch/config.py from_dict), so a setting an older config.json lacks
+    Both are read as a RunConfig first (batch/config/load.py from_dict), so a setting an older config.json lacks
     reads as its declared default: what clarify did before the setting existed (tests/test_run_records.py
     holds that to a config.json written by an older clarify). A key this clarify does not know (a setting
     since removed) or a value it refuses is an InputError in one line, naming it."""
@@ -192,7 +192,7 @@ class RunDir:
 
     @staticmethod
     def worker_name(slot: int) -> str:
-        """A cluster worker's name: its log files' prefix and its completion cache's stem (batch/cluster.py)."""
+        """A cluster worker's name: its log files' prefix and its completion cache's stem (batch/run/cluster.py)."""
         return f"worker-{slot:02d}"
 
     @classmethod
@@ -203,7 +203,7 @@ class RunDir:
     @property
     def finished(self) -> bool:
         """summary.json and every final table are there (a table deleted since is rebuilt from the parts
-        and the completion cache by the next run of the command, with no engine: batch/pipeline.py)."""
+        and the completion cache by the next run of the command, with no engine: batch/run/pipeline.py)."""
         return self.summary_file.exists() and all(self.table_file(name).exists() for name in FINAL_TABLES)
 
     @contextlib.contextmanager
@@ -346,7 +346,7 @@ class RunDir:
         run_s: the run's wall seconds up to this part, summed over the sessions that got it here (a
         resumed session starts from the last part's run_s; time lost to a crash is not counted).
         engine: the engine's facts (device, dtype), for a session that finalizes without loading it.
-        extra: where the trees ran (a cluster run's worker, node and chunk: batch/cluster.py)."""
+        extra: where the trees ran (a cluster run's worker, node and chunk: batch/run/cluster.py)."""
         dirs = self.part_dirs()
         n = int(dirs[-1].name) + 1 if dirs else 1
         final = self.parts_dir / f"{n:04d}"
