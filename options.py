@@ -39,6 +39,7 @@ this module imports nothing of clarify.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import types
@@ -117,6 +118,44 @@ def setting(default: Any, *, help: str, **spec: Any) -> Any:
 def spec(f: Field) -> Spec:
     """The Spec of field `f` (PLAIN for one declared without `declared`)."""
     return f.metadata.get("spec", PLAIN)
+
+
+@dataclass(frozen=True)
+class JsonObject:
+    """A JSON object read into a record: the keys its readers use declared, typed (None where the object lacks
+    them), the others kept in `extra`. `to_json` gives the object back as it was read or made, its keys in
+    their order (`keys`; a declared key absent from it stays absent), so what is shown, written again or
+    hashed (an index's corpus, a run's pins) is what was there. The records of a run (batch/run/records.py)
+    and the index manifest's corpus and build settings (index/manifest.py) are made of these."""
+
+    extra: dict[str, Any] = field(default_factory=dict, kw_only=True, repr=False)
+    keys: tuple[str, ...] | None = field(default=None, kw_only=True, repr=False, compare=False)  # None: declared, extra
+
+    @classmethod
+    def _names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls) if f.name not in ("extra", "keys")]
+
+    @classmethod
+    def of(cls, data: dict | None) -> Any:
+        """The record of an object this clarify made or read; None stays None."""
+        if data is None:
+            return None
+        names = cls._names()
+        return cls(**{k: v for k, v in data.items() if k in names},
+                   extra={k: v for k, v in data.items() if k not in names}, keys=tuple(data))
+
+    def to_json(self) -> dict:
+        keys = (*self._names(), *self.extra) if self.keys is None else self.keys
+        return {k: self.extra[k] if k in self.extra else getattr(self, k) for k in keys}
+
+    def value(self, name: str) -> Any:
+        """The value of key `name` as the object holds it (declared or in `extra`; None when absent)."""
+        return self.to_json().get(name)
+
+    def with_(self, **values: Any) -> Any:
+        """This object with `values` set; a declared key it lacked joins it last, as `{**obj, key: value}`."""
+        keys = None if self.keys is None else (*self.keys, *(k for k in values if k not in self.keys))
+        return dataclasses.replace(self, **values, keys=keys)
 
 
 def default_of(f: Field) -> Any:

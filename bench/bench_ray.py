@@ -67,7 +67,7 @@ def main() -> None:
             tokens = int(calls["prompt_tokens"].sum() + calls["output_tokens"].sum())
         row = {"workers": workers, "chunk_questions": chunk, "wall_s": round(wall, 1), "engine_tokens": tokens, "tokens_per_s_wall": round(tokens / wall, 1),
                "engine_tokens_per_s": summary.engine_tokens_per_s, "dtype": summary.engine and summary.engine.dtype,
-               "per_worker": c.per_worker, "requeued": c.requeued}
+               "per_worker": c.per_worker and [w.to_json() for w in c.per_worker], "requeued": c.requeued}
         if first is None:
             first = out
         else:

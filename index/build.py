@@ -38,6 +38,7 @@ from clarify.index.manifest import (
     MANIFEST,
     SCHEMA,
     Bm25Part,
+    CorpusEntry,
     DensePart,
     IndexManifest,
     Passages,
@@ -116,40 +117,40 @@ class BuildOptions:
 
 
 # ------------------------------------------------------------------------- the index in place vs this build
-def current_corpus(files: list[Path], manifest: IndexManifest | None, *, verify: bool = False) -> list[dict]:
+def current_corpus(files: list[Path], manifest: IndexManifest | None, *, verify: bool = False) -> list[CorpusEntry]:
     """The corpus files' identities for a build (index/corpus.py `corpus_entries`), cheaply: a file whose
     name, size and mtime are those the manifest recorded keeps the manifest's sha256 (a stat, no read:
     seconds for a 21M-passage corpus); any other file, or every file with `verify`, is hashed in full."""
     cheap = corpus_entries(files, checksum=False)
-    old = {c.get("name"): c for c in (manifest.corpus if manifest else ())}
+    old = {c.name: c for c in (manifest.corpus if manifest else ())}
     out = []
     for f, entry in zip(files, cheap):
-        prev = old.get(entry["name"])
-        if (not verify and prev and prev.get("sha256") and prev.get("bytes") == entry["bytes"]
-                and prev.get("mtime_ns") == entry["mtime_ns"]):
-            out.append({**entry, "sha256": prev["sha256"]})
+        prev = old.get(entry.name)
+        if (not verify and prev and prev.sha256 and prev.bytes == entry.bytes
+                and prev.mtime_ns == entry.mtime_ns):
+            out.append(entry.with_(sha256=prev.sha256))
         else:
             out.append(corpus_entries([f])[0])
     return out
 
 
-def differences(manifest: IndexManifest, corpus: list[dict], options: BuildOptions) -> list[str]:
+def differences(manifest: IndexManifest, corpus: list[CorpusEntry], options: BuildOptions) -> list[str]:
     """What a rebuild of the index `manifest` describes would change, one sentence each (empty: up to date)."""
     diffs = []
-    old = {c["name"]: c for c in manifest.corpus}
-    new = {c["name"]: c for c in corpus}
+    old = {c.name: c for c in manifest.corpus}
+    new = {c.name: c for c in corpus}
     for name in sorted(set(old) | set(new)):
         if name not in old:
             diffs.append(f"corpus file '{name}' was added")
         elif name not in new:
             diffs.append(f"corpus file '{name}' was removed")
-        elif old[name]["sha256"] != new[name]["sha256"]:
-            diffs.append(f"corpus file '{name}' changed (sha256 {old[name]['sha256'][:12]} -> {new[name]['sha256'][:12]})")
-    if [c["name"] for c in manifest.corpus] != [c["name"] for c in corpus] and not diffs:
+        elif old[name].sha256 != new[name].sha256:
+            diffs.append(f"corpus file '{name}' changed (sha256 {old[name].sha256[:12]} -> {new[name].sha256[:12]})")
+    if [c.name for c in manifest.corpus] != [c.name for c in corpus] and not diffs:
         diffs.append("corpus files are given in a different order")
-    for key, value in options.identity().items():
-        if manifest.build.get(key) != value:
-            diffs.append(f"setting '{key}' changed ({manifest.build.get(key)!r} -> {value!r})")
+    for key, value in options.identity().items():  # the settings this build records, each as the index has it
+        if manifest.build.value(key) != value:
+            diffs.append(f"setting '{key}' changed ({manifest.build.value(key)!r} -> {value!r})")
     encoder = manifest.dense.encoder if manifest.dense else None
     if encoder not in (None, "", "default") and not str(encoder).startswith(f"{ENCODERS}/"):
         diffs.append("the index does not hold a copy of its encoder (built by an older clarify)")
@@ -242,7 +243,7 @@ def build_index(corpus, out, *, options: BuildOptions | None = None, force: bool
     return out
 
 
-def _build_into(tmp: Path, files: list[Path], entries: list[dict], options: BuildOptions, *, encoding: Path,
+def _build_into(tmp: Path, files: list[Path], entries: list[CorpusEntry], options: BuildOptions, *, encoding: Path,
                 shard: tuple[int, int] | None = None) -> IndexManifest | None:
     timings = {}
     t0 = time.perf_counter()
@@ -326,7 +327,7 @@ def _write_docids(dense_dir: Path, texts: PassageStore) -> None:
                 fh.write("\n".join(ids) + "\n")
 
 
-def _encode(texts: PassageStore, encoder, options: BuildOptions, entries: list[dict], devices: list[str],
+def _encode(texts: PassageStore, encoder, options: BuildOptions, entries: list[CorpusEntry], devices: list[str],
             encoding: Path, dense_dir: Path, shard: tuple[int, int] | None):
     """Encode the store's passages through checkpointed chunks (index/encode.py): resume from the chunks
     `encoding` holds, encode the missing ones (this shard's only, with `shard`) in this process or in one
@@ -335,7 +336,7 @@ def _encode(texts: PassageStore, encoder, options: BuildOptions, entries: list[d
 
     chunk = enc.chunk_rows()
     order, chunks = enc.plan(texts, chunk)
-    job = {"corpus": [[e["name"], e["sha256"]] for e in entries], "count": len(texts), "layout": LAYOUT,
+    job = {"corpus": [[e.name, e.sha256] for e in entries], "count": len(texts), "layout": LAYOUT,
            "encoder": encoder.name, "dim": encoder.dim, "chunk": chunk, "batch_size": encoder.batch_size,
            "device": "cpu" if options.device == "cpu" else "cuda"}
     ckpt = enc.Checkpoints(encoding, job)
@@ -369,7 +370,7 @@ def _encode(texts: PassageStore, encoder, options: BuildOptions, entries: list[d
     return enc.assemble(ckpt, order, chunk, encoder.dim, dense_dir / "embeddings.npy"), facts
 
 
-def _shipped_embeddings(entries: list[dict], encoder, texts: PassageStore, out: Path):
+def _shipped_embeddings(entries: list[CorpusEntry], encoder, texts: PassageStore, out: Path):
     """(memmap, source) with the corpus' shipped vectors copied to `out` when they are usable here
     (index/shipped.py), else (None, source) saying why they were not; `source` goes in the manifest."""
     from clarify.index import shipped
@@ -381,7 +382,7 @@ def _shipped_embeddings(entries: list[dict], encoder, texts: PassageStore, out: 
         return None, {"source": "encoded", "shipped": why}
     rows = shipped.sample_rows(n)
     diff = shipped.check_sample(vectors, dict(zip(rows.tolist(), passage_texts(texts.take(rows)))), encoder, rows)
-    npy, _ = shipped.paths(Path(entries[0]["path"]).parent, encoder.name)
+    npy, _ = shipped.paths(Path(entries[0].path).parent, encoder.name)
     if diff > shipped.TOLERANCE:
         log(f"shipped embeddings {npy.name} differ from this machine's encoder by {diff:.2g} "
              f"(> {shipped.TOLERANCE:g}) on a sample: encoding the corpus instead")

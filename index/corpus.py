@@ -45,6 +45,7 @@ import numpy as np
 import polars as pl
 
 from clarify.errors import InputError, need_file
+from clarify.index.manifest import CorpusEntry
 from clarify.jsonl import STREAM_ERRORS, JsonlProblem, iter_jsonl, stream_error
 from clarify.schemas import PASSAGES
 
@@ -57,7 +58,7 @@ CHUNK_ROWS = 65536  # JSONL and Parquet: rows handed to the store at once
 
 
 # ------------------------------------------------------------------------------------ corpus identity
-def corpus_entries(files, *, checksum: bool = True) -> list[dict]:
+def corpus_entries(files, *, checksum: bool = True) -> list[CorpusEntry]:
     """Each corpus file's identity for a manifest: path, name, size, mtime and (`checksum`) sha256."""
     from clarify.files import sha256 as sha256_file
 
@@ -68,7 +69,7 @@ def corpus_entries(files, *, checksum: bool = True) -> list[dict]:
         entry = {"path": str(f.resolve()), "name": f.name, "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
         if checksum:
             entry["sha256"] = sha256_file(f)
-        out.append(entry)
+        out.append(CorpusEntry.of(entry))
     return out
 
 

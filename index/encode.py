@@ -39,6 +39,7 @@ import numpy as np
 
 from clarify.errors import InputError
 from clarify.files import write_atomic, write_json, write_npy
+from clarify.jsonl import read_json
 
 CHUNK_ROWS = 8192  # passages a checkpoint holds ($CLARIFY_ENCODE_CHUNK overrides: tests, benches)
 JOB = "job.json"
@@ -106,10 +107,10 @@ def read_job(meta: Path) -> dict | None:
     if not meta.is_file():
         return None
     try:
-        job = json.loads(meta.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"not a JSON job record ({str(exc)[:120]}): remove the encoding folder and encode "
-                         f"again", path=str(meta)) from None
+        job = read_json(meta)
+    except InputError as exc:
+        raise InputError(f"not a JSON job record ({exc.reason[:120]}): remove the encoding folder and encode "
+                         f"again", path=str(meta), line=exc.line) from None
     if not isinstance(job, dict):
         raise InputError(f"not a job record (a JSON {type(job).__name__}, not an object): remove the encoding "
                          f"folder and encode again", path=str(meta))
@@ -193,8 +194,8 @@ def check_chunk(job: dict, k: int, npy: Path) -> None:
         from clarify.files import sha256
 
         try:
-            digest = json.loads(record.read_text(encoding="utf-8")).get("sha256")
-        except (ValueError, UnicodeDecodeError, AttributeError):
+            digest = read_json(record).get("sha256")
+        except (InputError, AttributeError):
             digest = None
         if digest != sha256(npy):
             raise InputError(f"its bytes differ from those recorded when it was written ({record.name}): {fix}",

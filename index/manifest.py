@@ -24,7 +24,7 @@ from clarify import console
 from clarify.errors import InputError
 from clarify.files import write_json
 from clarify.jsonl import read_json
-from clarify.options import TYPE_WORDS, base_type, declared, json_type_ok, spec
+from clarify.options import TYPE_WORDS, JsonObject, base_type, declared, json_type_ok, spec
 
 MANIFEST = "manifest.json"
 FORMAT = "clarify-index"
@@ -134,6 +134,36 @@ class DensePart(_Part):
     sha256: dict[str, str] | None = declared(None, help="index, docid, embeddings.npy")
 
 
+@dataclass(frozen=True)
+class CorpusEntry(JsonObject):
+    """One corpus file of `corpus` (index/corpus.py `corpus_entries` makes it): its keys kept in their order, as
+    the index's identity hashes them (batch/run/resources.py `index_identity`)."""
+
+    path: str | None = None
+    name: str | None = None
+    bytes: int | None = None
+    mtime_ns: int | None = None
+    sha256: str | None = None  # absent from a cheap entry (`corpus_entries(checksum=False)`)
+
+
+@dataclass(frozen=True)
+class BuildSettings(JsonObject):
+    """`build`: the settings the index was built with (index/build.py BuildOptions.identity()), compared key by
+    key on the next build (`differences`); a setting an older build did not record is absent."""
+
+    layout: int | None = None
+    bm25: bool | None = None
+    dense: bool | None = None
+    encoder: str | None = None
+    faiss: str | None = None
+    nlist: int | None = None
+    nprobe: int | None = None
+    hnsw_m: int | None = None
+    ef_search: int | None = None
+    train_size: int | None = None
+    skip_bad: bool | None = None
+
+
 def _part_json(part) -> dict:
     """A part's JSON object: its fields in order, those it does not hold (None) left out, as a build writes
     them; so a manifest read and written again keeps the same keys (the index's identity,
@@ -147,9 +177,9 @@ class IndexManifest:
     index/corpus.py `corpus_entries`), with which settings (`build`: BuildOptions.identity(), compared key by
     key on the next build), and each part it holds (bm25 / dense: None when not built)."""
 
-    corpus: tuple[dict, ...]
+    corpus: tuple[CorpusEntry, ...]
     passages: Passages
-    build: dict
+    build: BuildSettings
     bm25: Bm25Part | None = None
     dense: DensePart | None = None
     timings: dict[str, float] = field(default_factory=dict)  # seconds of each build phase
@@ -160,13 +190,21 @@ class IndexManifest:
     version: int = VERSION
     schema_version: int = SCHEMA
 
+    def __post_init__(self):  # a caller's JSON objects (a build's, a test's) read into their records
+        object.__setattr__(self, "corpus", tuple(c if isinstance(c, CorpusEntry) else CorpusEntry.of(c)
+                                                 for c in self.corpus))
+        if not isinstance(self.build, BuildSettings):
+            object.__setattr__(self, "build", BuildSettings.of(self.build))
+
     def identity(self) -> dict:
         """What identifies the index's content: its corpus, build settings and passages."""
-        return {"corpus": list(self.corpus), "build": self.build, "passages": _part_json(self.passages)}
+        return {"corpus": [c.to_json() for c in self.corpus], "build": self.build.to_json(),
+                "passages": _part_json(self.passages)}
 
     def to_json(self) -> dict:
         out = {"format": self.format, "version": self.version, "schema_version": SCHEMA, "created": self.created,
-               "corpus": list(self.corpus), "passages": _part_json(self.passages), "build": self.build,
+               "corpus": [c.to_json() for c in self.corpus], "passages": _part_json(self.passages),
+               "build": self.build.to_json(),
                "bm25": _part_json(self.bm25) if self.bm25 else None,
                "dense": _part_json(self.dense) if self.dense else None, "timings": self.timings}
         if self.path_built is not None:

@@ -31,6 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
+from clarify.errors import InputError
+from clarify.index.manifest import CorpusEntry
+from clarify.jsonl import read_json
+
 FORMAT = "clarify-embeddings"
 VERSION = 1
 SAMPLE = 64  # rows re-encoded before shipped vectors are used
@@ -42,8 +46,8 @@ def paths(folder: Path, encoder_name: str) -> tuple[Path, Path]:
     return folder / f"{encoder_name}.embeddings.npy", folder / f"{encoder_name}.embeddings.json"
 
 
-def _corpus_key(corpus_entries: list[dict]) -> list[dict]:
-    return [{"name": c["name"], "sha256": c["sha256"]} for c in corpus_entries]
+def _corpus_key(corpus_entries: list[CorpusEntry]) -> list[dict]:
+    return [{"name": c.name, "sha256": c.sha256} for c in corpus_entries]
 
 
 def sample_rows(n: int, k: int = SAMPLE) -> np.ndarray:
@@ -51,18 +55,18 @@ def sample_rows(n: int, k: int = SAMPLE) -> np.ndarray:
     return np.unique(np.linspace(0, n - 1, num=min(k, n)).round().astype(np.int64))
 
 
-def find(corpus_entries: list[dict], encoder, layout: int, count: int) -> tuple[np.ndarray | None, str]:
+def find(corpus_entries: list[CorpusEntry], encoder, layout: int, count: int) -> tuple[np.ndarray | None, str]:
     """(vectors, why) for this build: the shipped vectors beside the first corpus file, checked, or
     (None, why not). `encoder`: index.dense.Encoder; `count`: passages read from the corpus."""
     from clarify.files import sha256 as sha256_file
 
-    npy, meta = paths(Path(corpus_entries[0]["path"]).parent, encoder.name)
+    npy, meta = paths(Path(corpus_entries[0].path).parent, encoder.name)
     if not meta.is_file() or not npy.is_file():
         return None, f"no shipped embeddings ({meta.name} beside the corpus)"
     try:
-        side = json.loads(meta.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        return None, f"{meta} is not valid JSON ({exc})"
+        side = read_json(meta)
+    except InputError as exc:
+        return None, f"{meta} is not valid JSON ({exc.reason})"
     wanted = {"format": FORMAT, "version": VERSION, "encoder": encoder.name, "layout": layout,
               "corpus": _corpus_key(corpus_entries), "count": count, "dim": encoder.dim}
     differ = [k for k, v in wanted.items() if side.get(k) != v]

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from clarify.errors import InputError
 from clarify.files import home
+from clarify.jsonl import read_json
 from clarify.local_llm.settings import EngineOptions
 
 MARKER = ".clarify-model-complete"  # written inside the folder before it is renamed into place
@@ -141,7 +142,7 @@ def _convert_gguf(gguf: Path, out_dir: Path) -> None:
     tokenizer.save_pretrained(out_dir)
     # Drop any quantization block so loaders see a plain bf16 checkpoint.
     cfg_path = out_dir / "config.json"
-    cfg = json.loads(cfg_path.read_text())
+    cfg = read_json(cfg_path)
     if cfg.pop("quantization_config", None) is not None:
         cfg_path.write_text(json.dumps(cfg, indent=2))
 
@@ -224,9 +225,10 @@ def check_model_dir(path: str | os.PathLike) -> Path:
     if not (p / "config.json").is_file():
         raise InputError("not a model directory: config.json is missing", path=str(p))
     try:
-        cfg = json.loads((p / "config.json").read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"config.json is not valid JSON ({exc})", path=str(p / "config.json")) from exc
+        cfg = read_json(p / "config.json")
+    except InputError as exc:
+        raise InputError(f"config.json is not valid JSON ({exc.reason})", path=str(p / "config.json"),
+                         line=exc.line) from None
     # What transformers and vLLM need before they load anything (AutoConfig: a JSON object naming its
     # `model_type`); found here, before the run directory is written and the engine starts (seconds).
     if not isinstance(cfg, dict):
@@ -321,8 +323,8 @@ def has_chat_template(path: Path) -> bool:
     tok_cfg = path / "tokenizer_config.json"
     if tok_cfg.is_file():
         try:
-            return bool(json.loads(tok_cfg.read_text(encoding="utf-8")).get("chat_template"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
+            return bool(read_json(tok_cfg).get("chat_template"))
+        except (InputError, AttributeError):
             return False
     return False
 
@@ -342,7 +344,7 @@ def model_fingerprint(path: Path) -> str:
 
 def config_dtype(path: Path) -> str | None:
     """The weights' dtype as config.json states it (`dtype`, older `torch_dtype`, or the text config's)."""
-    cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    cfg = read_json(path / "config.json")
     text_cfg = cfg.get("text_config", cfg)
     return cfg.get("dtype") or cfg.get("torch_dtype") or text_cfg.get("dtype") or text_cfg.get("torch_dtype")
 
@@ -362,7 +364,7 @@ def model_info(path: str | os.PathLike) -> dict:
     from clarify.local_llm.hardware import cpu_facts, resolve_dtype
 
     p = check_model_dir(path)
-    cfg = json.loads((p / "config.json").read_text(encoding="utf-8"))
+    cfg = read_json(p / "config.json")
     text_cfg = cfg.get("text_config", cfg)
     name = embedded_name_of(p)
     cpu = cpu_facts()

@@ -310,7 +310,7 @@ def test_a_build_with_nothing_to_do_does_not_read_the_corpus(tmp_path, monkeypat
     os.utime(corpus, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched, same bytes: hashed, still current
     hashed.clear()
     build_index([corpus], out, dense=False)
-    assert hashed == [corpus] and open_index(out).manifest.corpus[0]["mtime_ns"] == st.st_mtime_ns
+    assert hashed == [corpus] and open_index(out).manifest.corpus[0].mtime_ns == st.st_mtime_ns
     data = corpus.read_bytes()
     corpus.write_bytes(data.replace(b"a", b"e", 1))  # same size; mtime put back: only `verify` sees it
     os.utime(corpus, ns=(st.st_atime_ns, st.st_mtime_ns))

@@ -102,6 +102,7 @@ def test_run_refuses_a_bad_faiss_index_before_it_writes_anything(layouts, tmp_pa
 def test_a_worker_opens_exactly_what_the_driver_pinned(layouts, tmp_path):
     """What a Ray worker does (batch/run/cluster.py Worker): open the index, FAISS folder and encoder from the
     driver's inputs.json, refused when this node's copy has another fingerprint."""
+    import dataclasses
     import shutil
 
     from clarify.batch.run.resources import open_run_index, prepare
@@ -119,6 +120,6 @@ def test_a_worker_opens_exactly_what_the_driver_pinned(layouts, tmp_path):
     shutil.copytree(layouts["faiss"], other)
     st = (other / "docid").stat()  # another node's copy that is not the same file (its count still agrees)
     os.utime(other / "docid", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-    moved = {**pins, "faiss_index": {**pins["faiss_index"], "path": str(other)}}
+    moved = {**pins, "faiss_index": dataclasses.replace(pins["faiss_index"], path=str(other))}
     with pytest.raises(InputError, match="faiss index differs from the one the driver pinned"):
         open_run_index(bare.index, bare.retrieval, moved)

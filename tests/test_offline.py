@@ -84,7 +84,7 @@ def test_a_bundle_without_a_manifest_is_one_clear_error(tmp_path):
     with pytest.raises(InputError, match="no manifest.json"):
         check_bundle(b)
     (b / "manifest.json").write_text("{not json")
-    with pytest.raises(InputError, match="manifest.json: not a JSON manifest"):
+    with pytest.raises(InputError, match=r"manifest.json:1: not a JSON manifest"):  # named by file and line
         check_bundle(b)
     with pytest.raises(InputError, match="not a folder"):
         write_manifest(tmp_path / "nope", ROOT / "requirements" / "cpu.txt")

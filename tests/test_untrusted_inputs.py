@@ -157,7 +157,7 @@ def test_a_broken_job_record_is_one_line(tmp_path, capsys):
     a = _shard(tmp_path / "a", [0])
     (a / "job.json").write_text('{"corpus": [', encoding="utf-8")
     err = one_line(capsys, ["index", "merge-shards", "--out", str(tmp_path / "idx"), str(a)])
-    assert f"{a / 'job.json'}: not a JSON job record" in err
+    assert f"{a / 'job.json'}:1: not a JSON job record" in err  # named by file and line (clarify.jsonl read_json)
 
 
 # -- index manifests and an attached FAISS folder ------------------------------------------------------------

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from clarify.errors import InputError, printable
+from clarify.jsonl import read_json
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -87,13 +88,13 @@ def read_manifest(bundle: Path) -> dict:
         raise InputError("not a folder: give the bundle folder (wheels/, models/, indexes/, manifest.json)",
                          path=str(bundle))
     path = bundle / MANIFEST
-    try:
-        m = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not path.is_file():
         raise InputError("no manifest.json: write it with `clarify offline manifest BUNDLE` before copying",
-                         path=str(bundle)) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"not a JSON manifest ({exc})", path=str(path)) from None
+                         path=str(bundle))
+    try:
+        m = read_json(path)
+    except InputError as exc:
+        raise InputError(f"not a JSON manifest ({exc.reason})", path=str(path), line=exc.line) from None
     except OSError as exc:
         raise InputError(f"cannot read the manifest: {exc.strerror or exc}", path=str(path)) from None
     if not isinstance(m, dict) or m.get("format") != FORMAT or not isinstance(m.get("files"), dict):
@@ -186,7 +187,7 @@ def check_piece(kind: str, path: Path) -> str:
     if kind == "reader" and not (path / "tokenizer.json").is_file():
         # eval/reader.py: the answer spans come from a fast tokenizer's offsets
         raise InputError("the reader needs a fast tokenizer (tokenizer.json) for offsets", path=str(path))
-    model_type = json.loads((path / "config.json").read_text(encoding="utf-8"))["model_type"]
+    model_type = read_json(path / "config.json")["model_type"]
     return f"{model_type}, {_gb(_tree_bytes(path))}"
 
 

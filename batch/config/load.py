@@ -4,13 +4,13 @@ value is named in one InputError."""
 
 from __future__ import annotations
 
-import json
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from clarify.batch.config.schema import _SECTIONS, RunConfig, _as_declared, validate
 from clarify.errors import InputError
+from clarify.jsonl import read_json
 
 
 def from_dict(data: dict[str, Any], *, source: str = "config") -> RunConfig:
@@ -30,18 +30,18 @@ def load(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Ru
         source = str(path)
         if Path(path).is_dir():
             raise InputError("is a directory; --config takes a TOML file", path=source)
+        if not Path(path).exists():
+            raise InputError("config file not found", path=source)
         try:
-            text = Path(path).read_text(encoding="utf-8")
-            # a run directory's frozen config.json repeats that run's settings (`clarify compare` passes one)
-            data = json.loads(text) if Path(path).suffix == ".json" else tomllib.loads(text)
+            # a run directory's frozen config.json repeats that run's settings (`clarify compare` passes one),
+            # read as every JSON file is (clarify.jsonl read_json: bad JSON named by file and line)
+            data = read_json(path) if Path(path).suffix == ".json" else tomllib.loads(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError as exc:
             raise InputError("config file not found", path=source) from exc
         except OSError as exc:
             raise InputError(f"cannot read the config file: {exc.strerror or exc}", path=source) from exc
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise InputError(f"not valid TOML: {exc}", path=source) from exc
-        except json.JSONDecodeError as exc:
-            raise InputError(f"not valid JSON: {exc.msg}", path=source, line=exc.lineno) from exc
     for key, value in (overrides or {}).items():
         if value is None:
             continue

@@ -26,6 +26,7 @@ Ray is imported only here, only when a run asks for workers.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import queue
@@ -34,11 +35,13 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 from clarify import console, faults, files, stops
 from clarify.batch.config import ClusterConfig, ModelConfig, RunConfig, from_dict
+from clarify.batch.run.records import ATTACHED, MODEL, Pin, WorkerWork
 from clarify.batch.run.resources import PreparedRun
 from clarify.batch.run.rundir import RunDir
 from clarify.batch.run.scheduler import SchedStats
@@ -88,6 +91,15 @@ class ChunkResult:
     node: str  # the host the worker ran on
 
 
+@dataclass
+class _Chunk:
+    """A chunk a worker runs: its questions in the driver's order, their trees, and each finished tree's rows."""
+
+    qids: list[str]
+    trees: list[Tree]
+    rows: dict[str, Any] = field(default_factory=dict)  # qid -> TreeRows (batch/toc/program.py)
+
+
 class Worker:
     """One engine and its retrieval, in a Ray actor (made one by `_actor_class`, so this module imports
     without Ray). `serve` runs the continuous driver for the actor's whole life, admitting the trees of
@@ -98,7 +110,7 @@ class Worker:
     config.json holds it but with any credentials), the one thing a worker re-opens the run from
     (resources.for_worker); after that it keeps only the tree's part (`tree`) and its resources."""
 
-    def __init__(self, slot: int, cfg: dict, run_dir: str, questions: pl.DataFrame, pins: dict,
+    def __init__(self, slot: int, cfg: dict, run_dir: str, questions: pl.DataFrame, pins: dict[str, Pin],
                  search_cache: str | None, env: dict[str, str], cores: list[int] | None, engine_kwargs: dict):
         os.environ.update(env)
         files.restrict_umask()  # what it writes into the run directory is private like the driver's
@@ -123,7 +135,7 @@ class Worker:
         run_cfg = from_dict(cfg)
         self.tree = TreeSettings.of(run_cfg)
         prep = for_worker(run_cfg, questions, pins, engine_factory=lambda model: engine_for(
-            model, self.tree, pin=pins.get("model"), **engine_kwargs))
+            model, self.tree, pin=pins.get(MODEL), **engine_kwargs))
         self.questions = dict(zip(questions["qid"].to_list(), questions["question"].to_list()))
         self.res = open_resources(prep, rd.cache_dir, search_cache=Path(search_cache) if search_cache else None,
                                   cache_name=rd.worker_cache(slot))
@@ -131,7 +143,7 @@ class Worker:
         self.res.engine.on_progress = self._count
         self.inbox: queue.Queue = queue.Queue()  # chunks (lists of qids) to run; None: no more will come
         self.outbox: queue.Queue = queue.Queue()  # finished chunks
-        self.of: dict[str, dict] = {}  # qid -> its chunk while unfinished: {qids, trees, rows}
+        self.of: dict[str, _Chunk] = {}  # qid -> its chunk while unfinished
 
     def _count(self, requests: int, tokens: int) -> None:
         self.calls += requests
@@ -163,7 +175,7 @@ class Worker:
         if qids is None:
             return None
         trees = [Tree.new(q, self.questions[q], verify=self.tree.toc.verify) for q in qids]
-        chunk = {"qids": qids, "trees": trees, "rows": {}}
+        chunk = _Chunk(qids, trees)
         self.of.update({q: chunk for q in qids})
         return trees
 
@@ -171,12 +183,12 @@ class Worker:
         from clarify.batch.run.resources import tables
 
         chunk = self.of.pop(tree.qid)
-        chunk["rows"][tree.qid] = rows
-        if len(chunk["rows"]) < len(chunk["qids"]):
+        chunk.rows[tree.qid] = rows
+        if len(chunk.rows) < len(chunk.qids):
             return
         self.res.engine.flush()  # committed before the driver writes the part (as pipeline._Parts does)
-        ordered = [chunk["rows"][q] for q in chunk["qids"]]
-        self.outbox.put(ChunkResult(qids=chunk["qids"], trees=[t.to_dict() for t in chunk["trees"]],
+        ordered = [chunk.rows[q] for q in chunk.qids]
+        self.outbox.put(ChunkResult(qids=chunk.qids, trees=[t.to_dict() for t in chunk.trees],
                                     tables=tables(ordered), tokens=sum(r.tokens for r in ordered),
                                     engine=self.res.engine.facts(), node=self.node))
 
@@ -232,7 +244,7 @@ class Outcome:
     requeued: int = 0  # chunks put back after their worker died
     restarts: int = 0  # worker actors started again
     stats: SchedStats = field(default_factory=SchedStats)
-    per_worker: dict[int, dict] = field(default_factory=dict)
+    per_worker: dict[int, WorkerWork] = field(default_factory=dict)
     engine: dict | None = None
     stopped: bool = False
 
@@ -240,7 +252,7 @@ class Outcome:
         return {"workers": self.workers, "chunks": self.chunks, "requeued": self.requeued,
                 "restarts": self.restarts, "engine_tokens": self.stats.tokens,
                 "engine_tokens_per_s_all_workers": round(self.stats.tokens / wall_s, 1) if wall_s > 0 else None,
-                "per_worker": [{"slot": s, **w} for s, w in sorted(self.per_worker.items())]}
+                "per_worker": [w.to_json() for _, w in sorted(self.per_worker.items())]}
 
 
 def _start_ray(c: ClusterConfig) -> bool:
@@ -402,8 +414,9 @@ def run_chunks(rd: RunDir, prep: PreparedRun, cfg: RunConfig, finished: set[str]
     index_path = getattr(prep.index, "path", None)
     if not index_path:
         raise InputError("a cluster run needs an index directory every worker can open (--index)", field="--index")
-    pins = {k: v for k, v in prep.inputs.items() if k in ("index", "faiss_index", "encoder", "model")}
-    pins["index"] = {"path": str(index_path)} | (pins.get("index") or {})
+    pins = {k: v for k, v in prep.inputs.items() if k in (*ATTACHED, MODEL)}
+    index_pin = pins.get("index")  # the index the driver opened, by path when its pin has none (a stand-in)
+    pins["index"] = Pin.of({"path": str(index_path)} | (index_pin.to_json() if index_pin else {}))
     todo = deque(chunks_of([q for q in questions["qid"].to_list() if q not in finished], cfg.cluster.chunk_questions))
     started = _start_ray(cfg.cluster)
     try:
@@ -517,10 +530,9 @@ def _write(rd: RunDir, pool: Pool, slot: int, out: ChunkResult, outcome: Outcome
     outcome.chunks += 1
     outcome.engine = out.engine or outcome.engine
     outcome.stats.tokens += out.tokens
-    w = outcome.per_worker.setdefault(slot, {"node": out.node, "chunks": 0, "trees": 0, "engine_tokens": 0})
-    w["chunks"] += 1
-    w["trees"] += len(trees)
-    w["engine_tokens"] += out.tokens
+    w = outcome.per_worker.get(slot) or WorkerWork(slot=slot, node=out.node)
+    outcome.per_worker[slot] = dataclasses.replace(w, chunks=w.chunks + 1, trees=w.trees + len(trees),
+                                                   engine_tokens=w.engine_tokens + out.tokens)
     for _ in trees:
         display.tree_done(running=0)
     return n

@@ -80,7 +80,7 @@ def run(cfg: RunConfig, out: str | Path, *, engine_factory=None, index=None, pro
     cfg, inputs = dataclasses.replace(cfg, demo_pool=prep.pool.spec), prep.inputs
     check_caches(rd.cache_dir)
     if progress:  # with the stage lines; --no-progress keeps the terminal to errors (inputs.json has it)
-        console.say(prep.pool.line(inputs["demo_pool"]["demos"])
+        console.say(prep.pool.line(inputs["demo_pool"].demos)
                     + _limit_words(cfg.limit, prep.pool, prep.questions.height))
     # what pins the run: its inputs, and the code that makes its requests and reads its completions
     pinned = RunInputs(inputs, prompts=prompts_fingerprint())

@@ -1,6 +1,6 @@
 """The JSON records of a run directory, each a declared type with one writer and one reader.
 
-    RunInputs    inputs.json: what the run reads (each input's pin) and the fingerprint of its prompts
+    RunInputs    inputs.json: what the run reads (each input's `Pin`) and the fingerprint of its prompts
                  (batch/toc/fingerprint.py); written by `RunDir.freeze`, compared on every resume
     RunSummary   summary.json: what `finalize` (batch/run/pipeline.py) found, written last; read by `Run.open`
                  and handed to every reader as this record (its JSON objects read into, such as `tokens` or
@@ -23,10 +23,15 @@ from typing import Any
 from clarify import jsonl
 from clarify.errors import InputError
 from clarify.files import write_json
-from clarify.options import declared, spec
+from clarify.options import JsonObject, declared, spec
 
 INPUTS_SCHEMA = 2  # 1: the pins alone; 2: + schema_version and `prompts`
 SUMMARY_SCHEMA = 2  # 1: no schema_version key; 2: the same keys + schema_version
+# inputs.json's pins by input name: the model's (its folder or server, local_llm/backends.py identity), and the
+# retrieval inputs a Ray worker opens exactly as the driver pinned them (index/fingerprint.py index_pins names
+# the attached FAISS folder and encoder)
+MODEL = "model"
+ATTACHED = ("index", "faiss_index", "encoder")
 
 
 def read_json(path: Path, what_to_do: str) -> object:
@@ -77,59 +82,9 @@ class _Record:
 
 
 @dataclass(frozen=True)
-class RunInputs(_Record):
-    """inputs.json. `pins`: each input's pin by name (questions, demo_pool, index, model, ...: a path and its
-    sha256 or fingerprint, batch/run/resources.py `prepare`); `prompts`: {component: sha256} of the code that
-    makes the requests and reads the completions (batch/toc/fingerprint.py), None in a version-1 file."""
-
-    pins: dict[str, dict] = field(default_factory=dict)
-    prompts: dict[str, str] | None = None
-    schema_version: int = INPUTS_SCHEMA
-
-    def to_json(self) -> dict:
-        """The file's content: the pins at the top level (as version 1 had them), then the rest."""
-        out: dict[str, Any] = {**self.pins, "schema_version": self.schema_version}
-        if self.prompts is not None:
-            out["prompts"] = self.prompts
-        return out
-
-    @classmethod
-    def from_json(cls, data: object, source: str) -> RunInputs:
-        data = _object(data, source)
-        version = _version(data, INPUTS_SCHEMA, source)
-        prompts = data.get("prompts")
-        if prompts is not None and not (isinstance(prompts, dict) and all(isinstance(v, str) for v in prompts.values())):
-            raise InputError("prompts must map each component to its sha256", path=source, field="prompts")
-        pins = {k: v for k, v in data.items() if k not in ("schema_version", "prompts")}
-        bad = [k for k, v in pins.items() if not isinstance(v, dict)]
-        if bad:
-            raise InputError(f"an input's pin must be a JSON object, got {type(pins[bad[0]]).__name__}", path=source,
-                             field=bad[0])
-        return cls(pins, prompts, version)
-
-
-@dataclass(frozen=True)
-class _Part:
-    """A JSON object inside a record: the keys its readers use declared, typed (None where the object lacks
-    them), the others kept in `extra`. `to_json` gives the object back as it was read or made, its keys in
-    their order (`keys`; a declared key absent from it stays absent), so what is shown or written again is
-    what was there."""
-
-    extra: dict[str, Any] = field(default_factory=dict, kw_only=True, repr=False)
-    keys: tuple[str, ...] | None = field(default=None, kw_only=True, repr=False, compare=False)  # None: declared, extra
-
-    @classmethod
-    def _names(cls) -> list[str]:
-        return [f.name for f in dataclasses.fields(cls) if f.name not in ("extra", "keys")]
-
-    @classmethod
-    def of(cls, data: dict | None) -> Any:
-        """The part for an object this clarify made (engine facts, a scheduler's counts); None stays None."""
-        if data is None:
-            return None
-        names = cls._names()
-        return cls(**{k: v for k, v in data.items() if k in names},
-                   extra={k: v for k, v in data.items() if k not in names}, keys=tuple(data))
+class _Part(JsonObject):
+    """A JSON object inside a record (options.JsonObject: declared keys typed, the others in `extra`, its keys'
+    order kept)."""
 
     @classmethod
     def from_json(cls, data: object, source: str, name: str) -> Any:
@@ -138,9 +93,23 @@ class _Part:
             raise InputError(f"{name} must be a JSON object, got {type(data).__name__}", path=source, field=name)
         return cls.of(data)
 
-    def to_json(self) -> dict:
-        keys = (*self._names(), *self.extra) if self.keys is None else self.keys
-        return {k: self.extra[k] if k in self.extra else getattr(self, k) for k in keys}
+
+@dataclass(frozen=True)
+class Pin(_Part):
+    """One input's pin in inputs.json (batch/run/resources.py `prepare`): where it is and what identifies its
+    content, compared on every resume (batch/run/rundir.py input_changes: `sha256` or `fingerprint`, never the
+    path alone). Each input has the keys of its maker; a key none declares stays in `extra`."""
+
+    path: str | None = None  # questions, demo_pool, index, faiss_index, encoder, cross_encoder, a model folder
+    sha256: str | None = None  # a file's (questions, demo_pool)
+    fingerprint: str | None = None  # a folder's (index/fingerprint.py, local_llm/models.py model_fingerprint)
+    spec: str | None = None  # demo_pool: the pool's spec (batch/toc/demos.py Pool.identity)
+    demos: int | None = None  # demo_pool: its demos
+    kind: str | None = None  # encoder: its kind (index/dense.py encoder_kind)
+    name: str | None = None  # model: an embedded model's name
+    backend: str | None = None  # model: "openai" for a server (local_llm/backends.py identity)
+    base_url: str | None = None  # model: the server's address, without credentials
+    served_model: str | None = None  # model: the id the server reports
 
 
 @dataclass(frozen=True)
@@ -217,6 +186,17 @@ class CacheRecomputed(_Part):
 
 
 @dataclass(frozen=True)
+class WorkerWork(_Part):
+    """One worker's share of summary.json `cluster` (batch/run/cluster.py `_write` counts it)."""
+
+    slot: int | None = None
+    node: str | None = None  # the host it ran on
+    chunks: int = 0  # parts it wrote this session
+    trees: int = 0
+    engine_tokens: int = 0  # prompt + output tokens its engine computed (cache hits excluded)
+
+
+@dataclass(frozen=True)
 class ClusterWork(_Part):
     """summary.json `cluster` (batch/run/cluster.py Outcome.summary): what a cluster run's workers did this session."""
 
@@ -226,7 +206,36 @@ class ClusterWork(_Part):
     restarts: int | None = None
     engine_tokens: int | None = None
     engine_tokens_per_s_all_workers: float | None = None
-    per_worker: list[dict] | None = None
+    per_worker: list[WorkerWork] | None = None
+
+    @classmethod
+    def of(cls, data: dict | None) -> Any:
+        work = super().of(data)
+        if work is None or work.per_worker is None:
+            return work
+        return dataclasses.replace(work, per_worker=[w if isinstance(w, WorkerWork) else WorkerWork.of(w)
+                                                     for w in work.per_worker])
+
+    def to_json(self) -> dict:
+        out = super().to_json()
+        if self.per_worker is not None:
+            out["per_worker"] = [w.to_json() for w in self.per_worker]
+        return out
+
+
+@dataclass(frozen=True)
+class PartState(_Part):
+    """A checkpoint part's state.json (batch/run/rundir.py write_part writes it, verify_part checks it): the
+    part's number, the run's seconds up to it, its finished trees (batch/toc/tree.py Tree.to_dict), each
+    table's sha256, the engine's facts and, for a cluster run, where its trees ran; `checksum` covers the rest."""
+
+    part: int | None = None
+    run_s: float | None = None
+    trees: list[dict] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)  # table file -> sha256
+    engine: dict | None = None
+    ran_on: dict | None = None  # a cluster run's worker, node and question ids (batch/run/cluster.py)
+    checksum: str | None = None
 
 
 @functools.cache
@@ -235,6 +244,41 @@ def _part_fields(cls: type) -> dict[str, type[_Part]]:
     hints = typing.get_type_hints(cls)
     return {f.name: t for f in dataclasses.fields(cls) for t in typing.get_args(hints[f.name])
             if isinstance(t, type) and issubclass(t, _Part)}
+
+
+@dataclass(frozen=True)
+class RunInputs(_Record):
+    """inputs.json. `pins`: each input's pin by name (questions, demo_pool, index, model, ...: a `Pin`, a path and
+    its sha256 or fingerprint, batch/run/resources.py `prepare`); `prompts`: {component: sha256} of the code that
+    makes the requests and reads the completions (batch/toc/fingerprint.py), None in a version-1 file."""
+
+    pins: dict[str, Pin] = field(default_factory=dict)
+    prompts: dict[str, str] | None = None
+    schema_version: int = INPUTS_SCHEMA
+
+    def __post_init__(self):  # pins given as their JSON objects (a caller's dict) are read into Pins
+        object.__setattr__(self, "pins", {k: v if isinstance(v, Pin) else Pin.of(v) for k, v in self.pins.items()})
+
+    def to_json(self) -> dict:
+        """The file's content: the pins at the top level (as version 1 had them), then the rest."""
+        out: dict[str, Any] = {**{k: p.to_json() for k, p in self.pins.items()}, "schema_version": self.schema_version}
+        if self.prompts is not None:
+            out["prompts"] = self.prompts
+        return out
+
+    @classmethod
+    def from_json(cls, data: object, source: str) -> RunInputs:
+        data = _object(data, source)
+        version = _version(data, INPUTS_SCHEMA, source)
+        prompts = data.get("prompts")
+        if prompts is not None and not (isinstance(prompts, dict) and all(isinstance(v, str) for v in prompts.values())):
+            raise InputError("prompts must map each component to its sha256", path=source, field="prompts")
+        bad = [(k, v) for k, v in data.items() if k not in ("schema_version", "prompts") and not isinstance(v, dict)]
+        if bad:
+            raise InputError(f"an input's pin must be a JSON object, got {type(bad[0][1]).__name__}", path=source,
+                             field=bad[0][0])
+        pins = {k: Pin.from_json(v, source, k) for k, v in data.items() if k not in ("schema_version", "prompts")}
+        return cls(pins, prompts, version)
 
 
 @dataclass(frozen=True)

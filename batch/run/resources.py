@@ -28,6 +28,7 @@ import polars as pl
 
 from clarify import schemas
 from clarify.batch.config import AnswerStyle, ModelConfig, RetrievalConfig, RunConfig
+from clarify.batch.run.records import ATTACHED, MODEL, Pin, RunInputs
 from clarify.batch.run.rundir import PART_TABLES
 from clarify.batch.toc.constraints import requested
 from clarify.batch.toc.demos import Pool, resolve_pool
@@ -50,7 +51,7 @@ class PreparedRun:
     questions: pl.DataFrame  # the questions this run answers (offset/limit, not the demo pool's)
     gold: pl.DataFrame | None
     index: Any  # the opened (lazy) index
-    inputs: dict  # inputs.json: what pins each input
+    inputs: dict[str, Pin]  # inputs.json: what pins each input
     tree: TreeSettings  # what each tree reads (the drivers, batch/run/scheduler.py; the quoted demos)
     retrieval: RetrievalConfig  # the searcher's table ([retrieval])
     model: ModelConfig  # the engine's table ([model])
@@ -60,12 +61,13 @@ class PreparedRun:
     @property
     def model_path(self) -> str | None:
         """The model folder the run pinned (None for a server or a caller's engine)."""
-        return (self.inputs.get("model") or {}).get("path")
+        pin = self.inputs.get(MODEL)
+        return pin.path if pin else None
 
     def open_engine(self):
         if self.engine_factory is not None:
             return self.engine_factory(self.model)
-        return engine_for(self.model, self.tree, pin=self.inputs.get("model"))
+        return engine_for(self.model, self.tree, pin=self.inputs.get(MODEL))
 
 
 def prepare(cfg: RunConfig, *, index=None, engine_factory: EngineFactory | None = None) -> PreparedRun:
@@ -73,33 +75,32 @@ def prepare(cfg: RunConfig, *, index=None, engine_factory: EngineFactory | None 
     refused), the demo pool (an empty one refused), the index and the model. An index or engine factory given
     by a caller (tests) is taken as given; an embedded model then is not prepared."""
     ds, pool, questions, gold = _questions(cfg)
-    inputs: dict[str, dict] = {"questions": {"path": str(cfg.questions_file()),
-                                             "sha256": file_sha256(cfg.questions_file())}}
+    inputs = {"questions": Pin.of({"path": str(cfg.questions_file()), "sha256": file_sha256(cfg.questions_file())})}
     # the ASQA file the clarification demos come from, pinned like the questions (batch/toc/demos.py)
-    inputs["demo_pool"] = pool.identity()
-    if not inputs["demo_pool"]["demos"]:
-        raise InputError(f"the demo pool {pool.spec} holds no demos", path=inputs["demo_pool"]["path"],
-                         field="demo_pool")
+    demo_pool = inputs["demo_pool"] = Pin.of(pool.identity())
+    if not demo_pool.demos:
+        raise InputError(f"the demo pool {pool.spec} holds no demos", path=demo_pool.path, field="demo_pool")
     if index is None:
         index = open_run_index(cfg.index, cfg.retrieval)
-    inputs["index"] = index_identity(index)
+    inputs["index"] = Pin.of(index_identity(index))
     from clarify.index.fingerprint import index_pins
     from clarify.local_llm import backends
     from clarify.local_llm.models import EMBEDDED, check_model_dir, model_fingerprint
 
-    inputs |= index_pins(index)  # a FAISS folder and encoder attached from elsewhere: pinned like the model
+    # a FAISS folder and encoder attached from elsewhere: pinned like the model
+    inputs |= {k: Pin.of(v) for k, v in index_pins(index).items()}
     if cfg.retrieval.cross_encoder:  # a reranker changes every ranking: its files are pinned like the model's
-        inputs["cross_encoder"] = {"path": cfg.retrieval.cross_encoder,
-                                   "fingerprint": model_fingerprint(check_model_dir(cfg.retrieval.cross_encoder))}
+        inputs["cross_encoder"] = Pin.of({"path": cfg.retrieval.cross_encoder,
+                                          "fingerprint": model_fingerprint(check_model_dir(cfg.retrieval.cross_encoder))})
     tree = TreeSettings.of(cfg)
     if engine_factory is not None and cfg.model.model in EMBEDDED:
-        inputs["model"] = {"name": cfg.model.model}
+        inputs[MODEL] = Pin.of({"name": cfg.model.model})
     else:  # a model folder's fingerprint, or a server's address and the model it reports (local_llm/backends.py)
-        inputs["model"] = backends.get(cfg.model.backend).identity(cfg.model, constrained=requested(tree))
+        inputs[MODEL] = Pin.of(backends.get(cfg.model.backend).identity(cfg.model, constrained=requested(tree)))
     return PreparedRun(ds, pool, questions, gold, index, inputs, tree, cfg.retrieval, cfg.model, engine_factory)
 
 
-def for_worker(cfg: RunConfig, questions: pl.DataFrame, pins: dict,
+def for_worker(cfg: RunConfig, questions: pl.DataFrame, pins: dict[str, Pin],
                engine_factory: EngineFactory | None = None) -> PreparedRun:
     """A Ray worker's run (batch/run/cluster.py): the driver's whole frozen config (its pool already concrete; a
     worker re-opens the run from it: dataset, questions file and pool, `[retrieval]`, `[model]`, the tree's
@@ -140,9 +141,9 @@ def searcher_identity(r: RetrievalConfig, index) -> dict:
     from clarify.index.fingerprint import index_pins
 
     ident = {"searcher": r.searcher, "candidates": r.candidates, "cross_encoder": r.cross_encoder,
-             "index": index_identity(index).get("fingerprint")}
+             "index": Pin.of(index_identity(index)).fingerprint}
     # attached index parts and FAISS search knobs join the key only when set: caches made before they existed stay valid
-    ident |= {k: v["fingerprint"] for k, v in index_pins(index).items()}
+    ident |= {k: Pin.of(v).fingerprint for k, v in index_pins(index).items()}
     ident |= {k: v for k, v in (("nprobe", r.nprobe), ("ef_search", r.ef_search)) if v}
     return ident
 
@@ -173,7 +174,7 @@ def dense_options(r: RetrievalConfig):
     return DenseOptions(nprobe=r.nprobe, ef_search=r.ef_search, device=faiss_device(device_facts()))
 
 
-def open_run_index(index: str, r: RetrievalConfig, pins: dict | None = None):
+def open_run_index(index: str, r: RetrievalConfig, pins: dict[str, Pin] | None = None):
     """The index a run uses: the config's `index` (else the embedded default, built once), with `[retrieval]`
     (`r`) `faiss_index` and `encoder` attached, opened lazily after every path and the encoder/index dimensions
     are checked. `pins`: the driver's inputs.json — a Ray worker opens exactly those paths and refuses
@@ -181,24 +182,26 @@ def open_run_index(index: str, r: RetrievalConfig, pins: dict | None = None):
     from clarify.index import ensure_default_index, open_index
     from clarify.index.fingerprint import index_pins
 
+    pinned = RunInputs(pins or {}).pins  # a caller's JSON objects read as Pins; absent ones are empty Pins
+    pin = {what: pinned.get(what) or Pin() for what in ATTACHED}
     if pins is not None:
-        path = pins["index"]["path"]
-        faiss_dir = (pins.get("faiss_index") or {}).get("path") or r.faiss_index or None
-        encoder = (pins.get("encoder") or {}).get("path") or r.encoder or None
+        path = pin["index"].path
+        faiss_dir = pin["faiss_index"].path or r.faiss_index or None
+        encoder = pin["encoder"].path or r.encoder or None
     else:
         path, faiss_dir, encoder = index or ensure_default_index(), r.faiss_index or None, r.encoder or None
     index = open_index(path, faiss_dir=faiss_dir, encoder=encoder, dense_options=dense_options(r))
     if faiss_dir:  # its docids among the index's passages: refused before the run directory is made
         index.check_attached()
-    if pins is not None and pins["index"].get("fingerprint"):
-        mine = {"index": index_identity(index)} | index_pins(index)
-        for what in ("index", "faiss_index", "encoder"):
-            want, have = (pins.get(what) or {}).get("fingerprint"), (mine.get(what) or {}).get("fingerprint")
-            if want != have:
+    if pins is not None and pin["index"].fingerprint:
+        mine = RunInputs({"index": index_identity(index)} | index_pins(index)).pins
+        for what in ATTACHED:
+            want, have = pin[what], mine.get(what) or Pin()
+            if want.fingerprint != have.fingerprint:
                 raise InputError(f"this worker's {what.replace('_', ' ')} differs from the one the driver pinned "
-                                 f"(fingerprint {str(have)[:12]} here, {str(want)[:12]} in inputs.json): every node "
-                                 f"needs the same files at the same path", path=str((mine.get(what) or {}).get("path")
-                                                                                    or (pins.get(what) or {}).get("path")))
+                                 f"(fingerprint {str(have.fingerprint)[:12]} here, {str(want.fingerprint)[:12]} in "
+                                 f"inputs.json): every node needs the same files at the same path",
+                                 path=str(have.path or want.path))
     return index
 
 

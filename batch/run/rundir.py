@@ -47,9 +47,9 @@ from typing import NamedTuple
 
 import polars as pl
 
-from clarify import console, faults, schemas
+from clarify import console, faults, jsonl, schemas
 from clarify.batch.config import from_dict
-from clarify.batch.run.records import RunInputs, RunSummary, read_json
+from clarify.batch.run.records import PartState, Pin, RunInputs, RunSummary, read_json
 from clarify.batch.toc import fingerprint
 from clarify.batch.toc.tree import Tree
 from clarify.errors import InputError
@@ -90,16 +90,18 @@ def _state_checksum(body: dict) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def input_changes(old: dict, new: dict) -> list[str]:
-    """What differs between two inputs.json: by content (sha256, fingerprint), never by path alone, so a
-    run directory or model folder that was moved still resumes."""
+def input_changes(old: dict[str, Pin], new: dict[str, Pin]) -> list[str]:
+    """What differs between two inputs.json's pins (RunInputs.pins): by content (sha256, fingerprint), never
+    by path alone, so a run directory or model folder that was moved still resumes."""
+    old, new = RunInputs(old).pins, RunInputs(new).pins  # a caller's JSON objects read as Pins
     out = []
     for what, before in sorted(old.items()):
-        now = new.get(what) or {}
-        for key in ("sha256", "fingerprint"):
-            if before and before.get(key) and now.get(key) and before[key] != now[key]:
-                where = now.get("path") or before.get("path") or ""
-                out.append(f"{what} {where} changed ({key} {before[key][:12]} → {now[key][:12]})")
+        now = new.get(what) or Pin()
+        for key, was, became in (("sha256", before.sha256, now.sha256),
+                                 ("fingerprint", before.fingerprint, now.fingerprint)):
+            if was and became and was != became:
+                where = now.path or before.path or ""
+                out.append(f"{what} {where} changed ({key} {was[:12]} → {became[:12]})")
     return out
 
 
@@ -382,11 +384,11 @@ class RunDir:
         dirs = self.part_dirs()
         if not dirs:
             return None
-        trees, state = [], {}
+        trees, state = [], PartState()
         for d in dirs:
-            state = verify_part(d)
-            trees += [Tree.from_dict(t) for t in state["trees"]]
-        return Checkpoint(len(dirs), trees, state.get("run_s"), state.get("engine"))
+            state = PartState.of(verify_part(d))
+            trees += [Tree.from_dict(t) for t in state.trees]
+        return Checkpoint(len(dirs), trees, state.run_s, state.engine)
 
     def part_table(self, name: str) -> pl.DataFrame:
         """The parts' table `name` (PART_TABLES), concatenated; empty, with its schema, before any part."""
@@ -405,18 +407,18 @@ def verify_part(d: Path) -> dict:
         return InputError(f"damaged checkpoint: {why}. Delete the folder {d} to redo its trees from the "
                           f"completion cache, or rerun with --restart", path=str(d / what))
 
+    if not (d / "state.json").is_file():
+        raise damaged("state.json", "the file is missing")
     try:
-        state = json.loads((d / "state.json").read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise damaged("state.json", "the file is missing") from None
-    except (ValueError, UnicodeDecodeError):
+        state = jsonl.read_json(d / "state.json")
+    except InputError:  # bad JSON, not UTF-8, empty, over the size cap: all a write cut short
         raise damaged("state.json", "not valid JSON (truncated?)") from None
     if not isinstance(state, dict) or not {"part", "trees", "checksum"} <= set(state):
         raise damaged("state.json", "not a part's state")
     body = {k: v for k, v in state.items() if k != "checksum"}
-    if _state_checksum(body) != state["checksum"]:
+    if _state_checksum(body) != PartState.of(state).checksum:
         raise damaged("state.json", "its content does not match its checksum (edited or altered)")
-    for name, sha in body.get("files", {}).items():
+    for name, sha in PartState.of(body).files.items():
         if not (d / name).is_file():
             raise damaged(name, "the file is missing")
         if file_sha256(d / name) != sha:
