@@ -17,7 +17,7 @@ from clarify.console import home_logs
 from clarify.errors import InputError, need_file
 from clarify.files import write_atomic, write_parquet
 from clarify.index.build import BuildOptions
-from clarify.index.search import CANDIDATES, SEARCHER_KINDS
+from clarify.index.search import CANDIDATES, SEARCH_K, SEARCH_SEARCHER, SEARCHER_KINDS
 from clarify.options import add_flag, flag_value
 
 
@@ -114,8 +114,8 @@ def register(sub) -> None:
     s.add_argument("--encoder", default=None, help="query encoder dir (for --faiss-index)")
     s.add_argument("--queries", type=Path, help="JSONL/Parquet/TSV with qid and query (or id / question) columns")
     s.add_argument("--query", help="a single query")
-    s.add_argument("--k", type=int, default=10, help="hits per query")
-    s.add_argument("--retriever", choices=SEARCHER_KINDS, default="hybrid",
+    s.add_argument("--k", type=int, default=SEARCH_K, help="hits per query")
+    s.add_argument("--retriever", choices=SEARCHER_KINDS, default=SEARCH_SEARCHER.value,
                    help="bm25 (Lucene), dense (FAISS), hybrid (their top --candidates fused by reciprocal rank) "
                         "or rerank (that union rescored by --cross-encoder, else the dense encoder's cosine); "
                         "docs/retrieval.md#searchers-and-the-reranker")

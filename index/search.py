@@ -30,6 +30,10 @@ class SearcherKind(StrEnum):
 
 
 SEARCHER_KINDS = tuple(k.value for k in SearcherKind)  # `clarify index search --retriever`
+# `clarify index search`'s defaults (index/cli.py): hits per query, and the searcher, fusion of both retrievers
+# without a reranker's cost (a run's own default, `retrieval.searcher`, is batch/config/schema.py's)
+SEARCH_K = 10
+SEARCH_SEARCHER = SearcherKind.HYBRID
 
 # Passages each retriever hands to fusion and reranking (run_toc.py --top_k_docs 100): the default of
 # `Index.searcher`, `clarify index search|coverage --candidates` and a run's `[retrieval] candidates`.

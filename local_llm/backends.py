@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from clarify.local_llm.openai_http import ClientOptions
+from clarify.local_llm.openai_http import ClientOptions, client_kwargs
 from clarify.local_llm.settings import EngineOptions
 
 
@@ -41,11 +41,11 @@ class Backend:
     description: str
 
 
-def _vllm_open(m, pin: dict | None = None, constrained=(), **placement):  # vLLM constrains every request
+def _vllm_open(m, pin: Any = None, constrained=(), **placement):  # vLLM constrains every request
     from clarify.local_llm.vllm_engine import get_engine
 
-    # the run's pin (`identity`, inputs.json): the folder it resolved and fingerprinted once
-    model, fingerprint = (pin["path"], pin["fingerprint"]) if pin and pin.get("path") else (m.model, None)
+    # the run's pin (`identity`, inputs.json; batch/run/records.py Pin): the folder it resolved and fingerprinted once
+    model, fingerprint = (pin.path, pin.fingerprint) if pin and pin.path else (m.model, None)
     return get_engine(model, m, fingerprint=fingerprint, **placement,
                       progress=False)  # the run shows its own progress (console.RunProgress), not vLLM's
 
@@ -57,13 +57,11 @@ def _vllm_identity(m, constrained=()) -> dict:
     return {"path": str(path), "fingerprint": model_fingerprint(path)}
 
 
-def _openai_open(m, pin: dict | None = None, constrained=(), **placement):
+def _openai_open(m, pin: Any = None, constrained=(), **placement):
     from clarify.local_llm.openai_engine import OpenAIEngine
 
-    return OpenAIEngine(_base_url(m), m.model, api_key_env=m.api_key_env, endpoint=m.endpoint,
-                        max_concurrency=m.max_concurrency, request_timeout_s=m.request_timeout_s,
-                        max_retries=m.max_retries, max_model_len=m.max_model_len, check_timeout_s=m.check_timeout_s,
-                        reply_bytes_per_token=m.reply_bytes_per_token, constrained=constrained)
+    return OpenAIEngine(_base_url(m), m.model, **client_kwargs(m), max_model_len=m.max_model_len,
+                        constrained=constrained)
 
 
 def _openai_identity(m, constrained=()) -> dict:

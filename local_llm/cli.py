@@ -36,6 +36,9 @@ from clarify.local_llm.models import (
 from clarify.options import add_flag, spec
 
 OPTION = {f.name: f for f in dataclasses.fields(Options)}  # the declared settings `generate` has flags for
+# `generate --batch-size`: prompts handed to the engine per call (its checkpoint into the cache), and a
+# server's requests in flight; vLLM schedules within a call by its own budget (max_num_seqs)
+BATCH_SIZE = 256
 
 
 def read_prompts(path: str | os.PathLike) -> list[tuple[str, str]]:
@@ -210,7 +213,7 @@ def register(sub) -> None:
             add_flag(g, f, default=f.default)
     g.add_argument("--stop", action="append", help="stop string (repeatable); base models default to a blank line")
     g.add_argument("--cache", default=None, help="completion cache (SQLite file or directory); re-runs make no model calls")
-    g.add_argument("--batch-size", type=int, default=256, help="prompts per engine call")
+    g.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="prompts per engine call")
     # a served model instead of vLLM in this process (backend openai, local_llm/backends.py)
     add_flag(g, OPTION["base_url"], flag="--base-url", default=Options.base_url)
     add_flag(g, OPTION["api_key_env"], flag="--api-key-env", default=Options.api_key_env)

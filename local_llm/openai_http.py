@@ -15,6 +15,7 @@ request (`check_constrainable`; local_llm/openai_engine.py, "Constraints").
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -62,6 +63,14 @@ class ClientOptions:
                                                    "requested token (max_tokens); a longer one is refused before "
                                                    "it is read to the end, and never cached", lo=1, unit="bytes",
                                            result_free=True)
+
+
+def client_kwargs(options: ClientOptions) -> dict[str, Any]:
+    """The client's options of an options object (a run's `[model]` table, a backend's Options) as the engine's
+    keywords (local_llm/openai_engine.py OpenAIEngine), every one carried whole but the address, which the
+    backend checks first (local_llm/backends.py `_base_url`): an option declared here reaches the engine with
+    no edit there, as local_llm/settings.py `ask_of` carries the engine's options."""
+    return {f.name: getattr(options, f.name) for f in dataclasses.fields(ClientOptions) if f.name != "base_url"}
 
 
 async def exchange(client, method: str, path: str, *, deadline_s: float, max_bytes: int,
