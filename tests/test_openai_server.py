@@ -115,9 +115,10 @@ def test_the_server_backend_gives_the_in_process_engines_tables(server, remote_r
     float32 = get_engine(llm_model_dir, dtype="float32", progress=False)
     b = run(config.load(None, SETTINGS), tmp_path / "local", engine_factory=lambda c: float32,
             index=default_local_index, progress=False)
-    assert a["engine"]["backend"] == "openai" and a["engine"]["system_fingerprint"].startswith("vllm-0.32.0")
-    assert b["engine"]["dtype"] == "float32"
-    assert a["llm_calls"] == b["llm_calls"] > a["cached_calls"]  # both computed their completions
+    # the server's own facts (its fingerprint) are kept in the engine record's `extra`
+    assert a.engine.backend == "openai" and a.engine.extra["system_fingerprint"].startswith("vllm-0.32.0")
+    assert b.engine.dtype == "float32"
+    assert a.llm_calls == b.llm_calls > a.cached_calls  # both computed their completions
     for name in TABLES:
         assert pl.read_parquet(remote_dir / f"{name}.parquet").equals(
             pl.read_parquet(tmp_path / "local" / f"{name}.parquet")), name
@@ -180,6 +181,6 @@ def test_a_server_killed_mid_run_stops_the_run_in_one_line_and_it_resumes(server
     assert before >= 1
     server.start()
     resumed = run(cfg, out, index=default_local_index, progress=False)
-    assert resumed["cached_calls"] >= before and resumed["llm_calls"] == uninterrupted["llm_calls"]
+    assert resumed.cached_calls >= before and resumed.llm_calls == uninterrupted.llm_calls
     for name in TABLES:
         assert pl.read_parquet(out / f"{name}.parquet").equals(pl.read_parquet(remote_dir / f"{name}.parquet")), name
