@@ -15,20 +15,20 @@ import polars as pl
 from clarify.options import declared, spec
 
 
+def column(dtype: pl.DataType):
+    """A row record's field, declared as every field is (options.declared): the Polars type of its column
+    (`table_schema`)."""
+    return declared(dtype=dtype)
+
+
 @dataclass(frozen=True)
 class Passage:
     """One passage as prompts number and quote it: a searched index row (PASSAGES) or a question's own
     source (QuoteSum, eval/datasets/quotesum.py)."""
 
-    passage_id: str
-    title: str
-    text: str
-
-
-def column(dtype: pl.DataType):
-    """A row record's field, declared as every field is (options.declared): the Polars type of its column
-    (`table_schema`)."""
-    return declared(dtype=dtype)
+    passage_id: str = column(pl.String)
+    title: str = column(pl.String)
+    text: str = column(pl.String)
 
 
 def table_schema(record: type) -> dict[str, pl.DataType]:
@@ -44,9 +44,27 @@ def frame(rows: Iterable, record: type) -> pl.DataFrame:
     return pl.DataFrame({name: [getattr(r, name) for r in rows] for name in schema}, schema=schema)
 
 
-QUESTIONS = {"qid": pl.String, "question": pl.String, "dataset": pl.String}
+def rows(df: pl.DataFrame, record: type) -> list:
+    """The table's rows as row records, in order: the inverse of `frame`. A column the record does not declare
+    is left out; one the table lacks reads None (a table written by an older clarify, checked with `check`'s
+    `columns` by its reader, may miss one)."""
+    names = [f.name for f in fields(record)]
+    absent = {n: None for n in names if n not in df.columns}
+    return [record(**row, **absent) for row in df.select([n for n in names if n not in absent]).iter_rows(named=True)]
 
-PASSAGES = {"passage_id": pl.String, "title": pl.String, "text": pl.String}
+
+@dataclass(frozen=True)
+class QuestionRow:
+    """A question of a run (questions.parquet) or of a dataset's questions table."""
+
+    qid: str = column(pl.String)
+    question: str = column(pl.String)
+    dataset: str = column(pl.String)
+
+
+QUESTIONS = table_schema(QuestionRow)
+
+PASSAGES = table_schema(Passage)
 
 # A hit's own columns, declared once: a searcher's, a run's and the search cache's hits hold them.
 # retriever: bm25 | dense | fused | rerank
@@ -134,36 +152,57 @@ class TreeAnswer:
 
 TREE_ANSWERS = table_schema(TreeAnswer)
 
-# answer: the final answer, with `[k span]` markers when quoted (after quote repair); answer_raw: as the
-# model wrote it; passage_ids[k-1] is the passage numbered k in the prompt.
-ANSWERS = {
-    "qid": pl.String,
-    "answer": pl.String,
-    "answer_raw": pl.String,
-    "answer_plain": pl.String,
-    "passage_ids": pl.List(pl.String),
-    "style": pl.String,
-}
+@dataclass(frozen=True)
+class AnswerRow:
+    """A run's final answer (answers.parquet). answer: the final answer, with `[k span]` markers when quoted
+    (after quote repair); answer_raw: as the model wrote it; passage_ids[k-1] is the passage numbered k in
+    the prompt."""
 
-SPANS = {
-    "qid": pl.String,
-    "span_no": pl.Int32,
-    "source_k": pl.Int32,
-    "passage_id": pl.String,
-    "text": pl.String,
-    "start": pl.Int32,
-    "end": pl.Int32,
-    "verbatim": pl.Boolean,
-    "status": pl.String,  # verbatim | repaired | unmarked | bad_source | empty (see batch/toc/quotes.py)
-    "field": pl.String,  # "text" or "title": which field of the passage start/end point into
-    "similarity": pl.Float64,  # 1.0 when verbatim; the repair match ratio otherwise
+    qid: str = column(pl.String)
+    answer: str = column(pl.String)
+    answer_raw: str = column(pl.String)
+    answer_plain: str = column(pl.String)
+    passage_ids: tuple[str, ...] = column(pl.List(pl.String))
+    style: str = column(pl.String)
+
+
+ANSWERS = table_schema(AnswerRow)
+
+
+@dataclass(frozen=True)
+class SpanRow:
+    """A quoted span of a run's answer (spans.parquet, batch/toc/quotes.py)."""
+
+    qid: str = column(pl.String)
+    span_no: int = column(pl.Int32)
+    source_k: int | None = column(pl.Int32)
+    passage_id: str | None = column(pl.String)
+    text: str = column(pl.String)
+    start: int | None = column(pl.Int32)
+    end: int | None = column(pl.Int32)
+    verbatim: bool = column(pl.Boolean)
+    status: str = column(pl.String)  # verbatim | repaired | unmarked | bad_source | empty (see batch/toc/quotes.py)
+    field: str = column(pl.String)  # "text" or "title": which field of the passage start/end point into
+    similarity: float = column(pl.Float64)  # 1.0 when verbatim; the repair match ratio otherwise
     # [start, end) of the span's `[k span]` marker in answers.answer_raw (the model's text; span_no is the
     # marker's 1-based order there): answer_raw[marker_start:marker_end] is the marker as written
-    "marker_start": pl.Int32,
-    "marker_end": pl.Int32,
-}
+    marker_start: int | None = column(pl.Int32)
+    marker_end: int | None = column(pl.Int32)
 
-SCORES = {"qid": pl.String, "metric": pl.String, "value": pl.Float64}
+
+SPANS = table_schema(SpanRow)
+
+
+@dataclass(frozen=True)
+class ScoreRow:
+    """A question's score on one metric (scores.parquet, eval/summary.py)."""
+
+    qid: str = column(pl.String)
+    metric: str = column(pl.String)
+    value: float | None = column(pl.Float64)
+
+
+SCORES = table_schema(ScoreRow)
 
 # A summary of metrics (eval/summary.py): one row per metric, its mean over `n` questions, a note.
 METRICS = {"metric": pl.String, "value": pl.Float64, "n": pl.Int64, "note": pl.String}

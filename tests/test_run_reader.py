@@ -37,7 +37,7 @@ def test_a_finished_run_reads_back_as_written(finished):
         assert df.equals(pl.read_parquet(path / f"{name}.parquet"))
     assert run.questions["qid"].to_list() == ["q0", "q1"] and run.nodes.height > 2
     parts = run.parts()
-    assert len(parts) == 2 and sorted(t["qid"] for p in parts for t in p["trees"]) == ["q0", "q1"]
+    assert len(parts) == 2 and sorted(t["qid"] for p in parts for t in p.trees) == ["q0", "q1"]
     # the frozen config.json is itself a config file: the same run settings again
     assert config.load(path / "config.json") == run.config
 

@@ -358,8 +358,26 @@ def test_row_records_are_the_tables_schemas():
         assert schemas.SCHEMAS[name] == schemas.table_schema(record) and df.schema == schemas.SCHEMAS[name]
         as_dicts = pl.DataFrame([dataclasses.asdict(r) for r in rows], schema=schemas.SCHEMAS[name])
         assert df.height == len(rows) > 0 and df.equals(as_dicts), name
+        assert schemas.frame(schemas.rows(df, record), record).equals(df), name  # read back as they were written
     calls = part["llm_calls"]
     assert 0 < calls["parse_error"].null_count() < calls.height  # rows with and without a parse error
+
+
+def test_rows_read_a_table_into_its_records():
+    """The tables a run's readers read (the report, `clarify show`) are declared by row records too, and
+    `schemas.rows` reads a table into them: the records' columns in their order, a column the record does not
+    declare left out, one an older table lacks read as None."""
+    from clarify import schemas
+
+    for name, record in {"questions": schemas.QuestionRow, "passages": schemas.Passage, "answers": schemas.AnswerRow,
+                         "spans": schemas.SpanRow, "scores": schemas.ScoreRow}.items():
+        assert schemas.SCHEMAS[name] == schemas.table_schema(record), name
+    scores = pl.DataFrame({"note": ["x", "y"], "qid": ["q0", "q1"], "metric": ["rougeL"] * 2, "value": [0.5, None]})
+    assert schemas.rows(scores, schemas.ScoreRow) == [schemas.ScoreRow("q0", "rougeL", 0.5),
+                                                      schemas.ScoreRow("q1", "rougeL", None)]
+    older = scores.drop("value")
+    assert [r.value for r in schemas.rows(older, schemas.ScoreRow)] == [None, None]
+    assert schemas.rows(schemas.empty("spans"), schemas.SpanRow) == []
 
 
 # --- bugs found reading the official code (docs/fidelity.md) --------------------------------------------------

@@ -19,6 +19,7 @@ import polars as pl
 
 from clarify.batch.toc.tree import Status
 from clarify.errors import InputError, printable
+from clarify.schemas import NodeRow, SpanRow, rows
 from clarify.eval.metrics import Metric
 
 # Which question the demo shows when none is named: the one whose tree shows most of what ToC does.
@@ -53,37 +54,37 @@ def tree_lines(nodes: pl.DataFrame, titles: dict[str, str]) -> list[str]:
     """The question's nodes as an indented outline, children under their parent in the order the tree
     made them (depth, wave, row). In: nodes[node_id, parent_id, depth, question, answers, status, wave,
     evidence_passage_id] of one question."""
-    rows = list(nodes.with_row_index("_row").iter_rows(named=True))
-    ids = {r["node_id"] for r in rows}
-    children: dict[str | None, list[dict]] = {}
-    for r in sorted(rows, key=lambda r: (r["depth"] or 0, r["wave"] or 0, r["_row"])):
-        parent = r["parent_id"] if r["parent_id"] in ids else None
+    made = rows(nodes, NodeRow)
+    ids = {r.node_id for r in made}
+    children: dict[str | None, list[NodeRow]] = {}
+    for _, r in sorted(enumerate(made), key=lambda ir: (ir[1].depth or 0, ir[1].wave or 0, ir[0])):
+        parent = r.parent_id if r.parent_id in ids else None
         children.setdefault(parent, []).append(r)
     lines: list[str] = []
     seen: set[str] = set()
 
-    def walk(r: dict, indent: int) -> None:
-        if r["node_id"] in seen:  # a parent cycle in a damaged table: each node once
+    def walk(r: NodeRow, indent: int) -> None:
+        if r.node_id in seen:  # a parent cycle in a damaged table: each node once
             return
-        seen.add(r["node_id"])
+        seen.add(r.node_id)
         pad = "  " * indent
-        status = r["status"] or Status.PENDING
+        status = r.status or Status.PENDING
         word = STATUS_WORDS.get(status, status)
-        if status == Status.ROOT or (r["parent_id"] is None and indent == 0):
-            lines.append(f"{pad}{word}: {printable(_clip(r['question'], TEXT_CLIP))}")
+        if status == Status.ROOT or (r.parent_id is None and indent == 0):
+            lines.append(f"{pad}{word}: {printable(_clip(r.question, TEXT_CLIP))}")
         else:
-            answers = "; ".join(r["answers"] or []) or "(no answer)"
-            lines.append(f"{pad}- [{word}] DQ: {printable(_clip(r['question'], TEXT_CLIP))}")
+            answers = "; ".join(r.answers or []) or "(no answer)"
+            lines.append(f"{pad}- [{word}] DQ: {printable(_clip(r.question, TEXT_CLIP))}")
             lines.append(f"{pad}    DA: {printable(_clip(answers, TEXT_CLIP))}")
-            pid = r["evidence_passage_id"]
+            pid = r.evidence_passage_id
             if pid is not None:
                 lines.append(f"{pad}    from: «{printable(_clip(titles.get(pid, '?'), 80))}» ({printable(pid)})")
-        for c in children.get(r["node_id"], []):
+        for c in children.get(r.node_id, []):
             walk(c, indent + 1)
 
     for top in children.get(None, []):
         walk(top, 0)
-    for r in rows:  # nodes on a parent cycle are never reached from a top node: still shown
+    for r in made:  # nodes on a parent cycle are never reached from a top node: still shown
         walk(r, 0)
     return lines
 
@@ -122,10 +123,10 @@ def show(run_dir: Path | str, qid: str | None = None, out: TextIO | None = None)
         return qid
     print(f"A: {printable(_clip(answers['answer'][0], 600))}", file=out)
     spans = run.spans.filter(pl.col("qid") == qid).sort("span_no")
-    for s in spans.iter_rows(named=True):
-        where = f"chars {s['start']}-{s['end']}" if s["start"] is not None and s["start"] >= 0 else "not found"
-        print(f"  [{s['source_k']}] {printable(repr(_clip(s['text'], 120)))} → {printable(s['passage_id'])} "
-              f"«{printable(titles.get(s['passage_id'], ''))}» {where} ({s['status']})", file=out)
+    for s in rows(spans, SpanRow):
+        where = f"chars {s.start}-{s.end}" if s.start is not None and s.start >= 0 else "not found"
+        print(f"  [{s.source_k}] {printable(repr(_clip(s.text, 120)))} → {printable(s.passage_id)} "
+              f"«{printable(titles.get(s.passage_id, ''))}» {where} ({s.status})", file=out)
     return qid
 
 

@@ -4,7 +4,7 @@ and facts, and one run's whole section (`_run`). Read from a loaded Run (batch/r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import polars as pl
 from markupsafe import Markup, escape
@@ -25,6 +25,7 @@ from clarify.batch.run.records import RunSummary
 from clarify.batch.run.rundir import Run
 from clarify.batch.toc import quotes
 from clarify.batch.toc.tree import Status
+from clarify.schemas import AnswerRow, NodeRow, Passage, QuestionRow, RunHit, ScoreRow, SpanRow, rows
 
 # Hit lists shown per node: the last stage of the retrieval pipeline that is present.
 RETRIEVER_PREFERENCE = ("rerank", "fused", "dense", "bm25")
@@ -36,11 +37,11 @@ class _Ctx:
 
     prefix: str  # html id prefix, e.g. "r0-q3"
     passages: dict[str, tuple[str, str]]  # passage_id -> (title, text)
-    hits_by_node: dict[str | None, list[dict]]
+    hits_by_node: dict[str | None, list[RunHit]]
     stored: dict[str, str]  # the run's passage texts shown folded under a node, once each (`text_store`)
 
 
-def _passage(ctx: _Ctx, pid: str, elem_id: str, hit: dict | None = None, evidence: bool = False) -> dict:
+def _passage(ctx: _Ctx, pid: str, elem_id: str, hit: RunHit | None = None, evidence: bool = False) -> dict:
     """A passage as the template's `passage` macro shows it; hit: the retrieval row (rank, score), None
     for the evidence passage. Its text goes into the run's store once (`text_store`): the same passages
     are shown under many nodes (1,722 passage elements, ~300 distinct texts, for 50 questions), and inline
@@ -52,98 +53,100 @@ def _passage(ctx: _Ctx, pid: str, elem_id: str, hit: dict | None = None, evidenc
     return {"id": elem_id, "pid": pid, "title": title or pid, "text": text, "hit": hit, "evidence": evidence}
 
 
-def _node_hits(ctx: _Ctx, node_id: str, k: int) -> list[list[dict]]:
+def _node_hits(ctx: _Ctx, node_id: str, k: int) -> list[list[RunHit]]:
     """The node's retrieval lists, one per retrieval (a root retrieved again after a restart has one
     per wave): the top k of the last pipeline stage present, best rank first, passages not repeated."""
     hits = ctx.hits_by_node.get(node_id, [])
     if not hits:
         return []
-    present = {h["retriever"] for h in hits}
+    present = {h.retriever for h in hits}
     chosen = next((r for r in RETRIEVER_PREFERENCE if r in present), None)
     if chosen is not None:
-        hits = [h for h in hits if h["retriever"] == chosen]
+        hits = [h for h in hits if h.retriever == chosen]
     by_wave: dict = {}
     for h in hits:
-        by_wave.setdefault(h.get("wave"), []).append(h)
+        by_wave.setdefault(h.wave, []).append(h)
     lists = []
     for wave in sorted(by_wave, key=lambda w: (w is None, w or 0)):
         seen, top = set(), []
-        for h in sorted(by_wave[wave], key=lambda h: h["rank"] if h["rank"] is not None else 1 << 30):
-            if h["passage_id"] not in seen and len(top) < k:
-                seen.add(h["passage_id"])
+        for h in sorted(by_wave[wave], key=lambda h: h.rank if h.rank is not None else 1 << 30):
+            if h.passage_id not in seen and len(top) < k:
+                seen.add(h.passage_id)
                 top.append(h)
         lists.append(top)
     return lists
 
 
-def _node(ctx: _Ctx, node: dict, children: dict, idx: dict, k: int, seen: set) -> dict:
+def _node(ctx: _Ctx, node: NodeRow, children: dict, idx: dict, k: int, seen: set) -> dict:
     """One tree node for the template's recursive `node` macro, its children nested."""
-    nid = node["node_id"]
+    nid = node.node_id
     seen.add(nid)
-    status = node["status"] or "unknown"
-    is_root = status == Status.ROOT or node["parent_id"] is None
+    status = node.status or "unknown"
+    is_root = status == Status.ROOT or node.parent_id is None
     elem = f"{ctx.prefix}-n{idx[nid]}"
-    ev = node.get("evidence_passage_id")
+    ev = node.evidence_passage_id
     lists = _node_hits(ctx, nid, k)
     retrievals = [
         {
-            "query": hits[0].get("query"),
-            "retriever": hits[0]["retriever"],
-            "wave": hits[0].get("wave") if len(lists) > 1 else None,
+            "query": hits[0].query,
+            "retriever": hits[0].retriever,
+            "wave": hits[0].wave if len(lists) > 1 else None,
             "passages": [
-                _passage(ctx, h["passage_id"], f"{elem}-l{li}p{j}", h, h["passage_id"] == ev)
+                _passage(ctx, h.passage_id, f"{elem}-l{li}p{j}", h, h.passage_id == ev)
                 for j, h in enumerate(hits)
             ],
         }
         for li, hits in enumerate(lists)
     ]
-    kids = [c for c in children.get(nid, []) if c["node_id"] not in seen]
+    kids = [c for c in children.get(nid, []) if c.node_id not in seen]
     return {
         "id": elem,
         "node_id": nid,
         "status": status,
         "label": STATUS_LABELS.get(status, status.upper()),
         "open": is_root,
-        "question": node["question"],
-        "answers": "; ".join(node["answers"] or []),
-        "depth": node["depth"],
-        "wave": node.get("wave"),
-        "verdict": node.get("verdict_text"),
+        "question": node.question,
+        "answers": "; ".join(node.answers or []),
+        "depth": node.depth,
+        "wave": node.wave,
+        "verdict": node.verdict_text,
         "evidence": _passage(ctx, ev, f"{elem}-ev", evidence=True) if ev is not None else None,
         "retrievals": retrievals,
         "children": [_node(ctx, c, children, idx, k, seen) for c in kids],
     }
 
 
-def _tree(ctx: _Ctx, nodes: list[dict], k: int) -> list[dict]:
+def _tree(ctx: _Ctx, nodes: list[NodeRow], k: int) -> list[dict]:
     """The question's top nodes (the root, orphans), each with its subtree."""
-    ids = {n["node_id"] for n in nodes}
-    idx = {n["node_id"]: i for i, n in enumerate(nodes)}
-    children: dict[str, list[dict]] = {}
+    ids = {n.node_id for n in nodes}
+    idx = {n.node_id: i for i, n in enumerate(nodes)}
+    children: dict[str, list[NodeRow]] = {}
     tops = []
-    for n in sorted(nodes, key=lambda n: (n["depth"] or 0, n.get("wave") or 0, idx[n["node_id"]])):
-        if n["parent_id"] is None or n["parent_id"] not in ids:
+    for n in sorted(nodes, key=lambda n: (n.depth or 0, n.wave or 0, idx[n.node_id])):
+        if n.parent_id is None or n.parent_id not in ids:
             tops.append(n)  # the root, or an orphan whose parent row is missing
         else:
-            children.setdefault(n["parent_id"], []).append(n)
+            children.setdefault(n.parent_id, []).append(n)
     seen: set[str] = set()
     items = [_node(ctx, n, children, idx, k, seen) for n in tops]
     # Nodes on a parent cycle are never reached from a top node: still show them.
-    items += [_node(ctx, n, {}, idx, k, seen) for n in nodes if n["node_id"] not in seen]
+    items += [_node(ctx, n, {}, idx, k, seen) for n in nodes if n.node_id not in seen]
     return items
 
 
-def _span_status(span: dict) -> str:
-    status = span.get("status")
-    if status:
-        return status
-    return "verbatim" if span.get("verbatim") else "unverified"
+def _span_status(span: SpanRow) -> str:
+    if span.status:
+        return span.status
+    return "verbatim" if span.verbatim else "unverified"
 
 
-def _labelled(span: dict) -> dict:
-    """The span row with its status filled in (`_span_status`) and that status's label (SPAN_LABELS)."""
-    status = _span_status(span)
-    return {**span, "status": status, "label": SPAN_LABELS.get(status, status)}
+def _filled(span: SpanRow) -> SpanRow:
+    """The span row with its status filled in (`_span_status`); `_label` says it in words."""
+    return replace(span, status=_span_status(span))
+
+
+def _label(span: SpanRow) -> str:
+    return SPAN_LABELS.get(span.status, span.status)
 
 
 def _highlight(text: str, spans: list[tuple[int, int, int, str]], prefix: str) -> Markup:
@@ -169,60 +172,60 @@ def _highlight(text: str, spans: list[tuple[int, int, int, str]], prefix: str) -
     return Markup("").join(out)
 
 
-def _answer(ctx: _Ctx, answer: dict, spans: list[dict]) -> dict:
+def _answer(ctx: _Ctx, answer: AnswerRow, spans: list[SpanRow]) -> dict:
     """The answer as the model wrote it (answer_raw), cut at each span's marker_start/marker_end into
     text and markers, with the span table and the numbered sources (spans highlighted). spans: the
-    question's, in span_no order, each `_labelled`."""
-    pids = list(answer.get("passage_ids") or [])
+    question's, in span_no order, each `_filled`."""
+    pids = list(answer.passage_ids or [])
     # Which spans can be linked: a source that exists and offsets inside the passage field they index.
     linkable: set[int] = set()
     per_field: dict[tuple[int, str], list[tuple[int, int, int, str]]] = {}
     for sp in spans:
-        k, s, e = sp["source_k"], sp["start"], sp["end"]
+        k, s, e = sp.source_k, sp.start, sp.end
         if k is None or not 1 <= k <= len(pids) or s is None or e is None:
             continue
-        fld = sp.get("field") or "text"
+        fld = sp.field or "text"
         title, text = ctx.passages.get(pids[k - 1], (None, None))
         target = title if fld == "title" else text
         if target is None or not 0 <= s < e <= len(target):
             continue
-        linkable.add(sp["span_no"])
-        per_field.setdefault((k, fld), []).append((sp["span_no"], s, e, sp["status"]))
-    raw = answer.get("answer_raw") or ""
+        linkable.add(sp.span_no)
+        per_field.setdefault((k, fld), []).append((sp.span_no, s, e, sp.status))
+    raw = answer.answer_raw or ""
     segments: list = []  # str (text) | dict (a marker)
     pos = 0
     for sp in spans:  # in span_no order = marker order in answer_raw
-        s, e = sp.get("marker_start"), sp.get("marker_end")
+        s, e = sp.marker_start, sp.marker_end
         if s is None or e is None or not pos <= s < e <= len(raw):
             continue  # no place in the text: the span table still lists it
         segments.append(raw[pos:s])
         pos = e
         written = quotes.parse_quoted(raw[s:e])[0]  # the one marker there: its text as the model wrote it
-        title = f"source {sp['source_k']} · {sp['label']}"
-        if sp["status"] == "repaired":
-            title += f" · passage says: {sp['text']}"
+        title = f"source {sp.source_k} · {_label(sp)}"
+        if sp.status == "repaired":
+            title += f" · passage says: {sp.text}"
         segments.append(
             {
-                "k": sp["source_k"],
-                "text": written[0].text if written else sp["text"],
-                "status": sp["status"],
-                "label": sp["label"],
+                "k": sp.source_k,
+                "text": written[0].text if written else sp.text,
+                "status": sp.status,
+                "label": _label(sp),
                 "title": title,
-                "n": sp["span_no"] if sp["span_no"] in linkable else None,
+                "n": sp.span_no if sp.span_no in linkable else None,
             }
         )
     segments.append(raw[pos:])
-    rows = [
+    table = [
         {
-            "n": sp["span_no"],
-            "linked": sp["span_no"] in linkable,
-            "k": sp["source_k"],
-            "status": sp["status"],
-            "label": sp["label"],
-            "field": sp.get("field") or "text",
-            "start": sp["start"],
-            "end": sp["end"],
-            "text": sp["text"],
+            "n": sp.span_no,
+            "linked": sp.span_no in linkable,
+            "k": sp.source_k,
+            "status": sp.status,
+            "label": _label(sp),
+            "field": sp.field or "text",
+            "start": sp.start,
+            "end": sp.end,
+            "text": sp.text,
         }
         for sp in spans
     ]
@@ -239,40 +242,40 @@ def _answer(ctx: _Ctx, answer: dict, spans: list[dict]) -> dict:
             }
         )
     return {
-        "style": answer.get("style") or "",
+        "style": answer.style or "",
         "segments": segments,
-        "scored": answer.get("answer") if answer.get("answer") != answer.get("answer_raw") else None,
-        "spans": rows,
-        "n_verbatim": sum(r["status"] == "verbatim" for r in rows),
+        "scored": answer.answer if answer.answer != answer.answer_raw else None,
+        "spans": table,
+        "n_verbatim": sum(sp.status == "verbatim" for sp in spans),
         "sources": sources,
     }
 
 
-def _question(ri: int, qi: int, q: dict, frames: dict, k: int, open_: bool, stored: dict[str, str]) -> dict:
+def _question(ri: int, qi: int, q: QuestionRow, frames: dict, k: int, open_: bool, stored: dict[str, str]) -> dict:
     """One question's section for the template's `question` macro; `verbatim` ("n/m" spans, — for none)
     and `scores` also fill its row of the question index (`_run`)."""
     prefix = f"r{ri}-q{qi}"
-    qid = q["qid"]
+    qid = q.qid
     nodes = frames["nodes"].get(qid, [])
-    hits_by_node: dict[str | None, list[dict]] = {}
+    hits_by_node: dict[str | None, list[RunHit]] = {}
     for h in frames["hits"].get(qid, []):
-        hits_by_node.setdefault(h["node_id"], []).append(h)
+        hits_by_node.setdefault(h.node_id, []).append(h)
     ctx = _Ctx(prefix, frames["passages"], hits_by_node, stored)
     answer = frames["answers"].get(qid, [None])[0]
-    spans = [_labelled(s) for s in sorted(frames["spans"].get(qid, []), key=lambda s: s["span_no"])]
+    spans = [_filled(s) for s in sorted(frames["spans"].get(qid, []), key=lambda s: s.span_no)]
     return {
         "id": prefix,
         "qid": qid,
-        "question": q["question"],
+        "question": q.question,
         "open": open_,
         "packed": None,  # `_run` packs the body of a question shown closed
-        "n_valid": sum(n["status"] in plots.VALID_STATUSES for n in nodes),
-        "depth": max((n["depth"] or 0 for n in nodes), default=0),
+        "n_valid": sum(n.status in plots.VALID_STATUSES for n in nodes),
+        "depth": max((n.depth or 0 for n in nodes), default=0),
         "n_nodes": len(nodes),
         "tree": _tree(ctx, nodes, k) if nodes else None,
         "answer": _answer(ctx, answer, spans) if answer is not None else None,
-        "verbatim": f"{sum(s['status'] == 'verbatim' for s in spans)}/{len(spans)}" if spans else "—",
-        "scores": [(s["metric"], s["value"]) for s in frames["scores"].get(qid, [])],
+        "verbatim": f"{sum(s.status == 'verbatim' for s in spans)}/{len(spans)}" if spans else "—",
+        "scores": [(s.metric, s.value) for s in frames["scores"].get(qid, [])],
     }
 
 
@@ -284,11 +287,16 @@ def per_question_metrics(scores: pl.DataFrame) -> pl.DataFrame:
     return scores.filter(~pl.col("metric").is_in(sorted(NON_METRICS)))
 
 
-def _group(df: pl.DataFrame, key: str = "qid") -> dict:
+def _group(df: pl.DataFrame, record: type) -> dict[str, list]:
+    """The table's rows as `record`s, by question."""
     out: dict = {}
-    for row in df.iter_rows(named=True):
-        out.setdefault(row[key], []).append(row)
+    for row in rows(df, record):
+        out.setdefault(row.qid, []).append(row)
     return out
+
+
+# The record of each table a question's section reads (schemas.py)
+_ROWS = {"nodes": NodeRow, "hits": RunHit, "answers": AnswerRow, "spans": SpanRow}
 
 
 def _metric_note(name: str, value, notes: dict) -> str | None:
@@ -346,19 +354,17 @@ def run_section(run: Run, ri: int, label: str, k: int, max_questions: int | None
     if max_questions is not None:
         questions = questions.head(max_questions)
     shown = pl.col("qid").is_in(questions["qid"].implode())  # --max-questions: group only those rows
-    frames = {name: _group(run.table(name).filter(shown)) for name in ("nodes", "hits", "answers", "spans")}
+    frames = {name: _group(run.table(name).filter(shown), record) for name, record in _ROWS.items()}
     per_q = per_question_metrics(run.scores)
-    frames["scores"] = _group(per_q.filter(shown))
-    frames["passages"] = {
-        r["passage_id"]: (r["title"], r["text"])
-        for r in run.passages.unique("passage_id", keep="first").iter_rows(named=True)
-    }
+    frames["scores"] = _group(per_q.filter(shown), ScoreRow)
+    frames["passages"] = {p.passage_id: (p.title, p.text)
+                          for p in rows(run.passages.unique("passage_id", keep="first"), Passage)}
     stored: dict[str, str] = {}  # filled by _passage: the run's text store
     trees = [
         _question(ri, qi, q, frames, k, open_=qi == 0, stored=stored)
         for qi, q in enumerate(
             tqdm(
-                questions.iter_rows(named=True),
+                rows(questions, QuestionRow),
                 total=questions.height,
                 desc=f"report {label}",
                 leave=False,  # gone once done; not drawn at all when stderr is not a terminal (a log)

@@ -493,10 +493,10 @@ class Run:
             return self.table(name)
         raise AttributeError(name)
 
-    def parts(self) -> list[dict]:
+    def parts(self) -> list[PartState]:
         """Every part's verified state (`verify_part`): its trees, tables' checksums, and for a cluster
         run `ran_on` (worker, node, question ids)."""
-        return [verify_part(d) for d in RunDir(self.path).part_dirs()]
+        return [PartState.of(verify_part(d)) for d in RunDir(self.path).part_dirs()]
 
 
 def enclosing_run(path: str | Path) -> Path | None:
