@@ -19,8 +19,8 @@ import polars as pl
 
 from clarify.batch.toc.tree import Status
 from clarify.errors import InputError, printable
-from clarify.schemas import NodeRow, SpanRow, rows
 from clarify.eval.metrics import Metric
+from clarify.schemas import NodeRow, SpanRow, rows
 
 # Which question the demo shows when none is named: the one whose tree shows most of what ToC does.
 PICK_RULE = "the most valid nodes, ties broken by ROUGE-L, then by question order"
