@@ -48,6 +48,7 @@ TITLES = {
     "demo": ("The recorded `make demo`", "one run of `clarify demo`, its terminal output kept whole (the README's transcript is generated from it by bench/reproduce_doc.py)"),
     "simulate": ("GPU-speed engine simulator, 960 questions (ESTIMATE)", "a model, not a measurement: the replayed trees against a simulated H100 running Llama-3.1-8B (bench/bench_simulate.py); engine busy share and projected wall time"),
     "atsize": ("The largest runs the shipped data allows", "whole runs as a user runs them, in sessions stopped and resumed, watched from outside (bench/bench_atsize.py): what must hold at size"),
+    "engine_ab": ("The real CPU engine through clarify, before and after the host cuts", "tokens/s of `clarify run` on 6 ASQA questions, constrained, the clarify of an earlier commit against a later one in alternating arms (bench/bench_engine_ab.py)"),
     "report_size": ("Report at full size", "a finished run's tables copied to 504 questions (bench/bench_report.py): `clarify report` seconds and MB, the first screen in headless chromium, `clarify show`, before and after closed questions were packed"),
     "grammar": ("Quote grammar compile time", "xgrammar compile of the `[k span]` grammar for 5,000 and 20,000 source words, capped and uncapped (bench/bench_grammar.py)"),
 }
