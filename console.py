@@ -34,11 +34,13 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 from clarify.errors import WRITE_ERRNOS, InputError, redacted
 from clarify.files import check_own_dir, home, make_dirs, open_own
+from clarify.options import JsonObject
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 KEEP_LOGS = 50  # per folder; older logs are deleted when a new one starts
@@ -341,6 +343,39 @@ RATE_WINDOW_S = 30.0  # the recent past an ETA from LLM calls is taken over
 RECORD_EVERY_S = 30.0
 
 
+@dataclass(frozen=True)
+class ProgressSample(JsonObject):
+    """One line of a run's progress record (RUN/logs/progress.jsonl: `RunProgress.sample` writes it,
+    `read_progress` reads it back). Counts are this session's: each session starts again at elapsed 0."""
+
+    time: float = 0.0  # the wall clock (Unix seconds)
+    elapsed_s: float = 0.0  # this session's seconds
+    finished: int = 0  # trees finished, of `total`
+    total: int = 0
+    calls: int = 0  # engine requests finished this session (cache hits excluded)
+    tokens: int = 0  # their prompt + output tokens
+    running: int = 0  # requests in flight
+    rss_mb: float | None = None  # the driver's resident memory (None where there is no /proc)
+
+
+def read_progress(path: Path) -> list[list[ProgressSample]]:
+    """A progress record split into its sessions (each starts again at elapsed 0); a line that is not a JSON
+    object (a write cut short by a kill) is an InputError naming the file and line."""
+    sessions: list[list[ProgressSample]] = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"not JSON ({exc.msg})", path=str(path), line=n) from None
+        if not isinstance(data, dict):
+            raise InputError(f"expected a JSON object, got {type(data).__name__}", path=str(path), line=n)
+        s = ProgressSample.of(data)
+        if not sessions or s.elapsed_s < sessions[-1][-1].elapsed_s:
+            sessions.append([])
+        sessions[-1].append(s)
+    return sessions
+
+
 def rss_mb() -> float | None:
     """This process's resident memory now (VmRSS in /proc/self/status), MiB; None where there is no /proc."""
     try:
@@ -470,12 +505,12 @@ class RunProgress:
                     f"tok/s): ~{_duration(self.reestimate_s)} in all (the probe's estimate: "
                     f"~{_duration(self.estimate_s)})")
 
-    def sample(self) -> dict:
+    def sample(self) -> ProgressSample:
         """What `record` gets: the wall clock, this session's seconds, trees finished of total, engine
         requests and tokens (prompt + output) this session, requests in flight, the driver's memory."""
-        return {"time": round(time.time(), 3), "elapsed_s": round(self.elapsed(), 3), "finished": self.finished,
-                "total": self.total, "calls": self.calls, "tokens": self.tokens, "running": self.running,
-                "rss_mb": rss_mb()}
+        return ProgressSample(time=round(time.time(), 3), elapsed_s=round(self.elapsed(), 3), finished=self.finished,
+                              total=self.total, calls=self.calls, tokens=self.tokens, running=self.running,
+                              rss_mb=rss_mb())
 
     def _record(self, now: float, force: bool = False) -> None:
         if self.record is None or not (force or self.last_record_t is None or now - self.last_record_t >= RECORD_EVERY_S):
@@ -485,7 +520,7 @@ class RunProgress:
             make_dirs(self.record.parent)  # the run's own file mode, never through a planted link (files.py)
             fd = open_own(self.record, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
             with os.fdopen(fd, "a", encoding="utf-8") as f:
-                f.write(json.dumps(self.sample()) + "\n")
+                f.write(json.dumps(self.sample().to_json()) + "\n")
         except OSError as exc:  # a full disk or a removed folder loses the samples, never the run
             logging.getLogger(__name__).warning("progress record %s not written: %s", self.record, exc)
             self.record = None

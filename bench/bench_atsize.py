@@ -47,7 +47,9 @@ from bench_report import measure  # noqa: E402
 sys.path.insert(0, str(REPO.parent))
 from provenance import cpu_model, provenance  # noqa: E402
 
+from clarify.batch.config.load import load as load_config  # noqa: E402
 from clarify.batch.run.records import RunSummary  # noqa: E402
+from clarify.console import read_progress  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "atsize.json"
 # the clarify of this checkout, by the interpreter running the bench (PYTHONPATH may point at another checkout)
@@ -104,6 +106,15 @@ def sample(proc: psutil.Process, run: Path, t0: float) -> dict:
             "cache_rows": cache_rows(run)}
 
 
+def _shown(run: Path) -> str:
+    """The run's path as the results file records it: relative to the checkout when inside it (runs/NAME), so
+    the file names no folder of the machine it was measured on."""
+    try:
+        return run.relative_to(REPO).as_posix()
+    except ValueError:
+        return str(run)
+
+
 def load() -> dict:
     return json.loads(RESULTS.read_text()) if RESULTS.exists() else {"runs": {}}
 
@@ -118,10 +129,12 @@ def session(name: str, run: Path, run_args: list[str], stop_after_s: float | Non
     logs = run.parent / f"{run.name}.sessions"
     logs.mkdir(parents=True, exist_ok=True)
     data = load()
-    entry = data["runs"].setdefault(name, {"out": str(run), "run_args": run_args, "sessions": []})
+    shown = _shown(run)
+    entry = data["runs"].setdefault(name, {"out": shown, "run_args": run_args, "sessions": []})
     n = len(entry["sessions"]) + 1
     cmd = [*CLARIFY, "run", *run_args, "--out", str(run)]
-    record = {"session": n, "command": "clarify " + " ".join(cmd[len(CLARIFY):]), "provenance": provenance(), "cpu": cpu_model(),
+    record = {"session": n, "command": " ".join(["clarify", "run", *run_args, "--out", shown]),
+              "provenance": provenance(), "cpu": cpu_model(),
               "cache_rows_before": cache_rows(run), "samples": []}
     print(f"session {n} of {name}: {' '.join(cmd)}  (log {logs / f'{n}.log'})", flush=True)
     t0 = time.monotonic()
@@ -158,17 +171,6 @@ def session(name: str, run: Path, run_args: list[str], stop_after_s: float | Non
     return rc
 
 
-def _sessions(progress: Path) -> list[list[dict]]:
-    """progress.jsonl split into the run's sessions (each starts again at elapsed 0)."""
-    out: list[list[dict]] = []
-    for line in progress.read_text().splitlines():
-        s = json.loads(line)
-        if not out or s["elapsed_s"] < out[-1][-1]["elapsed_s"]:
-            out.append([])
-        out[-1].append(s)
-    return out
-
-
 def _shared(outside: list[dict], t_from: float, t_to: float) -> bool:
     """Whether the rest of the machine took more than OTHERS_MAX_CORES cores between two wall times,
     from the outside samples (machine CPU seconds less the run's own)."""
@@ -181,17 +183,17 @@ def _shared(outside: list[dict], t_from: float, t_to: float) -> bool:
 
 
 def checks(run: Path, entry: dict, concurrency: int) -> dict:
-    sessions = _sessions(run / "logs" / "progress.jsonl")
+    sessions = read_progress(run / "logs" / "progress.jsonl")
     outside = [s for sess in entry["sessions"] for s in sess["samples"]]
     intervals = []  # (tokens/s, end time, trees finished at the end, shared)
     for sess in sessions:
         for a, b in zip(sess, sess[1:]):
-            dt = b["elapsed_s"] - a["elapsed_s"]
+            dt = b.elapsed_s - a.elapsed_s
             if dt <= 0:
                 continue
-            drain = b["total"] - b["finished"] < concurrency
-            intervals.append({"tok_s": (b["tokens"] - a["tokens"]) / dt, "dt": dt, "end": b["time"],
-                              "drain": drain, "shared": _shared(outside, a["time"], b["time"])})
+            drain = b.total - b.finished < concurrency
+            intervals.append({"tok_s": (b.tokens - a.tokens) / dt, "dt": dt, "end": b.time,
+                              "drain": drain, "shared": _shared(outside, a.time, b.time)})
     steady = [i for i in intervals if not i["drain"]]
     clean = [i for i in steady if not i["shared"]]
     use = clean if len(clean) >= 10 else steady
@@ -207,11 +209,11 @@ def checks(run: Path, entry: dict, concurrency: int) -> dict:
     tail_rate = sum(i["tok_s"] * i["dt"] for i in tail) / sum(i["dt"] for i in tail) if tail else None
     decay = None if not (median and tail_rate) else tail_rate / median - 1
     every = [s for sess in sessions for s in sess]
-    total = every[-1]["total"]
-    warm = next((s for s in every if s["finished"] >= TAIL * total and s["rss_mb"]), None)
-    end = next((s for s in reversed(every) if s["rss_mb"]), None)
-    growth = None if not (warm and end) else end["rss_mb"] / warm["rss_mb"] - 1
-    calls = sum(sess[-1]["calls"] for sess in sessions)
+    total = every[-1].total
+    warm = next((s for s in every if s.finished >= TAIL * total and s.rss_mb), None)
+    end = next((s for s in reversed(every) if s.rss_mb), None)
+    growth = None if not (warm and end) else end.rss_mb / warm.rss_mb - 1
+    calls = sum(sess[-1].calls for sess in sessions)
     rows = cache_rows(run)
     return {
         "sessions": len(sessions), "intervals": len(intervals), "drain_intervals": len(intervals) - len(steady),
@@ -220,7 +222,7 @@ def checks(run: Path, entry: dict, concurrency: int) -> dict:
         "median_tok_s": round(median, 1) if median else None, "last_tenth_tok_s": round(tail_rate, 1) if tail_rate else None,
         "tok_s_change_last_tenth": round(decay, 4) if decay is not None else None,
         "no_decay": decay is not None and abs(decay) <= DECAY_MAX,
-        "rss_after_warmup_mb": warm["rss_mb"] if warm else None, "rss_end_mb": end["rss_mb"] if end else None,
+        "rss_after_warmup_mb": warm.rss_mb if warm else None, "rss_end_mb": end.rss_mb if end else None,
         "rss_growth": round(growth, 4) if growth is not None else None,
         "rss_holds": growth is not None and growth < GROWTH_MAX,
         "engine_requests_all_sessions": calls, "cache_rows": rows,
@@ -258,11 +260,10 @@ def finish(name: str, run: Path) -> int:
     data = load()
     entry = data["runs"][name]
     summary = RunSummary.read(run / "summary.json", "finish the run first")
-    config = json.loads((run / "config.json").read_text())
-    concurrency = config["model"]["max_concurrency"]
-    result = {"provenance": provenance(), "checks": checks(run, entry, concurrency)}
+    config = load_config(run / "config.json")
+    result = {"provenance": provenance(), "checks": checks(run, entry, config.model.max_concurrency)}
     result["outputs"] = measure(run, page=run.parent / f"{run.name}.report.html")  # report, first screen, show
-    s, _ = _timed([*CLARIFY, "eval", "--dataset", config["dataset"], "--predictions", str(run)])
+    s, _ = _timed([*CLARIFY, "eval", "--dataset", config.dataset, "--predictions", str(run)])
     result["eval_s"] = round(s, 2)
     result["metrics_95"] = metric_intervals(run)
     keep = ("n_questions", "metrics", "llm_calls", "wall_s_total", "engine_tokens_per_s", "node_status")
@@ -331,8 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "session":
         if not run_args:
             ap.error("session: the run's arguments follow `--`")
-        return session(args.name, args.out.resolve(), run_args, args.stop_after_s)
-    return finish(args.name, args.out.resolve())
+        return session(args.name, args.out.absolute(), run_args, args.stop_after_s)
+    return finish(args.name, args.out.absolute())
 
 
 if __name__ == "__main__":

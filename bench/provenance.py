@@ -10,7 +10,51 @@ import platform
 import shlex
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+
+from clarify.errors import InputError
+from clarify.jsonl import read_json
+from clarify.options import JsonObject
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@dataclass(frozen=True)
+class Provenance(JsonObject):
+    """A results file's `provenance` (`provenance()` writes it; bench/results_doc.py and bench/reproduce_doc.py
+    state it under every number they print)."""
+
+    date: str | None = None  # UTC, ISO
+    cpu: str | None = None  # model, cores and the capability the engine sees
+    command: str | None = None  # as run: `bench/NAME.py ARGS`
+    commit: str | None = None
+    superseded_by: str | None = None  # a later results file that replaces this one's numbers
+
+    @property
+    def complete(self) -> bool:
+        return all((self.date, self.cpu, self.command, self.commit))
+
+
+@dataclass(frozen=True)
+class Results:
+    """One bench/results/NAME.json read back: its provenance typed; the body is each bench's own table."""
+
+    name: str
+    provenance: Provenance | None
+    body: dict
+
+
+def read_results(name: str, folder: Path = RESULTS) -> Results:
+    """bench/results/NAME.json (clarify.jsonl read_json: bad JSON named by file and line)."""
+    path = folder / f"{name}.json"
+    doc = read_json(path)
+    if not isinstance(doc, dict):
+        raise InputError(f"expected a JSON object, got {type(doc).__name__}", path=str(path), line=1)
+    prov = doc.get("provenance")
+    if prov is not None and not isinstance(prov, dict):
+        raise InputError("provenance must be a JSON object", path=str(path), field="provenance")
+    return Results(name, Provenance.of(prov), {k: v for k, v in doc.items() if k != "provenance"})
 
 
 def cpu_model() -> str:
@@ -51,6 +95,6 @@ def provenance(argv: list[str] | None = None) -> dict:
 
 def write_results(name: str, doc: dict) -> Path:
     """bench/results/NAME.json (docs/results.md renders it: bench/results_doc.py)."""
-    path = Path(__file__).resolve().parent / "results" / f"{name}.json"
+    path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(doc, indent=1) + "\n")
     return path

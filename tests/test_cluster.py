@@ -88,10 +88,10 @@ def test_two_workers_equal_one_process_replaying_their_caches(two_workers, tmp_p
     assert summary["quote_fidelity"]["n_spans"] == summary["quote_fidelity"]["n_verbatim"]
     parts = Run.open(out).parts()
     qids = pl.read_parquet(out / "questions.parquet")["qid"].to_list()
-    assert sorted(p.ran_on["qids"] for p in parts) == sorted(chunks_of(qids, 2))
+    assert sorted(p.ran_on.qids for p in parts) == sorted(chunks_of(qids, 2))
     # both workers took chunks, each wrote its own cache file; every question is in exactly one part
-    assert {p.ran_on["worker"] for p in parts} == {0, 1}
-    assert sorted(q for p in parts for q in p.ran_on["qids"]) == sorted(qids)
+    assert {p.ran_on.worker for p in parts} == {0, 1}
+    assert sorted(q for p in parts for q in p.ran_on.qids) == sorted(qids)
     caches = sorted(p.name for p in (out / "cache").glob("*.sqlite"))
     assert caches == ["worker-00.sqlite", "worker-01.sqlite"]
     assert summary["cached_calls"] < summary["llm_calls"]  # the workers computed
@@ -129,7 +129,7 @@ def kill_one(pool):
     c = summary["cluster"]
     assert 1 <= c["requeued"] <= 2 and c["restarts"] == 1 and c["chunks"] == 4  # a worker holds ≤ 2 chunks
     parts = Run.open(out).parts()
-    qids = [q for p in parts for q in p.ran_on["qids"]]
+    qids = [q for p in parts for q in p.ran_on.qids]
     assert len(parts) == 4 and len(qids) == len(set(qids)) == 4  # no chunk answered twice
     calls = pl.read_parquet(out / "llm_calls.parquet")
     assert calls.select("qid", "node_id", "step", "wave").n_unique() == calls.height
@@ -176,7 +176,7 @@ def test_killed_or_stopped_driver_resumes_from_written_chunks(two_workers, tmp_p
     parts = Run.open(out).parts()
     # only the chunks no part held were scheduled again
     assert summary["cluster"]["chunks"] == len(parts) - len(first) and summary["cluster"]["workers"] == 1
-    qids = [q for p in parts for q in p.ran_on["qids"]]
+    qids = [q for p in parts for q in p.ran_on.qids]
     assert len(qids) == len(set(qids)) == 4
     same_tables(done, out)
 

@@ -25,6 +25,7 @@ import re
 import shutil
 import sys
 import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from clarify.errors import InputError, printable
@@ -65,22 +66,57 @@ def _hash_all(bundle: Path, files: list[Path]) -> dict[str, dict]:
         return {f.relative_to(bundle).as_posix(): {"size": f.stat().st_size, "sha256": _sha256(f, bar)} for f in files}
 
 
-def write_manifest(bundle: Path, lock: Path) -> dict:
+@dataclass(frozen=True)
+class BundleFile:
+    """One file of the bundle in its manifest: bytes and sha256, checked on the server (`check_bundle`)."""
+
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class BundleLock:
+    """The pip lock the bundle's wheels were downloaded for: its file name, sha256 and pins."""
+
+    name: str
+    sha256: str | None = None
+    pins: dict[str, str] = field(default_factory=dict)  # normalised package name -> version
+
+
+@dataclass(frozen=True)
+class BundleManifest:
+    """`bundle/manifest.json`: `write_manifest` writes it, `read_manifest` reads it back (its schema checked)."""
+
+    lock: BundleLock
+    files: dict[str, BundleFile]  # path under the bundle (posix) -> its size and sha256
+    created: str | None = None  # UTC, ISO
+    format: int = FORMAT
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.size for f in self.files.values())
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def write_manifest(bundle: Path, lock: Path) -> BundleManifest:
     """Hash every file of `bundle` and write `bundle/manifest.json` (returned)."""
     if not bundle.is_dir():
         raise InputError("not a folder (make wheelhouse WHEELS=BUNDLE/wheels makes one)", path=str(bundle))
     text = lock.read_text(encoding="utf-8")
-    manifest = {"format": FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "lock": {"name": lock.name, "sha256": hashlib.sha256(text.encode()).hexdigest(), "pins": lock_pins(text)},
-                "files": _hash_all(bundle, _files(bundle))}
-    (bundle / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
+    manifest = BundleManifest(
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        lock=BundleLock(lock.name, hashlib.sha256(text.encode()).hexdigest(), lock_pins(text)),
+        files={rel: BundleFile(**f) for rel, f in _hash_all(bundle, _files(bundle)).items()})
+    (bundle / MANIFEST).write_text(json.dumps(manifest.to_json(), indent=1, sort_keys=True), encoding="utf-8")
     return manifest
 
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def read_manifest(bundle: Path) -> dict:
+def read_manifest(bundle: Path) -> BundleManifest:
     """`bundle/manifest.json`, its schema checked (what `write_manifest` writes): an InputError naming the
     field that is missing or of the wrong type, names shown through `errors.printable` (a name in the
     manifest is the carrier's, and reaches the terminal)."""
@@ -119,7 +155,10 @@ def read_manifest(bundle: Path) -> dict:
     pins = lock.get("pins")
     if not isinstance(pins, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in pins.items()):
         raise bad("lock.pins", "the lock's pins are an object of package name -> version strings")
-    return m
+    digest = lock.get("sha256")
+    return BundleManifest(lock=BundleLock(lock["name"], digest if isinstance(digest, str) else None, dict(pins)),
+                          files={rel: BundleFile(e["size"], e["sha256"]) for rel, e in m["files"].items()},
+                          created=m.get("created") if isinstance(m.get("created"), str) else None)
 
 
 def check_bundle(bundle: Path) -> dict:
@@ -129,20 +168,20 @@ def check_bundle(bundle: Path) -> dict:
     m = read_manifest(bundle)
     problems = []
     present = {f.relative_to(bundle).as_posix(): f for f in _files(bundle)}
-    for rel in sorted(set(m["files"]) - set(present)):
+    for rel in sorted(set(m.files) - set(present)):
         problems.append(f"missing: {printable(rel)}")
-    common = [present[rel] for rel in sorted(set(m["files"]) & set(present))]
-    sized = [f for f in common if f.stat().st_size == m["files"][f.relative_to(bundle).as_posix()]["size"]]
+    common = [present[rel] for rel in sorted(set(m.files) & set(present))]
+    sized = [f for f in common if f.stat().st_size == m.files[f.relative_to(bundle).as_posix()].size]
     for f in sorted(set(common) - set(sized)):
         rel = f.relative_to(bundle).as_posix()
         problems.append(f"size differs: {printable(rel)} ({f.stat().st_size} bytes, manifest "
-                        f"{m['files'][rel]['size']}): copy it again")
+                        f"{m.files[rel].size}): copy it again")
     for rel, got in _hash_all(bundle, sized).items():
-        if got["sha256"] != m["files"][rel]["sha256"]:
+        if got["sha256"] != m.files[rel].sha256:
             problems.append(f"sha256 differs: {printable(rel)}: copy it again")
-    for rel in sorted(set(present) - set(m["files"])):
+    for rel in sorted(set(present) - set(m.files)):
         problems.append(f"not in the manifest: {printable(rel)}")
-    for name, version in sorted(m["lock"]["pins"].items()):
+    for name, version in sorted(m.lock.pins.items()):
         try:
             have = importlib.metadata.version(name)
         except (importlib.metadata.PackageNotFoundError, ValueError):
@@ -151,8 +190,8 @@ def check_bundle(bundle: Path) -> dict:
             continue
         if have != version:
             problems.append(f"installed {printable(name)} {have}, the lock pins {printable(version)}")
-    return {"bundle": printable(bundle), "lock": printable(m["lock"]["name"]), "files": len(m["files"]),
-            "bytes": sum(f["size"] for f in m["files"].values()), "problems": problems}
+    return {"bundle": printable(bundle), "lock": printable(m.lock.name), "files": len(m.files),
+            "bytes": m.bytes, "problems": problems}
 
 
 # -- the bundle's layout and its pieces -----------------------------------------------------------------
@@ -259,7 +298,7 @@ def _copy(src: Path, dst: Path, link: bool) -> None:
 
 
 def assemble(out: Path, pieces: dict[str, list[Path]], *, asqa: Path | None, wheels: Path | None, lock: Path,
-             link: bool = False) -> dict:
+             link: bool = False) -> BundleManifest:
     """Check every piece, place it in `out`'s layout (FOLDERS) and write the manifest (returned). Every
     check runs before anything is copied: a bad piece is one InputError and `out` is left as it was."""
     if out.exists() and not out.is_dir():
@@ -336,14 +375,14 @@ def _wheel_versions(folder: Path) -> dict[str, set[str]]:
     return out
 
 
-def bundle_checks(bundle: Path, manifest: dict, repo_locks: Path | None = None) -> list[dict]:
-    """Each piece of `bundle` (read_manifest's dict) as {name, ok, detail, fix}: the wheels vs the lock
+def bundle_checks(bundle: Path, manifest: BundleManifest, repo_locks: Path | None = None) -> list[dict]:
+    """Each piece of `bundle` (`read_manifest`) as {name, ok, detail, fix}: the wheels vs the lock
     (and vs this checkout's lock of that name, in `repo_locks`), every model, index, reader, cross-encoder
     and encoder folder, and data/ASQA.json. Nothing is loaded: the checks each consumer makes first."""
     from packaging.version import InvalidVersion, Version
 
     b = printable(bundle)
-    add = f"clarify offline bundle {b} --lock requirements/{printable(manifest['lock']['name'])}"
+    add = f"clarify offline bundle {b} --lock requirements/{printable(manifest.lock.name)}"
     checks = []
     have = _wheel_versions(bundle / WHEELS)
 
@@ -353,21 +392,21 @@ def bundle_checks(bundle: Path, manifest: dict, repo_locks: Path | None = None) 
         except InvalidVersion:
             return a == b
 
-    pins = manifest["lock"]["pins"]
+    pins = manifest.lock.pins
     absent = sorted(f"{printable(n)}=={printable(v)}" for n, v in pins.items()
                     if not any(same(v, got) for got in have.get(n, ())))
     wheel_fix = (f"on the connected machine: make wheelhouse STACK=... WHEELS={b}/wheels, then clarify offline "
-                 f"manifest {b} --lock requirements/{printable(manifest['lock']['name'])}")
+                 f"manifest {b} --lock requirements/{printable(manifest.lock.name)}")
     if absent:
         checks.append({"name": "wheels", "ok": False, "detail": f"{len(absent)} of {len(pins)} locked packages have "
                        f"no file in wheels/ (e.g. {', '.join(absent[:3])})", "fix": wheel_fix})
     else:
         checks.append({"name": "wheels", "ok": True, "detail": f"a file for each of the {len(pins)} packages "
-                       f"{printable(manifest['lock']['name'])} pins", "fix": ""})
-    mine = (repo_locks / manifest["lock"]["name"]) if repo_locks else None
+                       f"{printable(manifest.lock.name)} pins", "fix": ""})
+    mine = (repo_locks / manifest.lock.name) if repo_locks else None
     if mine is not None and mine.is_file():
         digest = hashlib.sha256(mine.read_text(encoding="utf-8").encode()).hexdigest()
-        if digest != manifest["lock"].get("sha256"):
+        if digest != manifest.lock.sha256:
             checks.append({"name": "lock", "ok": False, "detail": f"the wheels were downloaded for another "
                            f"{printable(mine.name)} than this checkout's requirements/{printable(mine.name)}",
                            "fix": "carry the same commit of the repository as the bundle, or " + wheel_fix})
@@ -443,9 +482,8 @@ def cmd_manifest(args: argparse.Namespace) -> int:
     if not lock.is_file():
         raise InputError("no such lock file", path=str(lock))
     m = write_manifest(Path(args.bundle), lock)
-    size = sum(f["size"] for f in m["files"].values())
-    print(f"{printable(Path(args.bundle) / MANIFEST)}: {len(m['files'])} files, {size / 1e9:.2f} GB, lock "
-          f"{printable(lock.name)} ({len(m['lock']['pins'])} pins); on the server: clarify doctor --offline "
+    print(f"{printable(Path(args.bundle) / MANIFEST)}: {len(m.files)} files, {m.bytes / 1e9:.2f} GB, lock "
+          f"{printable(lock.name)} ({len(m.lock.pins)} pins); on the server: clarify doctor --offline "
           f"{printable(args.bundle)}")
     return 0
 
@@ -454,10 +492,9 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     out = Path(args.out)
     m = assemble(out, {kind: getattr(args, kind) for kind in FOLDERS}, asqa=args.asqa, wheels=args.wheels,
                  lock=Path(args.lock), link=args.link)
-    size = sum(f["size"] for f in m["files"].values())
     parts = [f"{folder}/ {len([p for p in (out / folder).iterdir() if p.is_dir()])}"
              for folder, _, _ in FOLDERS.values() if (out / folder).is_dir()]
     print(f"{printable(out)}: {', '.join(parts) or 'no folders'}"
-          f"{', ' + ASQA if (out / ASQA).is_file() else ''}, {len(m['files'])} files, {size / 1e9:.2f} GB, manifest "
-          f"written (lock {printable(m['lock']['name'])}); on the server: clarify doctor --offline {printable(out)}")
+          f"{', ' + ASQA if (out / ASQA).is_file() else ''}, {len(m.files)} files, {m.bytes / 1e9:.2f} GB, manifest "
+          f"written (lock {printable(m.lock.name)}); on the server: clarify doctor --offline {printable(out)}")
     return 0

@@ -41,7 +41,7 @@ import polars as pl
 
 from clarify import console, faults, files, stops
 from clarify.batch.config import ClusterConfig, ModelConfig, RunConfig, from_dict
-from clarify.batch.run.records import ATTACHED, MODEL, Pin, WorkerWork
+from clarify.batch.run.records import ATTACHED, MODEL, Pin, RanOn, WorkerWork
 from clarify.batch.run.resources import PreparedRun
 from clarify.batch.run.rundir import RunDir
 from clarify.batch.run.scheduler import SchedStats
@@ -524,7 +524,7 @@ def _write(rd: RunDir, pool: Pool, slot: int, out: ChunkResult, outcome: Outcome
     """A finished chunk, written as one part; returns the part's number."""
     trees = [Tree.from_dict(t) for t in out.trees]
     n = rd.write_part(out.tables, trees, run_s=run_s(), engine=out.engine,
-                      extra={"worker": slot, "node": out.node, "qids": out.qids})
+                      ran_on=RanOn(worker=slot, node=out.node, qids=out.qids))
     faults.point(f"part-done:{n}")
     pool.given[slot].remove(out.qids)
     outcome.chunks += 1

@@ -224,6 +224,15 @@ class ClusterWork(_Part):
 
 
 @dataclass(frozen=True)
+class RanOn(_Part):
+    """A cluster run's part: state.json `ran_on` (batch/run/cluster.py `_write`), where its trees ran."""
+
+    worker: int | None = None  # the worker's slot
+    node: str | None = None  # the host it ran on
+    qids: list[str] = field(default_factory=list)  # the chunk's question ids
+
+
+@dataclass(frozen=True)
 class PartState(_Part):
     """A checkpoint part's state.json (batch/run/rundir.py write_part writes it, verify_part checks it): the
     part's number, the run's seconds up to it, its finished trees (batch/toc/tree.py Tree.to_dict), each
@@ -234,8 +243,15 @@ class PartState(_Part):
     trees: list[dict] = field(default_factory=list)
     files: dict[str, str] = field(default_factory=dict)  # table file -> sha256
     engine: dict | None = None
-    ran_on: dict | None = None  # a cluster run's worker, node and question ids (batch/run/cluster.py)
+    ran_on: RanOn | None = None  # a cluster run's worker, node and question ids (batch/run/cluster.py)
     checksum: str | None = None
+
+    @classmethod
+    def of(cls, data: dict | None) -> Any:
+        state = super().of(data)
+        if state is None or state.ran_on is None or isinstance(state.ran_on, RanOn):
+            return state
+        return dataclasses.replace(state, ran_on=RanOn.of(state.ran_on))
 
 
 @functools.cache

@@ -49,7 +49,7 @@ import polars as pl
 
 from clarify import console, faults, jsonl, schemas
 from clarify.batch.config import from_dict
-from clarify.batch.run.records import PartState, Pin, RunInputs, RunSummary, read_json
+from clarify.batch.run.records import PartState, Pin, RanOn, RunInputs, RunSummary, read_json
 from clarify.batch.toc import fingerprint
 from clarify.batch.toc.tree import Tree
 from clarify.errors import InputError
@@ -340,7 +340,7 @@ class RunDir:
         return sorted(p for p in root.iterdir() if p.is_dir() and p.name.isdigit())
 
     def write_part(self, tables: dict[str, pl.DataFrame], trees: list[Tree], run_s: float | None = None,
-                   engine: dict | None = None, extra: dict | None = None) -> int:
+                   engine: dict | None = None, ran_on: RanOn | None = None) -> int:
         """Finished trees and all their rows, made visible at once by renaming the folder; returns the
         part's number. state.json holds the sha256 of each table and a checksum of itself (verified by
         `load_state`). Nothing already written is rewritten: a run of N trees writes each tree once.
@@ -348,7 +348,7 @@ class RunDir:
         run_s: the run's wall seconds up to this part, summed over the sessions that got it here (a
         resumed session starts from the last part's run_s; time lost to a crash is not counted).
         engine: the engine's facts (device, dtype), for a session that finalizes without loading it.
-        extra: where the trees ran (a cluster run's worker, node and chunk: batch/run/cluster.py)."""
+        ran_on: where the trees ran (a cluster run's worker, node and chunk: batch/run/cluster.py)."""
         dirs = self.part_dirs()
         n = int(dirs[-1].name) + 1 if dirs else 1
         final = self.parts_dir / f"{n:04d}"
@@ -361,7 +361,7 @@ class RunDir:
             _fsync(tmp / f"{name}.parquet")
             files[f"{name}.parquet"] = file_sha256(tmp / f"{name}.parquet")
         body = {"part": n, "run_s": run_s, "trees": [t.to_dict() for t in trees], "files": files, "engine": engine,
-                **({"ran_on": extra} if extra else {})}
+                **({"ran_on": ran_on.to_json()} if ran_on else {})}
         (tmp / "state.json").write_text(json.dumps({**body, "checksum": _state_checksum(body)}), encoding="utf-8")
         _fsync(tmp / "state.json")
         _fsync(tmp)
