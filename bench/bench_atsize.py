@@ -230,6 +230,19 @@ def checks(run: Path, entry: dict, concurrency: int) -> dict:
     }
 
 
+def series(sessions: list[list]) -> list[dict]:
+    """The run's progress record as kept in the results file: per sample, its session, the session's seconds,
+    trees finished of total, the engine's tokens/s since the sample before and the driver's memory."""
+    out = []
+    for n, sess in enumerate(sessions, 1):
+        for a, b in zip([None, *sess], sess):
+            dt = b.elapsed_s - a.elapsed_s if a else 0.0
+            out.append({"session": n, "elapsed_s": round(b.elapsed_s), "finished": b.finished, "total": b.total,
+                        "tok_s": round((b.tokens - a.tokens) / dt, 1) if a and dt > 0 else None,
+                        "rss_mb": round(b.rss_mb) if b.rss_mb else None})
+    return out
+
+
 def _timed(cmd: list[str], **kw) -> tuple[float, subprocess.CompletedProcess]:
     t = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, **kw)
@@ -261,7 +274,8 @@ def finish(name: str, run: Path) -> int:
     entry = data["runs"][name]
     summary = RunSummary.read(run / "summary.json", "finish the run first")
     config = load_config(run / "config.json")
-    result = {"provenance": provenance(), "checks": checks(run, entry, config.model.max_concurrency)}
+    result = {"provenance": provenance(), "checks": checks(run, entry, config.model.max_concurrency),
+              "progress": series(read_progress(run / "logs" / "progress.jsonl"))}
     result["outputs"] = measure(run, page=run.parent / f"{run.name}.report.html")  # report, first screen, show
     s, _ = _timed([*CLARIFY, "eval", "--dataset", config.dataset, "--predictions", str(run)])
     result["eval_s"] = round(s, 2)

@@ -81,3 +81,14 @@ def test_a_line_cut_short_is_named_by_file_and_line(tmp_path):
     with pytest.raises(InputError) as err:
         read_progress(path)
     assert err.value.line == 2 and str(path) in str(err.value)
+
+
+def test_the_series_kept_in_the_results_file_follows_the_record(tmp_path):
+    b = _bench()
+    a = _session(1000.0, 5, 10, 0, 4, lambda i: 600.0, lambda i: 900.0)
+    c = _session(2000.0, 4, 10, 4, 10, lambda i: 300.0, lambda i: 950.0)
+    run = _run(tmp_path, [a, c], cache_rows=0)
+    got = b.series(read_progress(run / "logs" / "progress.jsonl"))
+    assert [s["session"] for s in got] == [1] * 5 + [2] * 4
+    assert [s["tok_s"] for s in got] == [None, 600.0, 600.0, 600.0, 600.0, None, 300.0, 300.0, 300.0]
+    assert got[-1]["finished"] == got[-1]["total"] == 10 and got[-1]["rss_mb"] == 950
