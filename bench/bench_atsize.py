@@ -57,6 +57,9 @@ CLARIFY = [sys.executable, "-m", "clarify.batch.cli"]
 SAMPLE_S = 30.0
 OTHERS_MAX_CORES = 0.25  # an interval in which the rest of the machine took more is flagged as shared
 TAIL, DECAY_MAX, GROWTH_MAX = 0.10, 0.15, 0.10
+# fewer 30-s intervals before the drain than this and a run is too short to say whether its engine slows
+# down (a QuoteSum run: one request a question, all in flight at once, done in two minutes): no verdict
+MIN_STEADY = 10
 
 
 def _du(path: Path) -> int:
@@ -207,7 +210,7 @@ def checks(run: Path, entry: dict, concurrency: int) -> dict:
         if i in use:
             tail.append(i)
     tail_rate = sum(i["tok_s"] * i["dt"] for i in tail) / sum(i["dt"] for i in tail) if tail else None
-    decay = None if not (median and tail_rate) else tail_rate / median - 1
+    decay = None if not (median and tail_rate) or len(steady) < MIN_STEADY else tail_rate / median - 1
     every = [s for sess in sessions for s in sess]
     total = every[-1].total
     warm = next((s for s in every if s.finished >= TAIL * total and s.rss_mb), None)
@@ -221,7 +224,7 @@ def checks(run: Path, entry: dict, concurrency: int) -> dict:
         "shared_intervals": len(steady) - len(clean),
         "median_tok_s": round(median, 1) if median else None, "last_tenth_tok_s": round(tail_rate, 1) if tail_rate else None,
         "tok_s_change_last_tenth": round(decay, 4) if decay is not None else None,
-        "no_decay": decay is not None and abs(decay) <= DECAY_MAX,
+        "no_decay": None if len(steady) < MIN_STEADY else decay is not None and abs(decay) <= DECAY_MAX,
         "rss_after_warmup_mb": warm.rss_mb if warm else None, "rss_end_mb": end.rss_mb if end else None,
         "rss_growth": round(growth, 4) if growth is not None else None,
         "rss_holds": growth is not None and growth < GROWTH_MAX,
@@ -312,7 +315,9 @@ def markdown(doc: dict) -> str:
         c, o = fin["checks"], fin["outputs"]
         out += ["", "| what must hold | measured | holds |", "| --- | --- | --- |",
                 f"| tokens/s, last tenth vs median of 30-s intervals | {c['last_tenth_tok_s']} vs {c['median_tok_s']} "
-                f"({c['tok_s_change_last_tenth']:+.1%}; {c['shared_intervals']} shared intervals) | {c['no_decay']} |",
+                + (f"({c['tok_s_change_last_tenth']:+.1%}; {c['shared_intervals']} shared intervals) | {c['no_decay']} |"
+                 if c["no_decay"] is not None else f"(too short to judge: {c['intervals'] - c['drain_intervals']} "
+                 f"intervals before the drain, {MIN_STEADY} needed) | – |"),
                 f"| driver memory, end vs after warm-up | {c['rss_end_mb']} vs {c['rss_after_warmup_mb']} MB "
                 f"({c['rss_growth']:+.1%}) | {c['rss_holds']} |",
                 f"| engine requests in all sessions = cache rows | {c['engine_requests_all_sessions']} = {c['cache_rows']} "

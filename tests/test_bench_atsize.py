@@ -92,3 +92,12 @@ def test_the_series_kept_in_the_results_file_follows_the_record(tmp_path):
     assert [s["session"] for s in got] == [1] * 5 + [2] * 4
     assert [s["tok_s"] for s in got] == [None, 600.0, 600.0, 600.0, 600.0, None, 300.0, 300.0, 300.0]
     assert got[-1]["finished"] == got[-1]["total"] == 10 and got[-1]["rss_mb"] == 950
+
+
+def test_a_run_too_short_for_thirty_second_intervals_gets_no_decay_verdict(tmp_path):
+    """A QuoteSum run: one request a question, all in flight at once, done in two minutes."""
+    b = _bench()
+    a = _session(1000.0, 5, 91, 0, 91, lambda i: 0.0 if i < 4 else 4000.0, lambda i: 4000.0)
+    run = _run(tmp_path, [a], cache_rows=a[-1].calls)
+    got = b.checks(run, {"sessions": []}, concurrency=4)
+    assert got["no_decay"] is None and got["tok_s_change_last_tenth"] is None and got["nothing_recomputed"]
