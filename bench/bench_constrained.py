@@ -31,9 +31,48 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from provenance import cpu_model  # bench/ is on sys.path when a script here runs
+
+from clarify.options import JsonObject
+
+
+@dataclass(frozen=True)
+class Arm(JsonObject):
+    """One arm of bench/results/constrained.json (`arm` writes it; `table`, bench/reproduce_doc.py and
+    docs/results.md read it back): a model on a dataset with one constraint setting, and what its run measured.
+    An arm that failed holds `error` (its last line) and no measures."""
+
+    model: str = ""
+    dataset: str = ""
+    setting: str = ""  # a key of SETTINGS: off, format, format+quotes
+    questions: int = 0
+    engine_model_id: str | None = None
+    wall_s: float | None = None
+    engine_tokens_per_s: float | None = None
+    clarify_calls: int | None = None
+    parse_error_rate: float | None = None  # share of clarify calls with a parse error
+    clarify_cut_at_max_tokens: int | None = None
+    valid_nodes_per_question: float | None = None
+    llm_calls_per_question: float | None = None
+    metrics: dict[str, float] | None = None  # summary.json `metrics` (eval/summary.py)
+    spans_per_answer: float | None = None
+    share_verbatim: float | None = None
+    share_answers_with_span: float | None = None
+    quote_fidelity: dict | None = None  # summary.json `quote_fidelity`
+    grammar_compile: dict | None = None  # format+quotes arms: `compile_cost`
+    error: list[str] | None = None
+
+    def metric(self, name: str) -> float | None:
+        """A metric of the run's summary by its name (eval/summary.py: rouge_l, str_em, answer_f1, sem_f1, ...)."""
+        return (self.metrics or {}).get(name)
+
+
+def arms_of(doc: dict) -> list[Arm]:
+    """The arms of a constrained.json body, as records."""
+    return [Arm.of(a) for a in doc["arms"]]
 
 SETTINGS = {
     "off": {},
@@ -61,24 +100,22 @@ def arm(model: str, dataset: str, setting: str, limit: int, out: Path) -> dict:
     n_q = summary.n_questions
     fid = summary.quote_fidelity or QuoteFidelity()
     n_ans = fid.n_answers or n_q
-    got = {
-        "model": model, "engine_model_id": summary.engine_model_id, "dataset": dataset, "setting": setting,
-        "questions": n_q, "wall_s": round(wall, 1), "engine_tokens_per_s": summary.engine_tokens_per_s,
-        "clarify_calls": clar.height,
-        "parse_error_rate": round(clar["parse_error"].is_not_null().mean(), 4) if clar.height else None,
-        "clarify_cut_at_max_tokens": int((clar["finish_reason"] == "length").sum()) if clar.height else 0,
-        "valid_nodes_per_question": summary.valid_nodes_per_question,
-        "llm_calls_per_question": summary.llm_calls_per_question,
-        "metrics": summary.metrics,
-        "spans_per_answer": round((fid.n_spans or 0) / n_ans, 3) if n_ans else None,
-        "share_verbatim": fid.share_verbatim,
-        "share_answers_with_span": (None if fid.share_answers_without_spans is None
-                                    else round(1 - fid.share_answers_without_spans, 4)),
-        "quote_fidelity": fid.to_json(),
-    }
-    if setting == "format+quotes":
-        got["grammar_compile"] = compile_cost(cfg, out)
-    return got
+    got = Arm(
+        model=model, engine_model_id=summary.engine_model_id, dataset=dataset, setting=setting,
+        questions=n_q, wall_s=round(wall, 1), engine_tokens_per_s=summary.engine_tokens_per_s,
+        clarify_calls=clar.height,
+        parse_error_rate=round(clar["parse_error"].is_not_null().mean(), 4) if clar.height else None,
+        clarify_cut_at_max_tokens=int((clar["finish_reason"] == "length").sum()) if clar.height else 0,
+        valid_nodes_per_question=summary.valid_nodes_per_question,
+        llm_calls_per_question=summary.llm_calls_per_question,
+        metrics=summary.metrics,
+        spans_per_answer=round((fid.n_spans or 0) / n_ans, 3) if n_ans else None,
+        share_verbatim=fid.share_verbatim,
+        share_answers_with_span=(None if fid.share_answers_without_spans is None
+                                 else round(1 - fid.share_answers_without_spans, 4)),
+        quote_fidelity=fid.to_json(),
+        grammar_compile=compile_cost(cfg, out) if setting == "format+quotes" else None)
+    return {k: v for k, v in got.to_json().items() if v is not None or k not in ("grammar_compile", "error")}
 
 
 def compile_cost(cfg, out: Path) -> dict:
@@ -172,11 +209,6 @@ def save_paired(result: dict, rows: list[dict], out: Path) -> None:
 METRIC_COLUMNS = {"asqa": ("rouge_l", "str_em", "answer_f1"), "quotesum": ("rouge_l", "sem_f1", "sem_rec", "semqa")}
 
 
-def _metric(metrics: dict | None, name: str):
-    """A metric of summary["metrics"] by its name (eval/summary.py: rouge_l, str_em, answer_f1, sem_f1, ...)."""
-    return (metrics or {}).get(name)
-
-
 def table(results: list[dict]) -> str:
     """The README's Markdown table, one row per arm."""
     head = ("| model | data | constraints | q | parse err | cut | valid nodes/q | calls/q | ROUGE-L | STR-EM | "
@@ -186,15 +218,14 @@ def table(results: list[dict]) -> str:
     def f(v, nd=3):
         return "–" if v is None else (f"{v:.{nd}g}" if isinstance(v, float) else str(v))
 
-    for r in results:
-        m = r.get("metrics") or {}
-        cells = [r["model"].split("-")[0], r["dataset"], r["setting"], r["questions"],
-                 f(r["parse_error_rate"]), r["clarify_cut_at_max_tokens"],
-                 f(r["valid_nodes_per_question"]), f(r["llm_calls_per_question"]),
-                 f(_metric(m, "rouge_l")), f(_metric(m, "str_em")),
-                 f(_metric(m, "answer_f1")), f(_metric(m, "sem_f1")), f(_metric(m, "sem_rec")), f(_metric(m, "semqa")),
-                 f(r["spans_per_answer"]), f(r["share_verbatim"]), f(r["share_answers_with_span"]),
-                 f(r["engine_tokens_per_s"], 4)]
+    for r in map(Arm.of, results):
+        cells = [r.model.split("-")[0], r.dataset, r.setting, r.questions,
+                 f(r.parse_error_rate), r.clarify_cut_at_max_tokens,
+                 f(r.valid_nodes_per_question), f(r.llm_calls_per_question),
+                 f(r.metric("rouge_l")), f(r.metric("str_em")),
+                 f(r.metric("answer_f1")), f(r.metric("sem_f1")), f(r.metric("sem_rec")), f(r.metric("semqa")),
+                 f(r.spans_per_answer), f(r.share_verbatim), f(r.share_answers_with_span),
+                 f(r.engine_tokens_per_s, 4)]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)
 

@@ -28,6 +28,7 @@ RESULTS = REPO / "bench" / "results"
 PAGE = REPO / "docs" / "reproduce.md"
 README = REPO / "README.md"
 sys.path.insert(0, str(REPO / "bench"))
+from bench_constrained import arms_of  # noqa: E402
 from provenance import Results, read_results  # noqa: E402
 
 TREE_LINES = 10  # transcript lines of the tree kept in the README (the rest: `clarify show`)
@@ -59,13 +60,13 @@ def _run_command(dataset: str, model: str, setting: str, limit: int, out: str) -
 
 
 def _benchmark(doc: Results, dataset: str, metrics) -> list[str]:
-    arms = [a for a in doc.body["arms"] if a["dataset"] == dataset]
-    limit = max(a["questions"] for a in arms)
+    arms = [a for a in arms_of(doc.body) if a.dataset == dataset]
+    limit = max(a.questions for a in arms)
     lines = ["```sh", "make setup                      # .venv, the locked stack, the embedded model and index",
              "make gemma                      # the second embedded model (Gemma terms), for its rows"]
     for a in arms:
-        out = f"runs/{dataset}{limit}-{a['model'].split('-')[0]}-{a['setting'].replace('+', '-')}"
-        lines.append(_run_command(dataset, a["model"], a["setting"], a["questions"], out))
+        out = f"runs/{dataset}{limit}-{a.model.split('-')[0]}-{a.setting.replace('+', '-')}"
+        lines.append(_run_command(dataset, a.model, a.setting, a.questions, out))
     lines += ["```", "",
               "Each run scores itself (summary.json `metrics`; `clarify show RUN` prints them); `clarify eval "
               f"--dataset {dataset} --predictions RUN` scores it again. Expected, as measured:", "",
@@ -73,10 +74,9 @@ def _benchmark(doc: Results, dataset: str, metrics) -> list[str]:
               + " | wall s | engine tokens/s |",
               "|" + " --- |" * (len(metrics) + 5)]
     for a in arms:
-        m = a["metrics"] or {}
-        lines.append(f"| {a['model']} | {a['setting']} | {a['questions']} | "
-                     + " | ".join(_num(m.get(k)) for k, _ in metrics)
-                     + f" | {a['wall_s']:.0f} | {a['engine_tokens_per_s']:.0f} |")
+        lines.append(f"| {a.model} | {a.setting} | {a.questions} | "
+                     + " | ".join(_num(a.metric(k)) for k, _ in metrics)
+                     + f" | {a.wall_s:.0f} | {a.engine_tokens_per_s:.0f} |")
     prov = _prov(doc)
     lines += ["", prov[0].upper() + prov[1:] + ". Disambig-F1 needs a reader (`clarify eval --reader "
               "DIR`, a SQuAD 2.0 model): n/a without one. A different CPU gives other wall times; a CPU without "
@@ -86,9 +86,9 @@ def _benchmark(doc: Results, dataset: str, metrics) -> list[str]:
 
 def page() -> str:
     constrained = _load("constrained")
-    row = next(a for a in constrained.body["arms"] if a["dataset"] == "asqa" and a["model"] == "smollm2-135m-instruct"
-               and a["setting"] == "format+quotes")
-    cpu_h = row["wall_s"] * 948 / row["questions"] / 3600
+    row = next(a for a in arms_of(constrained.body) if a.dataset == "asqa" and a.model == "smollm2-135m-instruct"
+               and a.setting == "format+quotes")
+    cpu_h = row.wall_s * 948 / row.questions / 3600
     sim = _load("simulate")
     gpu_min = sim.body["arms"]["in-process"]["projected_wall_s"] / 60
     out = ["# Reproducing the benchmarks", "",
@@ -203,18 +203,18 @@ def demo_block() -> str:
 
 def measured_block() -> str:
     sched = _load("sched48").body["runs"]["48"]
-    constrained = [a for a in _load("constrained").body["arms"] if a["dataset"] == "asqa"
-                   and a["model"] == "smollm2-135m-instruct"]
-    off = next(a for a in constrained if a["setting"] == "off")
-    fmt = next(a for a in constrained if a["setting"] == "format")
+    constrained = [a for a in arms_of(_load("constrained").body) if a.dataset == "asqa"
+                   and a.model == "smollm2-135m-instruct"]
+    off = next(a for a in constrained if a.setting == "off")
+    fmt = next(a for a in constrained if a.setting == "format")
     ac = _load("index").body["ac_at_k"]
     dense100 = _find(ac, "dense", "100")
     return (f"On 2-core CPUs without a GPU (figures from [results](docs/results.md), each with its CPU, command and "
             f"commit): the continuous scheduler runs ToC at {sched['ratios']['continuous_over_ceiling_tokens_per_s']:.2f}× "
             f"the throughput of one batched `generate` of the same requests ({sched['questions']} ASQA questions); "
-            f"constrained decoding takes SmolLM2's clarification parse errors from {off['parse_error_rate']:.1%} to "
-            f"{fmt['parse_error_rate']:.1%} (engine tokens/s {off['engine_tokens_per_s']:.0f} → "
-            f"{fmt['engine_tokens_per_s']:.0f}); dense MiniLM retrieval reaches AC@100 {dense100:.1f} % on the "
+            f"constrained decoding takes SmolLM2's clarification parse errors from {off.parse_error_rate:.1%} to "
+            f"{fmt.parse_error_rate:.1%} (engine tokens/s {off.engine_tokens_per_s:.0f} → "
+            f"{fmt.engine_tokens_per_s:.0f}); dense MiniLM retrieval reaches AC@100 {dense100:.1f} % on the "
             f"embedded corpus. GPU figures are not measured yet (`bench/gpu_check.py` is prepared); "
             f"[reproducing the benchmarks](docs/reproduce.md) gives the commands and the expected scores.")
 
