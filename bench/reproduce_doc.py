@@ -133,10 +133,11 @@ def _atsize() -> list[str]:
     seconds per question, tokens/s) or how far its sessions got."""
     out = ["## At size: every question the shipped data allows, one resumable run each (measured on CPU)", "",
            "A run is made in sessions (stop it with Ctrl-C or `--stop-after-s`, run the same command again: it "
-           "resumes), watched from outside; `finish` checks what must hold at size and times the outputs "
-           "([results](results.md#the-largest-runs-the-shipped-data-allows)).", ""]
+           "resumes), watched from outside (`bench/bench_atsize.py`); `finish` checks what must hold at size and "
+           "times the outputs."]
     if not (RESULTS / "atsize.json").exists():
-        return [*out, "Not measured yet."]
+        return [*out, "", "Not measured yet."]
+    out += ["Each session and check: [results](results.md#the-largest-runs-the-shipped-data-allows).", ""]
     doc = _load("atsize")
     for name, entry in doc.body["runs"].items():
         args = " ".join(entry["run_args"])

@@ -225,3 +225,42 @@ def test_one_run_directory_named_twice_is_refused_in_one_line(report_runs, tmp_p
         assert not (tmp_path / "x.html").exists()
     with pytest.raises(InputError, match="are the same run directory"):  # the comparison of `clarify compare` too
         paired_table([Run.open(run), Run.open(tmp_path / "link")])
+
+
+def _keep_questions(run_dir, n: int) -> list[str]:
+    """The run as if it had answered only its first `n` questions: every table with a qid column cut to them."""
+    qids = pl.read_parquet(run_dir / "questions.parquet")["qid"].unique(maintain_order=True).to_list()[:n]
+    for path in run_dir.glob("*.parquet"):
+        df = pl.read_parquet(path)
+        if "qid" in df.columns:
+            df.filter(pl.col("qid").is_in(qids)).write_parquet(path)
+    return qids
+
+
+def test_common_questions_pairs_a_subset_run_on_the_overlap_as_if_both_were_cut_to_it(ten_runs, tmp_path):
+    """A large model run on 6 questions against a small one run on all 10: refused as before without the
+    option; with it, the paired table is exactly that of both runs cut to the 6, and the page says so."""
+    full, part = ten_runs
+    qids = _keep_questions(part, 6)
+    with pytest.raises(InputError, match="--common-questions"):
+        report.write_report([full, part], tmp_path / "x.html")
+    out = report.write_report([full, part], tmp_path / "cmp.html", common_questions=True)
+    got = paired_table([Run.open(full), Run.open(part)], qids=qids)
+    cut = copy_run(full, tmp_path / "cut" / full.name)
+    _keep_questions(cut, 6)
+    assert got["questions"].unique().to_list() == [6]
+    assert got.drop("a", "b").equals(paired_table([Run.open(cut), Run.open(part)]).drop("a", "b"))
+    notes = [n.text() for n in _comparison(out).iter() if n.tag == "p" and "paired-note" in n.classes]
+    assert notes[0].startswith("Paired on the 6 questions every run answered") and ": 10" in notes[0]
+    # each run's own section still shows every question it answered
+    page = out.read_text()
+    assert all(q in page for q in Run.open(full).questions["qid"].to_list())
+
+
+def test_common_questions_with_nothing_in_common_is_refused_in_one_line(ten_runs, tmp_path):
+    full, part = ten_runs
+    questions = pl.read_parquet(part / "questions.parquet")
+    questions.with_columns(qid=pl.lit("other-") + pl.col("qid")).write_parquet(part / "questions.parquet")
+    with pytest.raises(InputError) as got:
+        report.write_report([full, part], tmp_path / "x.html", common_questions=True)
+    assert "no question in common" in str(got.value) and "\n" not in str(got.value)

@@ -20,7 +20,8 @@ def default_out(run_dirs: list[Path]) -> Path:
 def _cmd_report(args: argparse.Namespace) -> int:
     run_dirs = [Path(d) for d in args.run_dirs]
     out = Path(args.out) if args.out else default_out(run_dirs)
-    path = write_report(run_dirs, out, passages_per_node=args.passages, max_questions=args.max_questions)
+    path = write_report(run_dirs, out, passages_per_node=args.passages, max_questions=args.max_questions,
+                        common_questions=args.common_questions)
     print(path)
     return 0
 
@@ -30,7 +31,9 @@ def register(sub) -> None:
     p = sub.add_parser("report", help="write one self-contained HTML report for run directories",
                        epilog="examples:\n"
                               "  clarify report runs/demo                      writes runs/demo/report.html\n"
-                              "  clarify report runs/a runs/b --out ab.html    one section per run + a comparison\n\n"
+                              "  clarify report runs/a runs/b --out ab.html    one section per run + a comparison\n"
+                              "  clarify report runs/big500 runs/small200 --common-questions\n"
+                              "                                                paired on the 200 questions both answered\n\n"
                               "The file is self-contained (config, metrics, plots, a tree viewer per question):\n"
                               "open it in any browser, offline.")
     p.add_argument(
@@ -49,4 +52,7 @@ def register(sub) -> None:
         "--passages", type=int, default=5, help="retrieved passages shown per tree node (default 5)"
     )
     p.add_argument("--max-questions", type=int, default=None, help="show only the first N questions' trees")
+    p.add_argument("--common-questions", action="store_true",
+                   help="runs over different questions of one dataset: pair them on the questions every run "
+                        "answered (said above the paired table); without it they are refused")
     p.set_defaults(func=_cmd_report)

@@ -192,7 +192,37 @@ def check_same_questions(runs: list[Run]) -> None:
             parts = ([f"lacks {len(only_first)} of {first.path}'s questions ({few(only_first)})"] if only_first else []) + \
                     ([f"has {len(only_this)} that {first.path} lacks ({few(only_this)})"] if only_this else [])
             raise InputError("not over the same questions: " + "; ".join(parts) + " (run both with the same "
-                             "--dataset, --offset and --limit)", path=str(run.path))
+                             "--dataset, --offset and --limit, or pair them on the questions both answered: "
+                             "clarify report --common-questions)", path=str(run.path))
+
+
+def paired_questions(runs: list[Run], *, common: bool = False) -> list[str]:
+    """The questions (qid) the runs are compared on, in the first run's order: every run's, which must be the
+    same (`check_same_questions`); with `common`, those every run answered (the same dataset still; none in
+    common is an InputError). Pairing on the overlap is how a large model run on a subset meets a small one
+    run on everything: each run's own section still covers all its questions."""
+    first = runs[0]
+    order = first.questions["qid"].unique(maintain_order=True).to_list()
+    if not common:
+        check_same_questions(runs)
+        return order
+    for run in runs[1:]:
+        if run.config.dataset != first.config.dataset:
+            check_same_questions([first, run])  # the dataset's refusal, in its one line
+    shared = set(order).intersection(*(set(r.questions["qid"].to_list()) for r in runs[1:]))
+    if not shared:
+        raise InputError(f"no question in common with {first.path}: nothing to pair", path=str(runs[1].path))
+    return [q for q in order if q in shared]
+
+
+def common_note(runs: list[Run], qids: list[str]) -> str | None:
+    """The line said above a comparison paired on fewer questions than some run answered; None otherwise."""
+    counts = [r.questions["qid"].n_unique() for r in runs]
+    if all(n == len(qids) for n in counts):
+        return None
+    each = ", ".join(f"{label}: {n}" for label, n in zip(run_labels([r.path for r in runs]), counts))
+    return (f"Paired on the {len(qids)} questions every run answered ({each}); each run's own metrics cover all "
+            "its questions.")
 
 
 PAIRED_SCHEMA = {"a": pl.String, "b": pl.String, "metric": pl.String, "questions": pl.Int64, "a_mean": pl.Float64,
@@ -201,13 +231,13 @@ PAIRED_SCHEMA = {"a": pl.String, "b": pl.String, "metric": pl.String, "questions
                  "mde": pl.Float64, "wins": pl.Int64, "ties": pl.Int64, "losses": pl.Int64}
 
 
-def paired_table(runs: list[Run], *, resamples: int | None = None, seed: int | None = None) -> pl.DataFrame:
+def paired_table(runs: list[Run], *, qids: list[str] | None = None, resamples: int | None = None,
+                 seed: int | None = None) -> pl.DataFrame:
     """Every pair of runs (a before b in the given order) on every metric they report and scored per
-    question (summary.json `metrics` found in scores.parquet), as `paired_rows` computes them. The runs
-    must share their questions (`check_same_questions`)."""
-    check_same_questions(runs)
+    question (summary.json `metrics` found in scores.parquet), as `paired_rows` computes them, over `qids`
+    (`paired_questions`; None: the runs must share their questions)."""
+    qids = paired_questions(runs) if qids is None else qids
     labels = run_labels([r.path for r in runs])  # runs are keyed by folder (Run.key), shown by label, never by name
-    qids = runs[0].questions["qid"].unique(maintain_order=True).to_list()
     # the metrics the runs report (summary.json `metrics`, in its order) that are scored per question; the
     # per-question helper counts of scores.parquet (n_gold, n_pairs, ...) are not compared
     scored: list[str] = []
@@ -310,13 +340,15 @@ def paired_markdown(table: pl.DataFrame) -> str:
     return "\n".join(lines) + "\n\n" + "\n".join(paired_notes(table)) + "\n"
 
 
-def compare_stats(runs: list[Run], table: pl.DataFrame, metrics: list[str]) -> dict:
-    """What the report's comparison adds for runs over the same questions (refused otherwise): the paired
-    table and its forest plot, the cost table and quality (the first metric) against device-seconds per
-    question. Values for the `compare_stats.html.j2` template part (plots as PNG bytes)."""
+def compare_stats(runs: list[Run], table: pl.DataFrame, metrics: list[str], qids: list[str] | None = None) -> dict:
+    """What the report's comparison adds for runs over the same questions, or over `qids` (`paired_questions`
+    with common=True): the paired table and its forest plot, the cost table and quality (the first metric)
+    against device-seconds per question. Values for the `compare_stats.html.j2` template part (plots as PNG
+    bytes)."""
     from clarify.batch.report.compare_plots import forest_png, quality_cost_png
 
-    paired = paired_table(runs)
+    qids = paired_questions(runs) if qids is None else qids
+    paired = paired_table(runs, qids=qids)
     costs = cost_table(runs)
     # the quality axis: the first metric on which the runs differ (else the first)
     varied = [m for m in metrics if table[m].drop_nulls().n_unique() > 1]
@@ -331,7 +363,7 @@ def compare_stats(runs: list[Run], table: pl.DataFrame, metrics: list[str]) -> d
                          "significant": bool(r["significant"]), "tested": r["p_perm"] is not None,
                          "p_perm": _p(r["p_perm"]), "p_holm": _p(r["p_holm"]),
                          "wtl": f"{r['wins']}/{r['ties']}/{r['losses']}"} for r in paired.iter_rows(named=True)],
-        "paired_notes": paired_notes(paired),
+        "paired_notes": [n for n in (common_note(runs, qids),) if n] + paired_notes(paired),
         "forest": forest_png(paired),  # PNG bytes (html.py embeds them)
         "cost_columns": costs.columns,
         "cost_rows": list(costs.iter_rows()),

@@ -9,7 +9,8 @@ node's retrieved passages, and the final answer as the model wrote it with each 
 linked to the span's offsets highlighted inside source passage k. Spans that are not verbatim are
 marked. Several runs over the same questions get one section each plus a comparison table
 (`batch/report/comparison.py`: paired-bootstrap intervals, cost per run, and a metric-vs-size plot when
-parameter counts are known); runs over different questions are refused.
+parameter counts are known); runs over different questions are refused, unless `common_questions` pairs
+them on the questions every run answered (said above the paired table).
 
 The HTML comes from Jinja2 templates in `batch/report/templates/` (`report.html.j2`, its macros in
 `macros.html.j2`; `report.css` and `report.js` are inlined). The environment autoescapes: every value
@@ -29,7 +30,7 @@ import os
 from pathlib import Path
 
 from clarify.batch.report import plots
-from clarify.batch.report.comparison import compare_stats, comparison_table, plotted_metrics
+from clarify.batch.report.comparison import compare_stats, comparison_table, paired_questions, plotted_metrics
 from clarify.batch.report.render import data_uri, environment
 from clarify.batch.report.shape import run_section
 from clarify.batch.run.rundir import Run, RunDir, check_distinct, enclosing_run, run_labels
@@ -37,16 +38,18 @@ from clarify.errors import InputError
 from clarify.files import write_text
 
 
-def render_report(runs: list[Run], *, passages_per_node: int = 5, max_questions: int | None = None) -> str:
+def render_report(runs: list[Run], *, passages_per_node: int = 5, max_questions: int | None = None,
+                  common_questions: bool = False) -> str:
     """The whole HTML document for loaded runs (see the module docstring)."""
     comparison = None
     if len(runs) > 1:
+        qids = paired_questions(runs, common=common_questions)  # refused first, before anything is drawn
         table = comparison_table(runs)
         metric_cols = plotted_metrics(runs, table)
         plot = None
         if table["params"].drop_nulls().len() >= 2 and metric_cols:
             plot = data_uri(plots.compare_png(table, metric_cols))
-        stats = compare_stats(runs, table, metric_cols)
+        stats = compare_stats(runs, table, metric_cols, qids)
         stats.update(forest=data_uri(stats["forest"]), quality_cost=data_uri(stats["quality_cost"]))
         comparison = {"columns": table.columns, "rows": list(table.iter_rows()), "plot": plot, **stats}
     return environment().get_template("report.html.j2").render(
@@ -58,7 +61,8 @@ def render_report(runs: list[Run], *, passages_per_node: int = 5, max_questions:
 
 
 def write_report(
-    run_dirs: list[Path], out: Path, *, passages_per_node: int = 5, max_questions: int | None = None
+    run_dirs: list[Path], out: Path, *, passages_per_node: int = 5, max_questions: int | None = None,
+    common_questions: bool = False,
 ) -> Path:
     """Write one self-contained HTML report for `run_dirs` to `out` (atomically) and return `out`. The same
     folder named twice, and an `out` that is a folder or a run's own file (`check_out`), are refused first."""
@@ -67,7 +71,8 @@ def write_report(
     check_distinct(run_dirs)  # one run twice would be compared with itself
     check_out(out)
     runs = [Run.open(d) for d in run_dirs]
-    doc = render_report(runs, passages_per_node=passages_per_node, max_questions=max_questions)
+    doc = render_report(runs, passages_per_node=passages_per_node, max_questions=max_questions,
+                        common_questions=common_questions)
     return write_text(doc, out)
 
 
