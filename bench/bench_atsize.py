@@ -13,8 +13,10 @@ resumes with the same command). Each session is appended to bench/results/atsize
 The run itself keeps its own samples in RUN/logs/progress.jsonl (console.py RunProgress `record`: trees
 finished, engine requests and tokens of the session, the driver's memory, every 30 s). `finish`, after the
 last session, reads them and checks what must hold at size:
-- the engine does not slow down: tokens/s over the last tenth of the run's ToC time (before the drain, when
-  fewer trees than the engine's concurrency are left) within 15 % of the median of every 30-s interval;
+- the engine does not slow down: tokens/s over the last tenth of the run's ToC time with the engine's batch
+  full (requests in flight at least FULL of the most the run held; after that the run drains: fewer trees
+  left than the engine holds, a batch that shrinks with them) within 15 % of the median of every such
+  30-s interval;
   intervals in which the rest of the machine took more than a quarter of a core are left out (counted);
 - the driver does not grow: resident memory at the end of the ToC loop within 10 % of the first sample
   after warm-up (the first tenth of the trees);
@@ -57,6 +59,7 @@ CLARIFY = [sys.executable, "-m", "clarify.batch.cli"]
 SAMPLE_S = 30.0
 OTHERS_MAX_CORES = 0.25  # an interval in which the rest of the machine took more is flagged as shared
 TAIL, DECAY_MAX, GROWTH_MAX = 0.10, 0.15, 0.10
+FULL = 0.9  # an interval whose requests in flight fall below this share of the run's most is the drain
 # fewer 30-s intervals before the drain than this and a run is too short to say whether its engine slows
 # down (a QuoteSum run: one request a question, all in flight at once, done in two minutes): no verdict
 MIN_STEADY = 10
@@ -185,8 +188,11 @@ def _shared(outside: list[dict], t_from: float, t_to: float) -> bool:
     return others / max(b["time"] - a["time"], 1e-9) > OTHERS_MAX_CORES
 
 
-def checks(run: Path, entry: dict, concurrency: int) -> dict:
+def checks(run: Path, entry: dict) -> dict:
     sessions = read_progress(run / "logs" / "progress.jsonl")
+    # the batch the engine held when the run had trees to spare: the most requests in flight of any sample
+    # (the loop admits up to its capacity: batch/run/scheduler.py _StepLoop.limit)
+    peak = max((s.running for sess in sessions for s in sess), default=0)
     outside = [s for sess in entry["sessions"] for s in sess["samples"]]
     intervals = []  # (tokens/s, end time, trees finished at the end, shared)
     for sess in sessions:
@@ -194,7 +200,7 @@ def checks(run: Path, entry: dict, concurrency: int) -> dict:
             dt = b.elapsed_s - a.elapsed_s
             if dt <= 0:
                 continue
-            drain = b.total - b.finished < concurrency
+            drain = min(a.running, b.running) < FULL * peak
             intervals.append({"tok_s": (b.tokens - a.tokens) / dt, "dt": dt, "end": b.time,
                               "drain": drain, "shared": _shared(outside, a.time, b.time)})
     steady = [i for i in intervals if not i["drain"]]
@@ -220,6 +226,7 @@ def checks(run: Path, entry: dict, concurrency: int) -> dict:
     rows = cache_rows(run)
     return {
         "sessions": len(sessions), "intervals": len(intervals), "drain_intervals": len(intervals) - len(steady),
+        "peak_in_flight": peak,
         "shared_intervals_left_out": len(steady) - len(clean) if use is clean else 0,
         "shared_intervals": len(steady) - len(clean),
         "median_tok_s": round(median, 1) if median else None, "last_tenth_tok_s": round(tail_rate, 1) if tail_rate else None,
@@ -277,7 +284,7 @@ def finish(name: str, run: Path) -> int:
     entry = data["runs"][name]
     summary = RunSummary.read(run / "summary.json", "finish the run first")
     config = load_config(run / "config.json")
-    result = {"provenance": provenance(), "checks": checks(run, entry, config.model.max_concurrency),
+    result = {"provenance": provenance(), "checks": checks(run, entry),
               "progress": series(read_progress(run / "logs" / "progress.jsonl"))}
     result["outputs"] = measure(run, page=run.parent / f"{run.name}.report.html")  # report, first screen, show
     s, _ = _timed([*CLARIFY, "eval", "--dataset", config.dataset, "--predictions", str(run)])
