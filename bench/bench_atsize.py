@@ -321,10 +321,13 @@ def markdown(doc: dict) -> str:
             continue
         c, o = fin["checks"], fin["outputs"]
         out += ["", "| what must hold | measured | holds |", "| --- | --- | --- |",
-                f"| tokens/s, last tenth vs median of 30-s intervals | {c['last_tenth_tok_s']} vs {c['median_tok_s']} "
-                + (f"({c['tok_s_change_last_tenth']:+.1%}; {c['shared_intervals']} shared intervals) | {c['no_decay']} |"
-                 if c["no_decay"] is not None else f"(too short to judge: {c['intervals'] - c['drain_intervals']} "
-                 f"intervals before the drain, {MIN_STEADY} needed) | – |"),
+                "| tokens/s, last tenth vs median of 30-s intervals at a full batch | "
+                + (f"{c['last_tenth_tok_s']} vs {c['median_tok_s']} ({c['tok_s_change_last_tenth']:+.1%}; "
+                   f"{c['drain_intervals']} of {c['intervals']} intervals the drain, left out; "
+                   f"{c['shared_intervals']} shared) | {c['no_decay']} |"
+                   if c["no_decay"] is not None else
+                   f"too short to judge: {c['intervals'] - c['drain_intervals']} of {c['intervals']} intervals at a "
+                   f"full batch, {MIN_STEADY} needed | – |"),
                 f"| driver memory, end vs after warm-up | {c['rss_end_mb']} vs {c['rss_after_warmup_mb']} MB "
                 f"({c['rss_growth']:+.1%}) | {c['rss_holds']} |",
                 f"| engine requests in all sessions = cache rows | {c['engine_requests_all_sessions']} = {c['cache_rows']} "
@@ -337,8 +340,8 @@ def markdown(doc: dict) -> str:
                 "| metric | n | mean | 95 % interval |", "| --- | --- | --- | --- |"]
         out += [f"| {m} | {v['n']} | {v['mean']} | {v['lo']} – {v['hi']} |" for m, v in fin["metrics_95"].items()]
         pq = fin["per_question"]
-        out += ["", f"Per question: {pq['tokens']} tokens, {pq['seconds']} s; engine {fin['summary']['engine_tokens_per_s']} "
-                    f"tokens/s (last session).", ""]
+        out += ["", f"Per question: {pq['tokens']} tokens, {pq['seconds']} s; engine {c['median_tok_s'] or '–'} tokens/s "
+                    f"(median at a full batch; {fin['summary']['engine_tokens_per_s']} over its last session).", ""]
     return "\n".join(out).rstrip("\n")
 
 

@@ -153,14 +153,16 @@ def _atsize() -> list[str]:
             continue
         m = fin["metrics_95"]
         names = list(m)
+        median = fin["checks"].get("median_tok_s")
         out += ["| n | " + " | ".join(names) + " | tokens / question | s / question | engine tokens/s |",
                 "|" + " --- |" * (len(names) + 4),
                 f"| {fin['summary']['n_questions']} | "
                 + " | ".join(f"{m[k]['mean']} ({m[k]['lo']} – {m[k]['hi']})" for k in names)
-                + f" | {fin['per_question']['tokens']} | {fin['per_question']['seconds']} | "
-                  f"{fin['summary']['engine_tokens_per_s']} |", "",
-                f"Each metric: mean over the questions and its 95 % bootstrap interval, in points; {len(sessions)} "
-                f"sessions; {_prov(doc)}.", ""]
+                + f" | {fin['per_question']['tokens']:.0f} | {fin['per_question']['seconds']} | "
+                  f"{median if median is not None else '–'} |", "",
+                f"Each metric: mean over the questions and its 95 % bootstrap interval (points; `length`: words). "
+                f"Seconds per question: the run's wall time over all its sessions. Engine tokens/s (prompt + output): "
+                f"the median of its 30-s intervals at a full batch. {len(sessions)} sessions; {_prov(doc)}.", ""]
     return out
 
 
